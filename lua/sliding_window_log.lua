@@ -1,0 +1,43 @@
+-- SlidingWindowLog: sorted set of (score = request time, member = unique id).
+-- Exact: at most n requests with a time in (now - period, now].
+S[2] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - period))
+  local c = redis.call('ZCARD', key)
+  local newest = now - period
+  if c > 0 then
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  local reset = 0
+  if c > 0 then reset = newest + period - now end
+  if cost > n or c + cost > n then
+    local retry = -1
+    if cost <= n then
+      -- the (c + cost - n)-th oldest entry must leave the window first
+      local idx = c + cost - n - 1
+      local e = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
+      retry = tonumber(e[2]) + period - now
+    end
+    repair(key, reset)
+    return 0, n - c, reset, retry, 0
+  end
+  if cost > 0 then
+    if newest < now then newest = now end
+    reset = newest + period - now
+    if apply then
+      local i = 0
+      while i < cost do
+        local batch = {}
+        local j = 0
+        while j < 256 and i < cost do
+          batch[#batch + 1] = num(now)
+          batch[#batch + 1] = nonce .. '.' .. i
+          i = i + 1
+          j = j + 1
+        end
+        redis.call('ZADD', key, unpack(batch))
+      end
+      redis.call('PEXPIRE', key, ttl_ms(reset))
+    end
+  end
+  return 1, n - c - cost, reset, -1, 0
+end

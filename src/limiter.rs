@@ -1,0 +1,451 @@
+//! [`RateLimiter`]: quotas, a store and a clock, answering [`Decision`]s.
+
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::clock::Clock;
+use crate::decision::{Decision, Lease, QuotaDecision};
+use crate::error::{ConfigError, StoreError};
+use crate::quota::{Quota, QuotaSpec};
+use crate::store::{Backend, Call, Outcome, Store};
+use crate::strategy::Strategy;
+
+/// Longest user key stored verbatim; longer keys are hashed.
+pub const MAX_VERBATIM_KEY_LEN: usize = 128;
+/// Longest accepted [`prefix`](RateLimiterBuilder::prefix).
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// Decides whether requests identified by a key may proceed, under one or more [`Quota`]s.
+///
+/// Cheap to clone (an `Arc`); clones share the store and configuration.
+///
+/// ```
+/// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder()
+///     .store(MemoryStore::new())
+///     .prefix("api")
+///     .quota(Quota::gcra(Rate::per_minute(60)).burst(10).name("minute"))
+///     .quota(Quota::fixed_window(Rate::per_day(10_000)).name("day"))
+///     .build()?;
+///
+/// let d = limiter.check("user:42").await?;
+/// assert!(d.allowed);
+/// assert_eq!(d.quota.as_ref(), "minute");
+/// assert_eq!(d.remaining, 9);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Backend,
+    prefix: String,
+    quotas: Vec<QuotaSpec>,
+    names: Vec<Arc<str>>,
+    quota_args: Vec<Vec<u8>>,
+    clock: Clock,
+    /// Whether decisions need a unique nonce (sorted-set strategies).
+    needs_nonce: bool,
+    instance: u64,
+    counter: AtomicU64,
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("store", &self.inner.store)
+            .field("prefix", &self.inner.prefix)
+            .field("quotas", &self.inner.quotas)
+            .field("clock", &self.inner.clock)
+            .finish()
+    }
+}
+
+impl RateLimiter {
+    /// Starts a configuration.
+    pub fn builder() -> RateLimiterBuilder {
+        RateLimiterBuilder::default()
+    }
+
+    /// Checks one request (cost 1) for `key`.
+    ///
+    /// Keys may be any bytes; see [`check_n`](Self::check_n) for how they are stored.
+    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks a request of weight `cost` for `key`: consumed only if every
+    /// quota allows it. `0` [peeks](Self::peek). A cost above a quota's
+    /// capacity is denied with `retry_after = None`.
+    ///
+    /// Storage keys are `{<prefix>:<key>}:<quota>:<strategy>`; the braces are a
+    /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
+    /// that is longer than 128 bytes, is not UTF-8, contains `{`, `}` or
+    /// control characters, or starts with `~` is stored as `~` and a SHA-256
+    /// prefix of it instead, so no key can choose its slot or blow up memory.
+    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
+        let inner = &*self.inner;
+        let base = self.base_key(key.as_ref());
+        let keys = self.keys(&base);
+        let nonce = if inner.needs_nonce {
+            let n = inner.counter.fetch_add(1, Ordering::Relaxed);
+            format!("{:x}-{n:x}", inner.instance)
+        } else {
+            String::new()
+        };
+        let call = Call {
+            base: &base,
+            keys: &keys,
+            quotas: &inner.quotas,
+            quota_args: &inner.quota_args,
+            cost,
+            now_us: inner.clock.manual_now_us(),
+            nonce: &nonce,
+        };
+        let outcome = inner.store.decide(call).await?;
+        Ok(self.decision(outcome, cost, base, keys, nonce))
+    }
+
+    /// Reports the state of `key` without consuming anything (cost 0).
+    ///
+    /// `allowed` is always true (nothing was asked for); `remaining` tells
+    /// whether a request would pass now.
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
+        self.check_n(key, 0).await
+    }
+
+    /// Forgets every quota's state for `key` (one round trip).
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        let base = self.base_key(key.as_ref());
+        let keys = self.keys(&base);
+        self.inner.store.reset(&base, &keys).await
+    }
+
+    /// Gives back a [`Concurrency`](Strategy::Concurrency) lease (one round trip).
+    /// Releasing twice, or after the lease expired, is harmless.
+    pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.store.release(lease).await
+    }
+
+    /// The storage keys `key` maps to, one per quota (for inspection and tests).
+    pub fn storage_keys(&self, key: impl AsRef<[u8]>) -> Vec<String> {
+        self.keys(&self.base_key(key.as_ref()))
+    }
+
+    /// The quotas' names, in order.
+    pub fn quota_names(&self) -> &[Arc<str>] {
+        &self.inner.names
+    }
+
+    /// The same configuration over another store (e.g. a fallback [`MemoryStore`](crate::MemoryStore)).
+    pub fn with_store(&self, store: impl Store) -> RateLimiter {
+        let i = &*self.inner;
+        RateLimiter {
+            inner: Arc::new(Inner {
+                store: store.into_backend(),
+                prefix: i.prefix.clone(),
+                quotas: i.quotas.clone(),
+                names: i.names.clone(),
+                quota_args: i.quota_args.clone(),
+                clock: i.clock.clone(),
+                needs_nonce: i.needs_nonce,
+                instance: new_instance_id(),
+                counter: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn base_key(&self, key: &[u8]) -> String {
+        let user = storable_key(key);
+        let mut base = String::with_capacity(self.inner.prefix.len() + user.len() + 3);
+        base.push('{');
+        base.push_str(&self.inner.prefix);
+        base.push(':');
+        base.push_str(&user);
+        base.push('}');
+        base
+    }
+
+    fn keys(&self, base: &str) -> Vec<String> {
+        self.inner
+            .quotas
+            .iter()
+            .map(|q| format!("{base}:{}:{}", q.name, q.strategy.tag()))
+            .collect()
+    }
+
+    fn decision(
+        &self,
+        outcome: Outcome,
+        cost: u64,
+        base: String,
+        keys: Vec<String>,
+        nonce: String,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let quotas: Vec<QuotaDecision> = outcome
+            .quotas
+            .iter()
+            .zip(&inner.quotas)
+            .zip(&inner.names)
+            .map(|((o, spec), name)| QuotaDecision {
+                name: name.clone(),
+                allowed: o.allowed,
+                limit: spec.capacity(),
+                window: spec.rate.period(),
+                remaining: o.remaining,
+                reset_after: o.reset_after,
+                retry_after: o.retry_after,
+            })
+            .collect();
+        let binding = if outcome.allowed {
+            // the fewest requests left
+            (0..quotas.len()).min_by_key(|&i| quotas[i].remaining)
+        } else {
+            // a denial that never fits, else the one that frees up last
+            (0..quotas.len())
+                .filter(|&i| !quotas[i].allowed)
+                .max_by_key(|&i| quotas[i].retry_after.unwrap_or(Duration::MAX))
+        }
+        .unwrap_or(0);
+        let delay = outcome
+            .quotas
+            .iter()
+            .map(|o| o.delay)
+            .max()
+            .filter(|d| !d.is_zero());
+        let lease = (outcome.allowed && cost > 0)
+            .then(|| {
+                let conc: Vec<String> = inner
+                    .quotas
+                    .iter()
+                    .zip(keys)
+                    .filter(|(q, _)| q.strategy == Strategy::Concurrency)
+                    .map(|(_, k)| k)
+                    .collect();
+                (!conc.is_empty()).then(|| Lease {
+                    base,
+                    keys: conc,
+                    member: nonce,
+                    cost,
+                })
+            })
+            .flatten();
+        let b = &quotas[binding];
+        Decision {
+            allowed: outcome.allowed,
+            limit: b.limit,
+            remaining: b.remaining,
+            reset_after: b.reset_after,
+            retry_after: if outcome.allowed { None } else { b.retry_after },
+            quota: b.name.clone(),
+            delay: if outcome.allowed { delay } else { None },
+            lease,
+            quotas,
+        }
+    }
+}
+
+/// The user key as it appears inside the hash tag.
+fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
+    if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') {
+        if let Ok(s) = std::str::from_utf8(key) {
+            if !s.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
+                return std::borrow::Cow::Borrowed(s);
+            }
+        }
+    }
+    std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
+}
+
+/// The first 128 bits of SHA-256, in hex: a stable digest that does not reveal its input.
+pub(crate) fn hash_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(32);
+    for b in &digest[..16] {
+        use fmt::Write;
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn new_instance_id() -> u64 {
+    // Random per process and per limiter: unique sorted-set members across instances.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    RandomState::new().hash_one((nanos, std::process::id()))
+}
+
+/// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
+#[derive(Default)]
+#[must_use]
+pub struct RateLimiterBuilder {
+    store: Option<Backend>,
+    prefix: Option<String>,
+    quotas: Vec<Quota>,
+    clock: Clock,
+}
+
+impl fmt::Debug for RateLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiterBuilder")
+            .field("store", &self.store)
+            .field("prefix", &self.prefix)
+            .field("quotas", &self.quotas)
+            .finish()
+    }
+}
+
+impl RateLimiterBuilder {
+    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`](crate::MemoryStore). Required.
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(store.into_backend());
+        self
+    }
+
+    /// Namespace of every storage key (default `rl`): 1 to 64 bytes of ASCII
+    /// letters, digits, `-`, `_`, `.` or `:`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Adds a quota. A limiter needs at least one; all are checked atomically.
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self
+    }
+
+    /// Adds several quotas, e.g. from [`Rate::parse_list`](crate::Rate::parse_list).
+    pub fn quotas(mut self, quotas: impl IntoIterator<Item = Quota>) -> Self {
+        self.quotas.extend(quotas);
+        self
+    }
+
+    /// The time source (default [`Clock::Store`]).
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Validates the configuration. The error names the field at fault.
+    pub fn build(self) -> Result<RateLimiter, ConfigError> {
+        let store = self.store.ok_or_else(|| {
+            ConfigError::new(
+                "store",
+                "no store configured; call .store(RedisStore::new(pool)) or .store(MemoryStore::new())",
+            )
+        })?;
+        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        validate_prefix(&prefix)?;
+        if self.quotas.is_empty() {
+            return Err(ConfigError::new(
+                "quota",
+                "no quota configured; add one with .quota(Quota::gcra(Rate::per_minute(60)))",
+            ));
+        }
+        let mut specs: Vec<QuotaSpec> = Vec::with_capacity(self.quotas.len());
+        for (i, q) in self.quotas.iter().enumerate() {
+            let spec = q.compile(i)?;
+            if let Some(j) = specs.iter().position(|s| s.name == spec.name) {
+                return Err(ConfigError::new(
+                    format!("quota[{i}].name"),
+                    format!(
+                        "duplicate quota name {:?} (also quota[{j}]); give each quota a distinct .name()",
+                        spec.name
+                    ),
+                ));
+            }
+            specs.push(spec);
+        }
+        let quota_args = specs
+            .iter()
+            .flat_map(|q| {
+                [
+                    u64::from(q.strategy.id()),
+                    q.limit,
+                    q.period_us,
+                    q.burst,
+                    q.interval_us,
+                ]
+            })
+            .map(|v| v.to_string().into_bytes())
+            .collect();
+        let needs_nonce = specs.iter().any(|q| {
+            matches!(
+                q.strategy,
+                Strategy::SlidingWindowLog | Strategy::Concurrency
+            )
+        });
+        Ok(RateLimiter {
+            inner: Arc::new(Inner {
+                store,
+                prefix,
+                names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
+                quotas: specs,
+                quota_args,
+                clock: self.clock,
+                needs_nonce,
+                instance: new_instance_id(),
+                counter: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Err(ConfigError::new("prefix", "must not be empty"));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(ConfigError::new(
+            "prefix",
+            format!("must be at most {MAX_PREFIX_LEN} bytes, got {}", prefix.len()),
+        ));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+    {
+        return Err(ConfigError::new(
+            "prefix",
+            format!("{prefix:?} contains {c:?}; use ASCII letters, digits, '-', '_', '.' or ':'"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_could_steer_slots_or_bloat_memory_are_hashed() {
+        assert_eq!(storable_key(b"user:42"), "user:42");
+        for bad in [
+            &b"a{b}"[..],
+            b"}",
+            b"\xff\xfe",
+            b"line\nbreak",
+            b"~looks-hashed",
+            &[b'x'; 129][..],
+        ] {
+            let k = storable_key(bad);
+            assert!(k.starts_with('~') && k.len() == 33, "{k}");
+        }
+        assert_eq!(storable_key(&[b'x'; 128]).len(), 128);
+        assert_ne!(storable_key(b"a{b}"), storable_key(b"a{c}"));
+    }
+}

@@ -1,0 +1,307 @@
+//! [`Quota`]: one limit a [`RateLimiter`](crate::RateLimiter) enforces.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::{Rate, Strategy};
+
+/// Default lease timeout of a [`Quota::concurrency`] quota.
+pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest period accepted (one year): keeps every timestamp computation
+/// exact in Redis's Lua numbers.
+const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
+/// Largest count or burst accepted.
+const MAX_COUNT: u64 = 1 << 40;
+
+/// One limit: a [`Strategy`] applied at a [`Rate`], with an optional burst and name.
+///
+/// A [`RateLimiter`](crate::RateLimiter) may hold several quotas (say per
+/// minute and per day); they are checked together and consumed only if all
+/// allow.
+///
+/// ```
+/// use tower_redis_ratelimit::{Quota, Rate};
+///
+/// let per_minute = Quota::gcra(Rate::per_minute(60)).burst(10).name("minute");
+/// let per_day = Quota::fixed_window(Rate::per_day(10_000)).name("day");
+/// let in_flight = Quota::concurrency(8);
+/// # let _ = (per_minute, per_day, in_flight);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Quota {
+    strategy: Strategy,
+    rate: Rate,
+    burst: Option<u64>,
+    name: Option<String>,
+}
+
+impl Quota {
+    /// A quota of `strategy` at `rate`.
+    pub fn new(strategy: Strategy, rate: Rate) -> Self {
+        Self {
+            strategy,
+            rate,
+            burst: None,
+            name: None,
+        }
+    }
+
+    /// [`Strategy::FixedWindow`] at `rate`.
+    pub fn fixed_window(rate: Rate) -> Self {
+        Self::new(Strategy::FixedWindow, rate)
+    }
+
+    /// [`Strategy::SlidingWindowLog`] at `rate`.
+    pub fn sliding_window_log(rate: Rate) -> Self {
+        Self::new(Strategy::SlidingWindowLog, rate)
+    }
+
+    /// [`Strategy::SlidingWindowCounter`] at `rate`.
+    pub fn sliding_window_counter(rate: Rate) -> Self {
+        Self::new(Strategy::SlidingWindowCounter, rate)
+    }
+
+    /// [`Strategy::TokenBucket`] at `rate`; the bucket holds `burst` tokens (default: the rate's count).
+    pub fn token_bucket(rate: Rate) -> Self {
+        Self::new(Strategy::TokenBucket, rate)
+    }
+
+    /// [`Strategy::LeakyBucket`] at `rate`; the queue holds `burst` requests (default: the rate's count).
+    pub fn leaky_bucket(rate: Rate) -> Self {
+        Self::new(Strategy::LeakyBucket, rate)
+    }
+
+    /// [`Strategy::Gcra`] at `rate`; up to `burst` requests at once (default: the rate's count).
+    pub fn gcra(rate: Rate) -> Self {
+        Self::new(Strategy::Gcra, rate)
+    }
+
+    /// [`Strategy::Concurrency`]: at most `max_in_flight` leases held at once per key.
+    /// A lease not released expires after [`lease_timeout`](Self::lease_timeout)
+    /// (default [`DEFAULT_LEASE_TIMEOUT`]).
+    pub fn concurrency(max_in_flight: u64) -> Self {
+        Self::new(
+            Strategy::Concurrency,
+            Rate::new(max_in_flight, DEFAULT_LEASE_TIMEOUT),
+        )
+    }
+
+    /// Sets the burst: the bucket size of [`TokenBucket`](Strategy::TokenBucket)
+    /// and [`Gcra`](Strategy::Gcra), the queue size of
+    /// [`LeakyBucket`](Strategy::LeakyBucket). Other strategies reject a burst at build time.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Sets the name shown in `RateLimit-Policy` headers and used in storage keys.
+    /// Default: derived from the strategy and rate, e.g. `gcra-60-per-60s`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// For [`Quota::concurrency`]: how long an unreleased lease (e.g. from a
+    /// crashed instance) keeps its slot.
+    pub fn lease_timeout(mut self, timeout: Duration) -> Self {
+        self.rate = Rate::new(self.rate.count(), timeout);
+        self
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The rate (for [`Strategy::Concurrency`]: the in-flight maximum and the lease timeout).
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The limit a client sees: the burst for bucket strategies, the count otherwise.
+    pub fn limit(&self) -> u64 {
+        self.burst.unwrap_or(self.rate.count())
+    }
+
+    /// The quota's name (explicit or derived).
+    pub fn quota_name(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => format!(
+                "{}-{}-per-{}",
+                self.strategy.tag(),
+                self.rate.count(),
+                period_label(self.rate.period())
+            ),
+        }
+    }
+
+    /// Validates and compiles the quota for the stores; `i` is its position.
+    pub(crate) fn compile(&self, i: usize) -> Result<QuotaSpec, ConfigError> {
+        let field = |f: &str| format!("quota[{i}].{f}");
+        let count = self.rate.count();
+        if count == 0 {
+            return Err(ConfigError::new(field("rate.count"), "must be at least 1"));
+        }
+        if count > MAX_COUNT {
+            return Err(ConfigError::new(
+                field("rate.count"),
+                format!("must be at most {MAX_COUNT}"),
+            ));
+        }
+        let period_us = u64::try_from(self.rate.period().as_micros()).unwrap_or(u64::MAX);
+        if period_us == 0 {
+            let what = if self.strategy == Strategy::Concurrency {
+                "lease_timeout"
+            } else {
+                "rate.period"
+            };
+            return Err(ConfigError::new(field(what), "must be at least 1 microsecond"));
+        }
+        if period_us > MAX_PERIOD_US {
+            return Err(ConfigError::new(field("rate.period"), "must be at most 366 days"));
+        }
+        let burst = match (self.burst, self.strategy) {
+            (None, _) => count,
+            (Some(b), Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra) => {
+                if b == 0 {
+                    return Err(ConfigError::new(field("burst"), "must be at least 1"));
+                }
+                if b > MAX_COUNT {
+                    return Err(ConfigError::new(
+                        field("burst"),
+                        format!("must be at most {MAX_COUNT}"),
+                    ));
+                }
+                b
+            }
+            (Some(_), s) => {
+                return Err(ConfigError::new(
+                    field("burst"),
+                    format!("{s} has no burst; use token-bucket, leaky-bucket or gcra"),
+                ));
+            }
+        };
+        let name = self.quota_name();
+        validate_name(&name).map_err(|m| ConfigError::new(field("name"), m))?;
+        // The emission interval, rounded up so the configured rate is never exceeded.
+        let interval_us = period_us.div_ceil(count);
+        if burst.checked_mul(interval_us).is_none_or(|t| t > MAX_PERIOD_US * 4) {
+            return Err(ConfigError::new(
+                field("burst"),
+                "burst times (period / count) must stay below 4 years",
+            ));
+        }
+        Ok(QuotaSpec {
+            strategy: self.strategy,
+            limit: count,
+            period_us,
+            burst,
+            interval_us,
+            name,
+            rate: self.rate,
+        })
+    }
+}
+
+fn period_label(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > 64 {
+        return Err(format!("must be at most 64 bytes, got {}", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "{name:?} contains {c:?}; use ASCII letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// A validated quota, as the stores see it. All times in microseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QuotaSpec {
+    pub(crate) strategy: Strategy,
+    /// The rate's count (in-flight maximum for concurrency).
+    pub(crate) limit: u64,
+    /// The rate's period (lease timeout for concurrency).
+    pub(crate) period_us: u64,
+    /// Bucket / queue size; equals `limit` where the strategy has no burst.
+    pub(crate) burst: u64,
+    /// `ceil(period / limit)`.
+    pub(crate) interval_us: u64,
+    pub(crate) name: String,
+    pub(crate) rate: Rate,
+}
+
+impl QuotaSpec {
+    /// The capacity a single request's cost is compared with.
+    pub(crate) fn capacity(&self) -> u64 {
+        match self.strategy {
+            Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => self.burst,
+            _ => self.limit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_quotas_naming_the_field() {
+        let cases = [
+            (Quota::gcra(Rate::per_second(0)), "quota[0].rate.count"),
+            (
+                Quota::gcra(Rate::new(1, Duration::ZERO)),
+                "quota[0].rate.period",
+            ),
+            (Quota::gcra(Rate::per_second(1)).burst(0), "quota[0].burst"),
+            (
+                Quota::fixed_window(Rate::per_second(1)).burst(3),
+                "quota[0].burst",
+            ),
+            (
+                Quota::concurrency(2).lease_timeout(Duration::ZERO),
+                "quota[0].lease_timeout",
+            ),
+            (Quota::gcra(Rate::per_second(1)).name(""), "quota[0].name"),
+            (
+                Quota::gcra(Rate::per_second(1)).name("a{b}"),
+                "quota[0].name",
+            ),
+            (
+                Quota::gcra(Rate::new(1, Duration::from_secs(400 * 86_400))),
+                "quota[0].rate.period",
+            ),
+        ];
+        for (q, field) in cases {
+            let e = q.compile(0).unwrap_err();
+            assert_eq!(e.field(), field, "{e}");
+            assert!(e.to_string().contains(field));
+        }
+    }
+
+    #[test]
+    fn derives_names_and_intervals() {
+        let q = Quota::gcra(Rate::per_minute(60)).compile(0).unwrap();
+        assert_eq!(q.name, "gcra-60-per-60s");
+        assert_eq!(q.interval_us, 1_000_000);
+        let q = Quota::gcra(Rate::per_second(3)).compile(0).unwrap();
+        assert_eq!(q.interval_us, 333_334);
+    }
+}
