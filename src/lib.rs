@@ -29,6 +29,7 @@
 mod clock;
 mod decision;
 mod error;
+pub mod key;
 mod limiter;
 mod quota;
 mod rate;
