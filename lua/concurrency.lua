@@ -1,6 +1,7 @@
 -- Concurrency: sorted set of leases (score = expiry, member = lease id). At
 -- most n unexpired leases per key; `period` is the lease timeout.
-S[7] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
+  local now = clock()
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
   local c = redis.call('ZCARD', key)
   local last = now

@@ -1,6 +1,57 @@
--- FixedWindow: hash {s = window start, c = count}. The window starts at the
--- key's first hit and lasts `period`.
-S[1] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+-- FixedWindow. The window starts at the key's first hit and lasts `period`.
+--
+-- On Redis's clock the key is a plain counter whose TTL is the rest of the
+-- window: INCRBY, then PTTL for reset_after (PEXPIRE on the first hit), with
+-- no TIME call. With a manual clock the key is a hash {s = window start,
+-- c = count} so that windows follow the manual time.
+local function fixed_window_redis_clock(key, n, period, cost, apply)
+  local ms = math.ceil(period / 1000)
+  if apply and cost > 0 and cost <= n then
+    local c = redis.call('INCRBY', key, num(cost))
+    local reset
+    if c == cost then
+      redis.call('PEXPIRE', key, num(ms))
+      reset = ms * 1000
+    else
+      local pttl = redis.call('PTTL', key)
+      if pttl < 0 then
+        redis.call('PEXPIRE', key, num(ms))
+        pttl = ms
+      end
+      reset = pttl * 1000
+    end
+    if c > n then
+      redis.call('DECRBY', key, num(cost))
+      return 0, n - (c - cost), reset, reset, 0
+    end
+    return 1, n - c, reset, -1, 0
+  end
+  -- check only: read without writing
+  local c = tonumber(redis.call('GET', key) or '0')
+  local reset = 0
+  if c > 0 then
+    local pttl = redis.call('PTTL', key)
+    if pttl == -1 then
+      -- repair a key found without a TTL
+      redis.call('PEXPIRE', key, num(ms))
+      pttl = ms
+    end
+    if pttl > 0 then reset = pttl * 1000 end
+  end
+  if cost > n or c + cost > n then
+    local retry = -1
+    if cost <= n then retry = reset end
+    return 0, n - c, reset, retry, 0
+  end
+  if cost > 0 and c == 0 then reset = ms * 1000 end
+  return 1, n - c - cost, reset, -1, 0
+end
+
+S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
+  if not MANUAL then
+    return fixed_window_redis_clock(key, n, period, cost, apply)
+  end
+  local now = clock()
   local st = redis.call('HMGET', key, 's', 'c')
   local s, c = tonumber(st[1]), tonumber(st[2])
   if not s or not c or now >= s + period then

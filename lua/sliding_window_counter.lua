@@ -1,7 +1,8 @@
 -- SlidingWindowCounter: hash {w = aligned window index, c = its count,
 -- p = previous window's count}. The estimate is c + floor(p * overlap), where
 -- overlap is the share of the previous window still inside the sliding window.
-S[3] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+S[3] = function(key, n, period, burst, interval, cost, nonce, apply)
+  local now = clock()
   local w = math.floor(now / period)
   local st = redis.call('HMGET', key, 'w', 'c', 'p')
   local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0

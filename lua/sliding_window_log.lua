@@ -1,6 +1,7 @@
 -- SlidingWindowLog: sorted set of (score = request time, member = unique id).
 -- Exact: at most n requests with a time in (now - period, now].
-S[2] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
+  local now = clock()
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - period))
   local c = redis.call('ZCARD', key)
   local newest = now - period

@@ -1,6 +1,7 @@
 -- TokenBucket: hash {t = tokens, s = time of the last refill}. The bucket
 -- holds `burst` tokens and gains one every `interval`; a missing key is a full bucket.
-S[4] = function(key, n, period, burst, interval, now, cost, nonce, apply)
+S[4] = function(key, n, period, burst, interval, cost, nonce, apply)
+  local now = clock()
   local st = redis.call('HMGET', key, 't', 's')
   local t, s = tonumber(st[1]), tonumber(st[2])
   if not t or not s then

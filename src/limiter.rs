@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Lease, QuotaDecision};
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
+use crate::store::script::LimiterScript;
 use crate::store::{Backend, Call, Outcome, Store};
 use crate::strategy::Strategy;
 
@@ -54,6 +55,7 @@ struct Inner {
     quotas: Vec<QuotaSpec>,
     names: Vec<Arc<str>>,
     quota_args: Vec<Vec<u8>>,
+    script: Arc<LimiterScript>,
     clock: Clock,
     /// Whether decisions need a unique nonce (sorted-set strategies).
     needs_nonce: bool,
@@ -109,6 +111,7 @@ impl RateLimiter {
             keys: &keys,
             quotas: &inner.quotas,
             quota_args: &inner.quota_args,
+            script: &inner.script,
             cost,
             now_us: inner.clock.manual_now_us(),
             nonce: &nonce,
@@ -158,12 +161,24 @@ impl RateLimiter {
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
                 quota_args: i.quota_args.clone(),
+                script: i.script.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The manual clock's reading, when the limiter runs on a [`ManualClock`](crate::ManualClock)
+    /// (the middleware's deny cache keeps time with it).
+    pub(crate) fn manual_now(&self) -> Option<Duration> {
+        self.inner.clock.manual_now_us().map(Duration::from_micros)
+    }
+
+    /// The strategy of the quota at `index` (in [`quota_names`](Self::quota_names) order).
+    pub(crate) fn strategy_at(&self, index: usize) -> Option<Strategy> {
+        self.inner.quotas.get(index).map(|q| q.strategy)
     }
 
     fn base_key(&self, key: &[u8]) -> String {
@@ -389,8 +404,11 @@ impl RateLimiterBuilder {
                 Strategy::SlidingWindowLog | Strategy::Concurrency
             )
         });
+        let strategies: Vec<Strategy> = specs.iter().map(|q| q.strategy).collect();
+        let script = Arc::new(LimiterScript::for_quotas(&strategies));
         Ok(RateLimiter {
             inner: Arc::new(Inner {
+                script,
                 store,
                 prefix,
                 names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
@@ -412,7 +430,10 @@ fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     if prefix.len() > MAX_PREFIX_LEN {
         return Err(ConfigError::new(
             "prefix",
-            format!("must be at most {MAX_PREFIX_LEN} bytes, got {}", prefix.len()),
+            format!(
+                "must be at most {MAX_PREFIX_LEN} bytes, got {}",
+                prefix.len()
+            ),
         ));
     }
     if let Some(c) = prefix

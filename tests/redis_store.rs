@@ -123,7 +123,11 @@ async fn every_key_written_has_a_ttl_no_longer_than_its_window() {
     for (key, ttl) in keys {
         let key = String::from_utf8_lossy(&key);
         // the sliding window counter keeps a window as the next one's "previous"
-        let max = if key.ends_with(":swc") { 120_000 } else { 60_000 };
+        let max = if key.ends_with(":swc") {
+            120_000
+        } else {
+            60_000
+        };
         assert!(ttl > 0 && ttl <= max, "{key}: PTTL {ttl}");
     }
 }
@@ -140,10 +144,22 @@ async fn a_key_found_without_ttl_is_repaired_on_denial() {
         );
         assert!(lim.check("k").await.unwrap().allowed);
         let key = lim.storage_keys("k").remove(0);
-        let () = redis::cmd("PERSIST").arg(&key).query_async(&mut conn).await.unwrap();
+        let () = redis::cmd("PERSIST")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         assert!(!lim.check("k").await.unwrap().allowed);
-        let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap();
-        let max = if strategy == Strategy::SlidingWindowCounter { 120_000 } else { 60_000 };
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let max = if strategy == Strategy::SlidingWindowCounter {
+            120_000
+        } else {
+            60_000
+        };
         assert!(ttl > 0 && ttl <= max, "{strategy}: PTTL {ttl}");
     }
 }
@@ -201,11 +217,27 @@ async fn one_redis_round_trip_per_decision_and_no_ping() {
         .filter(|c| {
             !matches!(
                 c.as_str(),
-                "evalsha" | "info" | "config|resetstat" | "time" | "hmget" | "hset" | "hincrby" | "pexpire" | "get" | "set"
+                "evalsha"
+                    | "info"
+                    | "config|resetstat"
+                    // commands the scripts call
+                    | "time"
+                    | "get"
+                    | "set"
+                    | "incrby"
+                    | "decrby"
+                    | "pttl"
+                    | "pexpire"
+                    | "hmget"
+                    | "hset"
+                    | "hincrby"
             )
         })
         .collect();
-    assert!(outside.is_empty(), "unexpected commands {outside:?} ({others})");
+    assert!(
+        outside.is_empty(),
+        "unexpected commands {outside:?} ({others})"
+    );
     assert_eq!(stats.get("ping"), None);
 }
 
@@ -221,7 +253,11 @@ async fn script_flush_mid_run_recovers_with_one_reload() {
         assert!(lim.check("k").await.unwrap().allowed);
     }
     let mut conn = server.conn().await;
-    let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     server.reset_stats().await;
     let d = lim.check("k").await.unwrap();
     assert!(d.allowed);
@@ -324,5 +360,50 @@ async fn multi_quota_is_all_or_nothing() {
         lim.reset("u").await.unwrap();
         assert_eq!(lim.peek("u").await.unwrap().remaining, 3);
         clock.set(Duration::from_secs(3_600));
+    }
+}
+
+#[tokio::test]
+async fn fixed_window_on_redis_clock_uses_the_key_ttl_as_the_window() {
+    let server = RedisServer::start();
+    let period = Duration::from_secs(60);
+    let single = redis_limiter(
+        &server,
+        "fwclock",
+        vec![Quota::fixed_window(Rate::new(3, period))],
+    );
+    let multi = redis_limiter(
+        &server,
+        "fwclock-multi",
+        vec![
+            Quota::fixed_window(Rate::new(3, period)).name("a"),
+            Quota::fixed_window(Rate::new(100, period)).name("b"),
+        ],
+    );
+    for lim in [single, multi] {
+        assert_eq!(lim.peek("k").await.unwrap().reset_after, Duration::ZERO);
+        for left in [2, 1, 0] {
+            let d = lim.check("k").await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, left);
+            assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+        }
+        let d = lim.check("k").await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after, Some(d.reset_after));
+        assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+        // the denial consumed nothing, and cost above the limit never fits
+        let d = lim.check_n("k", 4).await.unwrap();
+        assert_eq!((d.allowed, d.retry_after), (false, None));
+        assert_eq!(lim.peek("k").await.unwrap().remaining, 0);
+        let stored = lim.storage_keys("k");
+        let mut conn = server.conn().await;
+        let count: u64 = redis::cmd("GET")
+            .arg(&stored[0])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(count, 3);
     }
 }

@@ -43,11 +43,21 @@ impl Raw {
 /// The state one storage key holds.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
-    Window { s: i64, c: i64 },
+    Window {
+        s: i64,
+        c: i64,
+    },
     /// Request times, ascending.
     Log(Vec<i64>),
-    Counter { w: i64, c: i64, p: i64 },
-    Bucket { t: i64, s: i64 },
+    Counter {
+        w: i64,
+        c: i64,
+        p: i64,
+    },
+    Bucket {
+        t: i64,
+        s: i64,
+    },
     Tat(i64),
     /// (expiry, member), ascending by expiry.
     Leases(Vec<(i64, String)>),

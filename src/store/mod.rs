@@ -67,6 +67,8 @@ pub(crate) struct Call<'a> {
     /// One storage key per quota.
     pub(crate) keys: &'a [String],
     pub(crate) quotas: &'a [QuotaSpec],
+    /// The limiter's script (Redis only).
+    pub(crate) script: &'a script::LimiterScript,
     /// Pre-encoded script arguments of the quotas (Redis only).
     pub(crate) quota_args: &'a [Vec<u8>],
     pub(crate) cost: u64,

@@ -8,7 +8,7 @@ use deadpool_redis::{Pool, PoolError};
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use super::script::LIMITER;
+use super::script::LimiterScript;
 use super::{Call, Outcome, QuotaOutcome};
 use crate::decision::Lease;
 use crate::error::StoreError;
@@ -171,16 +171,21 @@ impl RedisStore {
     }
 
     /// Runs `cmd` on a shared connection, replacing the connection if it broke.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        script: Option<&LimiterScript>,
+    ) -> Result<T, StoreError> {
         let held = self.connection().await?;
         let mut conn = held.conn.clone();
         let mut result = cmd.query_async::<T>(&mut conn).await;
         if let Err(e) = &result {
-            if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
+            if let (Some(script), ErrorKind::Server(ServerErrorKind::NoScript)) = (script, e.kind())
+            {
                 // Redis restarted or its scripts were flushed: nothing ran, so load and run again.
                 redis::cmd("SCRIPT")
                     .arg("LOAD")
-                    .arg(&LIMITER.source)
+                    .arg(&script.source)
                     .query_async::<()>(&mut conn)
                     .await
                     .map_err(|e| self.failed(&held, e))?;
@@ -199,7 +204,7 @@ impl RedisStore {
 
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(LIMITER.sha.as_str())
+        cmd.arg(call.script.sha.as_str())
             .arg(call.keys.len())
             .arg(call.keys)
             .arg(call.now_us.unwrap_or(0))
@@ -208,7 +213,7 @@ impl RedisStore {
         for a in call.quota_args {
             cmd.arg(a.as_slice());
         }
-        let reply: Vec<i64> = self.bounded(self.query(&cmd)).await?;
+        let reply: Vec<i64> = self.bounded(self.query(&cmd, Some(call.script))).await?;
         parse_reply(&reply, call.keys.len())
     }
 
@@ -231,7 +236,7 @@ impl RedisStore {
     pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(keys);
-        self.bounded(self.query::<()>(&cmd)).await
+        self.bounded(self.query::<()>(&cmd, None)).await
     }
 }
 

@@ -1,28 +1,18 @@
--- Dispatcher. KEYS: one per quota. ARGV: now (0 = Redis TIME), cost, nonce,
--- then per quota: strategy id, count, period, burst, interval (microseconds).
+-- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now (0 = Redis's
+-- clock), cost, nonce, then per quota: strategy id, count, period, burst,
+-- interval (microseconds).
 -- Reply: all_ok, then per quota: ok, remaining, reset_after, retry_after, delay.
--- All quotas are checked before any is consumed: all-or-nothing.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- Every quota is checked before any is consumed.
 local cost = tonumber(ARGV[2])
 local nonce = ARGV[3]
 
 local function run(i, c, apply)
   local o = 3 + (i - 1) * 5
-  local f = S[tonumber(ARGV[o + 1])]
-  return f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-    tonumber(ARGV[o + 5]), now, c, nonce, apply)
+  return S[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
+    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), c, nonce, apply)
 end
 
 local nq = #KEYS
-if nq == 1 then
-  local ok, rem, reset, retry, delay = run(1, cost, true)
-  return { ok, ok, rem, reset, retry, delay }
-end
-
 local res = {}
 local all = 1
 for i = 1, nq do
