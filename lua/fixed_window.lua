@@ -4,47 +4,32 @@
 -- window: INCRBY, then PTTL for reset_after (PEXPIRE on the first hit), with
 -- no TIME call. With a manual clock the key is a hash {s = window start,
 -- c = count} so that windows follow the manual time.
+-- Redis's clock, general case (peeks, costs that cannot fit, several quotas;
+-- the one-quota case usually takes fixed_window_fast.lua): read, decide, then write.
 local function fixed_window_redis_clock(key, n, period, cost, apply)
   local ms = math.ceil(period / 1000)
-  if apply and cost > 0 and cost <= n then
-    local c = redis.call('INCRBY', key, num(cost))
-    local reset
-    if c == cost then
-      redis.call('PEXPIRE', key, num(ms))
-      reset = ms * 1000
-    else
-      local pttl = redis.call('PTTL', key)
-      if pttl < 0 then
-        redis.call('PEXPIRE', key, num(ms))
-        pttl = ms
-      end
-      reset = pttl * 1000
-    end
-    if c > n then
-      redis.call('DECRBY', key, num(cost))
-      return 0, n - (c - cost), reset, reset, 0
-    end
-    return 1, n - c, reset, -1, 0
-  end
-  -- check only: read without writing
   local c = tonumber(redis.call('GET', key) or '0')
-  local reset = 0
+  local ttl = 0
   if c > 0 then
-    local pttl = redis.call('PTTL', key)
-    if pttl == -1 then
+    ttl = redis.call('PTTL', key)
+    if ttl == -1 then
       -- repair a key found without a TTL
+      ttl = ms
       redis.call('PEXPIRE', key, num(ms))
-      pttl = ms
     end
-    if pttl > 0 then reset = pttl * 1000 end
+    if ttl < 0 then ttl = 0 end
   end
   if cost > n or c + cost > n then
     local retry = -1
-    if cost <= n then retry = reset end
-    return 0, n - c, reset, retry, 0
+    if cost <= n then retry = ttl * 1000 end
+    return 0, n - c, ttl * 1000, retry, 0
   end
-  if cost > 0 and c == 0 then reset = ms * 1000 end
-  return 1, n - c - cost, reset, -1, 0
+  if cost > 0 and c == 0 then ttl = ms end
+  if apply and cost > 0 then
+    redis.call('INCRBY', key, num(cost))
+    if c == 0 then redis.call('PEXPIRE', key, num(ms)) end
+  end
+  return 1, n - c - cost, ttl * 1000, -1, 0
 end
 
 S[1] = function(key, n, period, burst, interval, cost, nonce, apply)

@@ -13,6 +13,7 @@ pub(crate) struct LimiterScript {
     pub(crate) sha: String,
 }
 
+const FIXED_WINDOW_FAST: &str = include_str!("../../lua/fixed_window_fast.lua");
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 const TAT: &str = include_str!("../../lua/tat.lua");
 const SINGLE: &str = include_str!("../../lua/single.lua");
@@ -33,7 +34,11 @@ fn strategy_source(s: Strategy) -> &'static str {
 impl LimiterScript {
     /// The script for a limiter whose quotas use `strategies`, in order.
     pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
-        let mut parts = vec![PRELUDE];
+        let mut parts = Vec::new();
+        if strategies == [Strategy::FixedWindow] {
+            parts.push(FIXED_WINDOW_FAST);
+        }
+        parts.push(PRELUDE);
         if strategies
             .iter()
             .any(|s| matches!(s, Strategy::Gcra | Strategy::LeakyBucket))

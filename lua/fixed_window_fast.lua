@@ -1,0 +1,27 @@
+-- FixedWindow fast path: one quota, Redis's clock, a cost that can fit. It runs
+-- before anything else in the script and defines no function, so a call costs
+-- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
+-- falls through to the general code.
+if ARGV[1] == '0' then
+  local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[5])
+  if cost > 0 and cost <= n then
+    local c = redis.call('INCRBY', key, ARGV[2])
+    local ttl
+    if c == cost then
+      ttl = math.ceil(tonumber(ARGV[6]) / 1000)
+      redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+    else
+      ttl = redis.call('PTTL', key)
+      if ttl < 0 then
+        -- repair a key found without a TTL
+        ttl = math.ceil(tonumber(ARGV[6]) / 1000)
+        redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+      end
+    end
+    if c > n then
+      redis.call('DECRBY', key, ARGV[2])
+      return { 0, 0, n - c + cost, ttl * 1000, ttl * 1000, 0 }
+    end
+    return { 1, 1, n - c, ttl * 1000, -1, 0 }
+  end
+end

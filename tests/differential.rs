@@ -1,0 +1,161 @@
+//! MemoryStore vs RedisStore on random operation sequences under the same
+//! manual clock: every decision must be identical.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::RedisServer;
+use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
+use tower_redis_ratelimit::{
+    Decision, Lease, ManualClock, MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy,
+};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Check { key: u8, cost: u64 },
+    Reset(u8),
+    Release(usize),
+}
+
+fn op(max_step_us: u64) -> impl proptest::strategy::Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..max_step_us).prop_map(Op::Advance),
+        // small steps too, to land near boundaries
+        1 => (0u64..3).prop_map(Op::Advance),
+        8 => (0u8..3, prop_oneof![4 => Just(1u64), 1 => 0u64..6]).prop_map(|(key, cost)| Op::Check { key, cost }),
+        1 => (0u8..3).prop_map(Op::Reset),
+        1 => (0usize..8).prop_map(Op::Release),
+    ]
+}
+
+fn quota() -> impl proptest::strategy::Strategy<Value = Quota> {
+    let strategy = proptest::sample::select(Strategy::ALL.to_vec());
+    let period_ms = proptest::sample::select(vec![1_000u64, 7_000, 10_000, 60_000]);
+    (strategy, 1u64..6, period_ms, proptest::option::of(1u64..7)).prop_map(
+        |(s, n, period_ms, burst)| {
+            let period = Duration::from_millis(period_ms);
+            match s {
+                Strategy::Concurrency => Quota::concurrency(n).lease_timeout(period),
+                s => {
+                    let q = Quota::new(s, Rate::new(n, period));
+                    match (s, burst) {
+                        (
+                            Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra,
+                            Some(b),
+                        ) => q.burst(b),
+                        _ => q,
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// A decision without its lease id (which is random per limiter instance).
+fn comparable(d: &Decision) -> impl PartialEq + std::fmt::Debug {
+    (
+        d.allowed,
+        d.limit,
+        d.remaining,
+        d.reset_after,
+        d.retry_after,
+        d.quota.clone(),
+        d.delay,
+        d.quotas.clone(),
+        d.lease.is_some(),
+    )
+}
+
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+async fn run_case(
+    server: &RedisServer,
+    quotas: Vec<Quota>,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    let quotas: Vec<Quota> = quotas
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| q.name(format!("q{i}")))
+        .collect();
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let build = |memory: bool| {
+        let b = RateLimiter::builder()
+            .prefix(format!("diff{case}"))
+            .quotas(quotas.clone())
+            .clock(clock.clone());
+        if memory {
+            b.store(MemoryStore::new()).build().unwrap()
+        } else {
+            b.store(RedisStore::new(server.pool(2)).timeout(Duration::from_secs(10)))
+                .build()
+                .unwrap()
+        }
+    };
+    let (redis, memory) = (build(false), build(true));
+    let mut leases: Vec<(Lease, Lease)> = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        match op {
+            Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
+            Op::Check { key, cost } => {
+                let key = format!("k{key}");
+                let r = redis.check_n(&key, *cost).await.unwrap();
+                let m = memory.check_n(&key, *cost).await.unwrap();
+                prop_assert_eq!(
+                    comparable(&r),
+                    comparable(&m),
+                    "step {} {:?} of {:?}",
+                    step,
+                    op,
+                    ops
+                );
+                if let (Some(a), Some(b)) = (r.lease, m.lease) {
+                    leases.push((a, b));
+                }
+            }
+            Op::Reset(key) => {
+                let key = format!("k{key}");
+                redis.reset(&key).await.unwrap();
+                memory.reset(&key).await.unwrap();
+            }
+            Op::Release(i) => {
+                if !leases.is_empty() {
+                    let (a, b) = leases.remove(i % leases.len());
+                    redis.release(&a).await.unwrap();
+                    memory.release(&b).await.unwrap();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn memory_and_redis_decide_identically_for_one_quota() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    proptest!(ProptestConfig::with_cases(400), |(q in quota(), ops in proptest::collection::vec(op(4_000_000), 1..60))| {
+        rt.block_on(run_case(&server, vec![q], ops))?;
+    });
+}
+
+#[test]
+fn memory_and_redis_decide_identically_for_several_quotas() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    proptest!(ProptestConfig::with_cases(200), |(qs in proptest::collection::vec(quota(), 2..4), ops in proptest::collection::vec(op(4_000_000), 1..60))| {
+        rt.block_on(run_case(&server, qs, ops))?;
+    });
+}
