@@ -31,6 +31,7 @@ mod decision;
 mod error;
 pub mod key;
 mod limiter;
+pub mod middleware;
 mod quota;
 mod rate;
 mod store;
@@ -40,6 +41,10 @@ pub use clock::{Clock, ManualClock};
 pub use decision::{Decision, Lease, QuotaDecision};
 pub use error::{ConfigError, ParseRateError, StoreError};
 pub use limiter::{MAX_PREFIX_LEN, MAX_VERBATIM_KEY_LEN, RateLimiter, RateLimiterBuilder};
+pub use middleware::{
+    FailurePolicy, HeaderStyle, MissingKey, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture,
+    Stats, problem_json, text_plain,
+};
 pub use quota::{DEFAULT_LEASE_TIMEOUT, Quota};
 pub use rate::Rate;
 pub use store::{MemoryStore, RedisStore, Store};

@@ -1,0 +1,144 @@
+//! The layer's configuration, shared by every service it builds, and the
+//! asynchronous part of a check (store call, timeout, failure policy).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Response};
+
+use super::deny_cache::DenyCache;
+use super::headers::HeaderStyle;
+use super::policy::MissingKey;
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
+
+pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
+pub(crate) type DenyFn = dyn Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync;
+
+/// Default bound on a LeakyBucket delay.
+pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) limiter: RateLimiter,
+    pub(crate) extractor: Arc<dyn KeyExtractor>,
+    pub(crate) style: HeaderStyle,
+    pub(crate) failure: Failure,
+    pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) bypass: Option<Arc<BypassFn>>,
+    pub(crate) missing: MissingKey,
+    pub(crate) deny: Option<Arc<DenyFn>>,
+    pub(crate) max_delay: Duration,
+    pub(crate) deny_cache: Option<Arc<DenyCache>>,
+    pub(crate) timeout: Option<Duration>,
+    /// `RateLimit-Policy`, computed from the first decision.
+    pub(crate) policy: Arc<OnceLock<Option<HeaderValue>>>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// The failure policy, resolved against the limiter.
+#[derive(Clone, Debug)]
+pub(crate) enum Failure {
+    Open,
+    Closed,
+    Fallback(RateLimiter),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) denied: AtomicU64,
+    pub(crate) deny_cache_hits: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) fallback_decisions: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The result of the asynchronous part of a check.
+pub(crate) enum Verdict {
+    /// A decision, and the limiter that made it (to release its lease).
+    Decided(Decision, RateLimiter),
+    /// The store failed; let the request through.
+    Open,
+    /// The store failed; answer 503.
+    Closed,
+}
+
+impl Config {
+    /// Checks `key` with the store, bounded by the timeout, applying the
+    /// failure policy; remembers denials in the deny cache.
+    pub(crate) async fn decide(self: Arc<Self>, key: Vec<u8>, cost: u64) -> Verdict {
+        // Read before the call: a cached denial then ends no later than the store's.
+        let started = self.deny_cache.as_ref().map(|c| c.now(&self.limiter));
+        let result = match self.timeout {
+            Some(t) => tokio::time::timeout(t, self.limiter.check_n(&key, cost))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(t))),
+            None => self.limiter.check_n(&key, cost).await,
+        };
+        match result {
+            Ok(decision) => {
+                self.remember(&self.limiter, &key, cost, started, &decision);
+                Verdict::Decided(decision, self.limiter.clone())
+            }
+            Err(_error) => {
+                Counters::bump(&self.counters.store_errors);
+                match &self.failure {
+                    Failure::Open => {
+                        event!(warn, error = %_error, "rate limit store failed; request allowed (FailurePolicy::Open)");
+                        Verdict::Open
+                    }
+                    Failure::Closed => {
+                        event!(warn, error = %_error, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
+                        Verdict::Closed
+                    }
+                    Failure::Fallback(fallback) => {
+                        event!(warn, error = %_error, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
+                        Counters::bump(&self.counters.fallback_decisions);
+                        match fallback.check_n(&key, cost).await {
+                            Ok(decision) => {
+                                self.remember(fallback, &key, cost, started, &decision);
+                                Verdict::Decided(decision, fallback.clone())
+                            }
+                            // The memory store does not fail; if it ever did, fail open.
+                            Err(_) => Verdict::Open,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn remember(
+        &self,
+        limiter: &RateLimiter,
+        key: &[u8],
+        cost: u64,
+        started: Option<u64>,
+        decision: &Decision,
+    ) {
+        if decision.allowed {
+            return;
+        }
+        Counters::bump(&self.counters.denied);
+        event!(
+            debug,
+            quota = %decision.quota,
+            retry_after = ?decision.retry_after,
+            "rate limited"
+        );
+        if let (Some(cache), Some(now)) = (&self.deny_cache, started) {
+            cache.insert(limiter, key, cost, now, decision);
+        }
+    }
+}

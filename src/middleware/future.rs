@@ -1,0 +1,233 @@
+//! [`ResponseFuture`]: check → (delay) → inner call → response with headers.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tower_service::Service;
+
+use super::body::{LeaseGuard, ResponseBody};
+use super::config::{Config, Verdict};
+use super::headers::RateHeaders;
+use super::response;
+
+pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
+
+pin_project! {
+    /// The response future of [`RateLimit`](crate::RateLimit).
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody, S::Future>,
+    }
+}
+
+/// What goes on the inner service's response.
+#[derive(Default)]
+struct Extra {
+    headers: Option<RateHeaders>,
+    lease: Option<LeaseGuard>,
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody, F> {
+        /// Answered by the middleware without calling the inner service.
+        Answered { response: Option<Response<Bytes>> },
+        /// Waiting for the store.
+        Checking {
+            check: CheckFuture,
+            inner: Option<S>,
+            request: Option<Request<ReqBody>>,
+            config: Arc<Config>,
+        },
+        /// An admitted LeakyBucket request waiting for its slot.
+        Delaying {
+            sleep: Pin<Box<Sleep>>,
+            inner: Option<S>,
+            request: Option<Request<ReqBody>>,
+            extra: Option<Extra>,
+        },
+        /// The inner service is handling the request.
+        Calling { #[pin] future: F, extra: Option<Extra> },
+        Done,
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    /// Answered by the middleware.
+    pub(crate) fn answered(response: Response<Bytes>) -> Self {
+        Self {
+            state: State::Answered {
+                response: Some(response),
+            },
+        }
+    }
+
+    /// The inner service was called without limiting (bypass, skipped key).
+    pub(crate) fn passthrough(future: S::Future) -> Self {
+        Self {
+            state: State::Calling {
+                future,
+                extra: Some(Extra::default()),
+            },
+        }
+    }
+
+    /// A store check, then the ready `inner` service for `request`.
+    pub(crate) fn checking(
+        check: CheckFuture,
+        inner: S,
+        request: Request<ReqBody>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Checking {
+                check,
+                inner: Some(inner),
+                request: Some(request),
+                config,
+            },
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Answered { response } => {
+                    let response = response.take();
+                    state.set(State::Done);
+                    return match response {
+                        Some(r) => Poll::Ready(Ok(r.map(ResponseBody::full))),
+                        None => panic!("ResponseFuture polled after completion"),
+                    };
+                }
+                StateProj::Checking {
+                    check,
+                    inner,
+                    request,
+                    config,
+                } => {
+                    let verdict = ready!(check.as_mut().poll(cx));
+                    let (Some(mut inner), Some(mut request)) = (inner.take(), request.take())
+                    else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    match verdict {
+                        Verdict::Decided(decision, limiter) => {
+                            let headers = RateHeaders::new(config.style, &decision, &config.policy);
+                            if !decision.allowed {
+                                let (parts, _body) = request.into_parts();
+                                let res = response::denied(config, &parts, &decision, headers);
+                                state.set(State::Answered {
+                                    response: Some(res),
+                                });
+                                continue;
+                            }
+                            let delay = decision
+                                .delay
+                                .map(|d| d.min(config.max_delay))
+                                .filter(|d| !d.is_zero());
+                            // The handler sees the lease too (releasing twice is harmless).
+                            let lease = decision.lease.clone().map(|l| LeaseGuard::new(limiter, l));
+                            request.extensions_mut().insert(decision);
+                            let extra = Some(Extra {
+                                headers: Some(headers),
+                                lease,
+                            });
+                            match delay {
+                                Some(d) => state.set(State::Delaying {
+                                    sleep: Box::pin(tokio::time::sleep(d)),
+                                    inner: Some(inner),
+                                    request: Some(request),
+                                    extra,
+                                }),
+                                None => {
+                                    let future = inner.call(request);
+                                    state.set(State::Calling { future, extra });
+                                }
+                            }
+                        }
+                        Verdict::Open => {
+                            let future = inner.call(request);
+                            state.set(State::Calling {
+                                future,
+                                extra: Some(Extra::default()),
+                            });
+                        }
+                        Verdict::Closed => {
+                            let (parts, _body) = request.into_parts();
+                            state.set(State::Answered {
+                                response: Some(response::unavailable(&parts)),
+                            });
+                        }
+                    }
+                }
+                StateProj::Delaying {
+                    sleep,
+                    inner,
+                    request,
+                    extra,
+                } => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let (Some(mut inner), Some(request)) = (inner.take(), request.take()) else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    let extra = extra.take();
+                    let future = inner.call(request);
+                    state.set(State::Calling { future, extra });
+                }
+                StateProj::Calling { future, extra } => {
+                    let result = ready!(future.poll(cx));
+                    let extra = extra.take().unwrap_or_default();
+                    state.set(State::Done);
+                    return Poll::Ready(result.map(|res| {
+                        let (mut parts, body) = res.into_parts();
+                        if let Some(h) = extra.headers {
+                            h.apply(&mut parts.headers);
+                        }
+                        Response::from_parts(parts, ResponseBody::inner(body, extra.lease))
+                    }));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Answered { .. } => "answered",
+            State::Checking { .. } => "checking",
+            State::Delaying { .. } => "delaying",
+            State::Calling { .. } => "calling",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}

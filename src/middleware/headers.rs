@@ -1,0 +1,273 @@
+//! [`HeaderStyle`]: which rate-limit headers responses carry, and their formatting.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+
+use crate::decision::Decision;
+
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
+pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
+pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Which rate-limit headers go on responses that passed the limiter.
+///
+/// Whatever the style, every `429` also carries `Retry-After`.
+///
+/// | style | headers |
+/// |---|---|
+/// | [`Ietf`](Self::Ietf) (default) | `RateLimit-Policy: "minute";q=60;w=60, "day";q=10000;w=86400` (every quota) and `RateLimit: "minute";r=59;t=1` (the binding one), structured fields as in draft-ietf-httpapi-ratelimit-headers |
+/// | [`Legacy`](Self::Legacy) | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (UTC epoch seconds, as GitHub) |
+/// | [`Both`](Self::Both) | all of the above |
+/// | [`None`](Self::None) | none |
+///
+/// `t`, `w` and `X-RateLimit-Reset` are whole seconds rounded up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (IETF draft, structured fields).
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    Legacy,
+    /// Both the IETF and the legacy headers.
+    Both,
+    /// No rate-limit headers (`Retry-After` is still sent on denials).
+    None,
+}
+
+impl HeaderStyle {
+    fn ietf(self) -> bool {
+        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+    }
+
+    fn legacy(self) -> bool {
+        matches!(self, HeaderStyle::Legacy | HeaderStyle::Both)
+    }
+}
+
+/// The headers of one decision, computed when it is made.
+#[derive(Debug, Default)]
+pub(crate) struct RateHeaders {
+    items: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl RateHeaders {
+    /// The rate-limit headers (and `Retry-After` if denied) for `decision`.
+    ///
+    /// `policy` caches the `RateLimit-Policy` value: it depends only on the
+    /// limiter's configuration.
+    pub(crate) fn new(
+        style: HeaderStyle,
+        decision: &Decision,
+        policy: &OnceLock<Option<HeaderValue>>,
+    ) -> Self {
+        let mut items = Vec::with_capacity(6);
+        if style.ietf() {
+            if let Some(p) = policy.get_or_init(|| policy_value(decision)) {
+                items.push((RATELIMIT_POLICY, p.clone()));
+            }
+            if let Some(v) = ratelimit_value(decision) {
+                items.push((RATELIMIT, v));
+            }
+        }
+        if style.legacy() {
+            items.push((X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit)));
+            items.push((X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining)));
+            let reset = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_add(decision.reset_after);
+            items.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(reset))));
+        }
+        if !decision.allowed {
+            items.push((RETRY_AFTER, HeaderValue::from(retry_after_secs(decision))));
+        }
+        Self { items }
+    }
+
+    /// Inserts the headers into `headers`, replacing any of the same name.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        for (name, value) in self.items {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// Whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` of a denial: `retry_after` rounded up, never 0. When the
+/// request can never fit (no `retry_after`), the binding quota's window.
+pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
+    let wait = decision.retry_after.unwrap_or_else(|| {
+        decision
+            .quotas
+            .iter()
+            .find(|q| q.name == decision.quota)
+            .map_or(decision.reset_after, |q| q.window)
+    });
+    ceil_secs(wait).max(1)
+}
+
+/// `"minute";q=60;w=60, "day";q=10000;w=86400`
+fn policy_value(decision: &Decision) -> Option<HeaderValue> {
+    let mut s = String::with_capacity(32 * decision.quotas.len());
+    for (i, q) in decision.quotas.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        push_sf_string(&mut s, &q.name);
+        let _ = write!(s, ";q={};w={}", q.limit, ceil_secs(q.window).max(1));
+    }
+    HeaderValue::from_str(&s).ok()
+}
+
+/// `"minute";r=59;t=1`
+fn ratelimit_value(decision: &Decision) -> Option<HeaderValue> {
+    let mut s = String::with_capacity(32);
+    push_sf_string(&mut s, &decision.quota);
+    let _ = write!(
+        s,
+        ";r={};t={}",
+        decision.remaining,
+        ceil_secs(decision.reset_after)
+    );
+    HeaderValue::from_str(&s).ok()
+}
+
+/// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,
+/// `"` and `\` escaped, anything outside printable ASCII replaced by `?`.
+fn push_sf_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::decision::QuotaDecision;
+
+    fn quota(name: &str, limit: u64, window: u64, remaining: u64) -> QuotaDecision {
+        QuotaDecision {
+            name: Arc::from(name),
+            allowed: true,
+            limit,
+            window: Duration::from_secs(window),
+            remaining,
+            reset_after: Duration::from_millis(1_200),
+            retry_after: None,
+        }
+    }
+
+    fn decision(allowed: bool, retry_after: Option<Duration>) -> Decision {
+        Decision {
+            allowed,
+            limit: 60,
+            remaining: 59,
+            reset_after: Duration::from_millis(1_200),
+            retry_after,
+            quota: Arc::from("minute"),
+            delay: None,
+            quotas: vec![
+                quota("minute", 60, 60, 59),
+                quota("day", 10_000, 86_400, 9_999),
+            ],
+            lease: None,
+        }
+    }
+
+    fn render(style: HeaderStyle, d: &Decision) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        RateHeaders::new(style, d, &OnceLock::new()).apply(&mut map);
+        map
+    }
+
+    #[test]
+    fn ietf_headers_list_every_quota_and_the_binding_one() {
+        let map = render(HeaderStyle::Ietf, &decision(true, None));
+        assert_eq!(
+            map[RATELIMIT_POLICY],
+            r#""minute";q=60;w=60, "day";q=10000;w=86400"#
+        );
+        assert_eq!(map[RATELIMIT], r#""minute";r=59;t=2"#);
+        assert!(!map.contains_key(X_RATELIMIT_LIMIT));
+        assert!(!map.contains_key(RETRY_AFTER));
+    }
+
+    #[test]
+    fn legacy_headers_give_reset_as_epoch_seconds() {
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let map = render(HeaderStyle::Legacy, &decision(true, None));
+        assert_eq!(map[X_RATELIMIT_LIMIT], "60");
+        assert_eq!(map[X_RATELIMIT_REMAINING], "59");
+        let reset: u64 = map[X_RATELIMIT_RESET].to_str().unwrap().parse().unwrap();
+        assert!(
+            reset >= before.as_secs() + 2 && reset <= before.as_secs() + 4,
+            "{reset}"
+        );
+        assert!(!map.contains_key(RATELIMIT));
+    }
+
+    #[test]
+    fn both_and_none_styles() {
+        let both = render(HeaderStyle::Both, &decision(true, None));
+        assert!(both.contains_key(RATELIMIT) && both.contains_key(X_RATELIMIT_RESET));
+        let none = render(HeaderStyle::None, &decision(true, None));
+        assert!(none.is_empty());
+        let denied = render(
+            HeaderStyle::None,
+            &decision(false, Some(Duration::from_secs(3))),
+        );
+        assert_eq!(denied.len(), 1);
+        assert_eq!(denied[RETRY_AFTER], "3");
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        for (wait, secs) in [
+            (1, 1),
+            (300_000, 1),
+            (999_999, 1),
+            (1_000_000, 1),
+            (1_000_001, 2),
+        ] {
+            let d = decision(false, Some(Duration::from_micros(wait)));
+            assert_eq!(retry_after_secs(&d), secs, "{wait} µs");
+        }
+        assert_eq!(retry_after_secs(&decision(false, Some(Duration::ZERO))), 1);
+        // never fits: the binding quota's window
+        assert_eq!(retry_after_secs(&decision(false, None)), 60);
+    }
+
+    #[test]
+    fn quota_names_are_valid_sf_strings() {
+        let mut s = String::new();
+        push_sf_string(&mut s, "a\"b\\c\u{e9}\n");
+        assert_eq!(s, r#""a\"b\\c??""#);
+    }
+}

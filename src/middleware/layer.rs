@@ -1,0 +1,250 @@
+//! [`RateLimitLayer`]: configuration of the middleware.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use tower_layer::Layer;
+
+use super::config::{Config, Counters, DEFAULT_MAX_DELAY, Failure};
+use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
+use super::headers::HeaderStyle;
+use super::policy::{FailurePolicy, MissingKey};
+use super::service::RateLimit;
+use crate::decision::Decision;
+use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
+
+/// Applies [`RateLimit`] to services: a [`RateLimiter`] and a
+/// [`KeyExtractor`], plus options set with by-value methods.
+///
+/// Cheap to clone; every service it builds shares the limiter, the deny
+/// cache and the counters.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use http::StatusCode;
+/// use tower_redis_ratelimit::{
+///     key, problem_json, FailurePolicy, HeaderStyle, MemoryStore, MissingKey, Quota, Rate,
+///     RateLimitLayer, RateLimiter,
+/// };
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder()
+///     .store(MemoryStore::new())
+///     .quota(Quota::gcra(Rate::per_minute(60)).burst(10).name("minute"))
+///     .build()?;
+///
+/// let layer = RateLimitLayer::new(limiter, key::Global)
+///     .headers(HeaderStyle::Both)
+///     .on_store_error(FailurePolicy::Fallback(MemoryStore::new()))
+///     .timeout(Duration::from_millis(50))
+///     .cost(|req: &http::request::Parts| if req.method == http::Method::POST { 5 } else { 1 })
+///     .bypass(|req: &http::request::Parts| req.uri.path() == "/health")
+///     .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST))
+///     .deny_response(problem_json)
+///     .max_delay(Duration::from_secs(2))
+///     .deny_cache_capacity(50_000);
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct RateLimitLayer {
+    pub(crate) config: Arc<Config>,
+}
+
+impl RateLimitLayer {
+    /// Limits requests with `limiter`, counting each against the key
+    /// `extractor` finds in it.
+    ///
+    /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
+    /// bypass, [`MissingKey::reject`] with 500, the text/plain
+    /// [`text_plain`](super::text_plain) denial, a 30 s bound on LeakyBucket
+    /// delays, a deny cache of 10 000 keys, no timeout beyond the store's own
+    /// (a [`RedisStore`](crate::RedisStore) bounds every call, 100 ms by default).
+    pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
+        Self {
+            config: Arc::new(Config {
+                limiter,
+                extractor: Arc::new(extractor),
+                style: HeaderStyle::default(),
+                failure: Failure::Open,
+                cost: None,
+                bypass: None,
+                missing: MissingKey::default(),
+                deny: None,
+                max_delay: DEFAULT_MAX_DELAY,
+                deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
+                timeout: None,
+                policy: Arc::new(OnceLock::new()),
+                counters: Arc::new(Counters::default()),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Which rate-limit headers responses carry (default [`HeaderStyle::Ietf`]).
+    pub fn headers(self, style: HeaderStyle) -> Self {
+        self.with(|c| c.style = style)
+    }
+
+    /// What to do when the store fails or times out (default [`FailurePolicy::Open`]).
+    pub fn on_store_error(self, policy: FailurePolicy) -> Self {
+        self.with(|c| {
+            c.failure = match policy {
+                FailurePolicy::Open => Failure::Open,
+                FailurePolicy::Closed => Failure::Closed,
+                FailurePolicy::Fallback(store) => Failure::Fallback(c.limiter.with_store(store)),
+            }
+        })
+    }
+
+    /// The weight of a request (default 1). A cost of 0 only reports the
+    /// state (headers) without consuming anything; a cost above a quota's
+    /// capacity is always denied.
+    pub fn cost<F>(self, cost: F) -> Self
+    where
+        F: Fn(&Parts) -> u64 + Send + Sync + 'static,
+    {
+        self.with(|c| c.cost = Some(Arc::new(cost)))
+    }
+
+    /// Requests for which `bypass` returns true skip the limiter entirely
+    /// (no store call, no headers): health checks, internal networks.
+    pub fn bypass<F>(self, bypass: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.with(|c| c.bypass = Some(Arc::new(bypass)))
+    }
+
+    /// What to do when the extractor finds no key (default: 500, logged).
+    pub fn on_missing_key(self, missing: MissingKey) -> Self {
+        self.with(|c| c.missing = missing)
+    }
+
+    /// Builds the response to a denied HTTP request (default
+    /// [`text_plain`](super::text_plain); see also
+    /// [`problem_json`](super::problem_json)).
+    ///
+    /// The middleware then adds `Retry-After` and the rate-limit headers.
+    /// gRPC requests always get a gRPC `RESOURCE_EXHAUSTED` instead.
+    pub fn deny_response<F, T>(self, deny: F) -> Self
+    where
+        F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
+        T: Into<Bytes>,
+    {
+        self.with(|c| c.deny = Some(Arc::new(move |p, d| deny(p, d).map(Into::into))))
+    }
+
+    /// The longest a [`LeakyBucket`](crate::Strategy::LeakyBucket)-admitted
+    /// request is held before the service is called (default 30 s); a
+    /// request whose slot is further away is served after this bound. Size
+    /// the quota's burst so its queue fits.
+    pub fn max_delay(self, max: Duration) -> Self {
+        self.with(|c| c.max_delay = max)
+    }
+
+    /// Turns the local deny cache on (the default) or off.
+    ///
+    /// A key denied with a `retry_after` is then answered from process
+    /// memory until that instant, without asking the store: a flooding
+    /// client costs Redis one call per denial period. Denials by a
+    /// [`Concurrency`](crate::Strategy::Concurrency) quota are not cached
+    /// (a lease may be released any moment). Each instance has its own
+    /// cache: a [`RateLimiter::reset`] is seen by other instances once
+    /// their cached denial ends.
+    pub fn deny_cache(self, enabled: bool) -> Self {
+        self.with(|c| {
+            c.deny_cache = match (enabled, c.deny_cache.take()) {
+                (false, _) => None,
+                (true, Some(cache)) => Some(cache),
+                (true, None) => Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
+            }
+        })
+    }
+
+    /// Turns the deny cache on with room for about `keys` denied keys
+    /// (default 10 000); when full, the denial that ends first is dropped.
+    pub fn deny_cache_capacity(self, keys: usize) -> Self {
+        self.with(|c| c.deny_cache = Some(Arc::new(DenyCache::new(keys))))
+    }
+
+    /// Bounds the whole store call (default: only the store's own timeout);
+    /// beyond it the [failure policy](Self::on_store_error) applies.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.with(|c| c.timeout = Some(timeout))
+    }
+
+    /// The limiter requests are checked with.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.config.limiter
+    }
+
+    /// Counters shared by every service of this layer.
+    pub fn stats(&self) -> Stats {
+        Stats::read(&self.config.counters)
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit::from_config(inner, self.config.clone())
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &c.limiter)
+            .field("headers", &c.style)
+            .field("on_store_error", &c.failure)
+            .field("cost", &c.cost.is_some())
+            .field("bypass", &c.bypass.is_some())
+            .field("on_missing_key", &c.missing)
+            .field("deny_response", &c.deny.is_some())
+            .field("max_delay", &c.max_delay)
+            .field("deny_cache", &c.deny_cache)
+            .field("timeout", &c.timeout)
+            .finish()
+    }
+}
+
+/// A snapshot of a layer's counters (since it was built).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Requests denied by the store (not counting deny-cache answers).
+    pub denied: u64,
+    /// Requests denied from the local deny cache, without a store call.
+    pub deny_cache_hits: u64,
+    /// Store calls that failed or timed out.
+    pub store_errors: u64,
+    /// Decisions made by the [`FailurePolicy::Fallback`] store.
+    pub fallback_decisions: u64,
+}
+
+impl Stats {
+    pub(crate) fn read(c: &Counters) -> Self {
+        Self {
+            denied: c.denied.load(Ordering::Relaxed),
+            deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
+            store_errors: c.store_errors.load(Ordering::Relaxed),
+            fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The tower middleware: [`RateLimitLayer`], [`RateLimit`] and [`ResponseFuture`].
+//!
+//! Every request is mapped to a key by a [`KeyExtractor`](crate::key::KeyExtractor),
+//! checked against the layer's [`RateLimiter`](crate::RateLimiter), and then
+//! either passed to the inner service or answered by the middleware:
+//!
+//! - **allowed**: the inner service is called (after the
+//!   [`LeakyBucket`](crate::Strategy::LeakyBucket) `delay`, if any), with the
+//!   [`Decision`](crate::Decision) in the request extensions;
+//! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
+//!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`]
+//!   replaces; gRPC requests get a trailers-only `RESOURCE_EXHAUSTED` instead;
+//! - **store failure**: the [`FailurePolicy`] decides (allow by default).
+//!
+//! Responses that went through the limiter, allowed or denied, carry the
+//! rate-limit headers of the chosen [`HeaderStyle`]. The middleware keeps the
+//! inner service's error type: its own answers are responses, never errors.
+//!
+//! ```
+//! use std::convert::Infallible;
+//!
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower_redis_ratelimit::{key, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = RateLimiter::builder()
+//!     .store(MemoryStore::new())
+//!     .quota(Quota::fixed_window(Rate::per_minute(1)).name("minute"))
+//!     .build()?;
+//!
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(limiter, key::Global))
+//!     .service_fn(|_req: Request<Full<Bytes>>| async {
+//!         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+//!     });
+//!
+//! let res = svc.ready().await?.call(Request::new(Full::default())).await?;
+//! assert_eq!(res.status(), StatusCode::OK);
+//! assert_eq!(res.headers()["ratelimit-policy"], r#""minute";q=1;w=60"#);
+//! assert_eq!(res.headers()["ratelimit"], r#""minute";r=0;t=60"#);
+//!
+//! let res = svc.ready().await?.call(Request::new(Full::default())).await?;
+//! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(res.headers()["retry-after"], "60");
+//! # Ok(())
+//! # }
+//! ```
+
+/// Emits a `tracing` event when the `tracing` feature is on; nothing otherwise.
+#[cfg(feature = "tracing")]
+macro_rules! event {
+    ($level:ident, $($arg:tt)+) => {
+        ::tracing::$level!(target: "tower_redis_ratelimit", $($arg)+)
+    };
+}
+
+/// Emits a `tracing` event when the `tracing` feature is on; nothing otherwise.
+#[cfg(not(feature = "tracing"))]
+macro_rules! event {
+    ($level:ident, $($arg:tt)+) => {};
+}
+
+mod body;
+mod config;
+mod deny_cache;
+mod future;
+mod headers;
+mod layer;
+mod policy;
+mod response;
+mod service;
+
+pub use self::body::ResponseBody;
+pub use self::future::ResponseFuture;
+pub use self::headers::HeaderStyle;
+pub use self::layer::{RateLimitLayer, Stats};
+pub use self::policy::{FailurePolicy, MissingKey};
+pub use self::response::{problem_json, text_plain};
+pub use self::service::RateLimit;

@@ -1,0 +1,220 @@
+//! The middleware's own responses: 429 denials, 503 on store failure,
+//! missing-key rejections; as plain HTTP or as gRPC trailers-only responses.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::config::Config;
+use super::headers::{RateHeaders, retry_after_secs};
+use crate::decision::Decision;
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// gRPC `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
+/// gRPC `UNAVAILABLE`.
+const GRPC_UNAVAILABLE: u16 = 14;
+
+/// Whether the request is a gRPC call (`content-type: application/grpc*`).
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The default denial: `429 Too Many Requests`, `text/plain`, one line
+/// saying which quota was exceeded and when to retry.
+///
+/// The middleware adds `Retry-After` and the rate-limit headers to whatever
+/// a [`deny_response`](crate::RateLimitLayer::deny_response) closure returns.
+pub fn text_plain(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
+    let body = match decision.retry_after {
+        Some(_) => format!(
+            "Too Many Requests: rate limit \"{}\" exceeded, retry in {} s\n",
+            decision.quota,
+            retry_after_secs(decision)
+        ),
+        None => format!(
+            "Too Many Requests: the request exceeds the \"{}\" limit of {}\n",
+            decision.quota, decision.limit
+        ),
+    };
+    with_type(
+        StatusCode::TOO_MANY_REQUESTS,
+        "text/plain; charset=utf-8",
+        body,
+    )
+}
+
+/// A denial as `application/problem+json` (RFC 9457), for
+/// [`RateLimitLayer::deny_response`](crate::RateLimitLayer::deny_response):
+///
+/// ```json
+/// {"type":"about:blank","title":"Too Many Requests","status":429,
+///  "detail":"rate limit \"minute\" exceeded","quota":"minute","retry_after":3}
+/// ```
+///
+/// `retry_after` (whole seconds) is `null` when the request can never fit.
+pub fn problem_json(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
+    // Quota names are ASCII letters, digits, '-', '_' and '.': nothing to escape.
+    let retry = match decision.retry_after {
+        Some(_) => retry_after_secs(decision).to_string(),
+        None => "null".to_owned(),
+    };
+    let detail = if decision.retry_after.is_some() {
+        "exceeded"
+    } else {
+        "can never be met by this request"
+    };
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+         \"detail\":\"rate limit \\\"{q}\\\" {detail}\",\"quota\":\"{q}\",\"retry_after\":{retry}}}",
+        q = json_escape(&decision.quota),
+    );
+    with_type(
+        StatusCode::TOO_MANY_REQUESTS,
+        "application/problem+json",
+        body,
+    )
+}
+
+fn json_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::from(body));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    res
+}
+
+/// The answer to a denied request, with `Retry-After` and the rate-limit headers.
+pub(crate) fn denied(
+    config: &Config,
+    parts: &Parts,
+    decision: &Decision,
+    headers: RateHeaders,
+) -> Response<Bytes> {
+    let mut res = if is_grpc(&parts.headers) {
+        let message = match decision.retry_after {
+            Some(_) => format!(
+                "rate limit \"{}\" exceeded, retry in {} s",
+                decision.quota,
+                retry_after_secs(decision)
+            ),
+            None => format!(
+                "request exceeds the \"{}\" rate limit of {}",
+                decision.quota, decision.limit
+            ),
+        };
+        grpc(GRPC_RESOURCE_EXHAUSTED, &message)
+    } else {
+        match &config.deny {
+            Some(f) => f(parts, decision),
+            None => text_plain(parts, decision),
+        }
+    };
+    headers.apply(res.headers_mut());
+    res
+}
+
+/// The answer when the store failed under [`FailurePolicy::Closed`](crate::FailurePolicy::Closed).
+pub(crate) fn unavailable(parts: &Parts) -> Response<Bytes> {
+    let mut res = if is_grpc(&parts.headers) {
+        grpc(GRPC_UNAVAILABLE, "rate limiter unavailable")
+    } else {
+        with_type(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            "Service Unavailable: rate limiter unavailable\n".to_owned(),
+        )
+    };
+    res.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
+/// The answer to a request without a key under [`MissingKey::reject`](crate::MissingKey::reject).
+pub(crate) fn rejected(parts: &Parts, status: StatusCode) -> Response<Bytes> {
+    if is_grpc(&parts.headers) {
+        return grpc(grpc_code(status), "request rejected by the rate limiter");
+    }
+    let reason = status.canonical_reason().unwrap_or("Error");
+    with_type(status, "text/plain; charset=utf-8", format!("{reason}\n"))
+}
+
+/// The gRPC status for an HTTP status, as in gRPC's `http-grpc-status-mapping.md`.
+fn grpc_code(status: StatusCode) -> u16 {
+    match status.as_u16() {
+        400 => 13,             // INTERNAL
+        401 => 16,             // UNAUTHENTICATED
+        403 => 7,              // PERMISSION_DENIED
+        404 => 12,             // UNIMPLEMENTED
+        429 | 502..=504 => 14, // UNAVAILABLE
+        _ => 2,                // UNKNOWN
+    }
+}
+
+/// A trailers-only gRPC response: HTTP 200, status in the headers, no body.
+fn grpc(code: u16, message: &str) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(GRPC_STATUS, HeaderValue::from(code));
+    if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
+        h.insert(GRPC_MESSAGE, v);
+    }
+    res
+}
+
+/// `grpc-message` encoding: percent-encode everything outside printable ASCII, and `%`.
+fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &b in message.as_bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_messages_are_percent_encoded() {
+        assert_eq!(percent_encode("50% \"ok\" é"), "50%25 \"ok\" %C3%A9");
+    }
+
+    #[test]
+    fn grpc_content_types_are_recognised() {
+        for (ct, grpc) in [
+            ("application/grpc", true),
+            ("application/grpc+proto", true),
+            ("application/grpc-web", true),
+            ("application/json", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(is_grpc(&h), grpc, "{ct}");
+        }
+        assert!(!is_grpc(&HeaderMap::new()));
+    }
+}

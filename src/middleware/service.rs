@@ -1,0 +1,148 @@
+//! [`RateLimit`]: the service that checks every request.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::config::{Config, Counters};
+use super::future::ResponseFuture;
+use super::headers::RateHeaders;
+use super::layer::{RateLimitLayer, Stats};
+use super::policy::Resolved;
+use super::response;
+use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
+
+/// Rate-limits the requests to `S`; built by [`RateLimitLayer`].
+///
+/// `poll_ready` only forwards to `S`: no rate-limit state lives in the
+/// service, so axum's clone-per-request is harmless and every clone shares
+/// one limiter. Denials are responses (`429`, or gRPC `RESOURCE_EXHAUSTED`);
+/// the error type is `S::Error`.
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> RateLimit<S> {
+    /// Wraps `inner` with the defaults of [`RateLimitLayer::new`].
+    pub fn new(inner: S, limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
+        Self::from_config(inner, RateLimitLayer::new(limiter, extractor).config)
+    }
+
+    /// A [`RateLimitLayer`] (which has the configuration methods).
+    pub fn layer(limiter: RateLimiter, extractor: impl KeyExtractor) -> RateLimitLayer {
+        RateLimitLayer::new(limiter, extractor)
+    }
+
+    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The limiter this service checks with.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.config.limiter
+    }
+
+    /// Counters shared by every service of the same layer.
+    pub fn stats(&self) -> Stats {
+        Stats::read(&self.config.counters)
+    }
+}
+
+impl<S: Clone> Clone for RateLimit<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limiter", &self.config.limiter)
+            .field("headers", &self.config.style)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+{
+    type Response = Response<super::ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let config = &self.config;
+        let (parts, body) = request.into_parts();
+        if config.bypass.as_ref().is_some_and(|bypass| bypass(&parts)) {
+            return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
+        }
+        let key = match config.extractor.extract(&parts) {
+            Some(key) => key,
+            None => match config.missing.resolve(&parts) {
+                Resolved::Key(key) => key,
+                Resolved::Skip => {
+                    return ResponseFuture::passthrough(
+                        self.inner.call(Request::from_parts(parts, body)),
+                    );
+                }
+                Resolved::Reject(status) => {
+                    event!(
+                        error,
+                        method = %parts.method,
+                        path = parts.uri.path(),
+                        "no rate-limit key for this request (for PeerIp: serve with connect info); rejected with {status}"
+                    );
+                    return ResponseFuture::answered(response::rejected(&parts, status));
+                }
+            },
+        };
+        let cost = config.cost.as_ref().map_or(1, |cost| cost(&parts));
+        if let Some(cache) = &config.deny_cache
+            && let Some(decision) = cache.lookup(&config.limiter, &key, cost)
+        {
+            Counters::bump(&config.counters.deny_cache_hits);
+            event!(trace, quota = %decision.quota, "rate limited (deny cache)");
+            let headers = RateHeaders::new(config.style, &decision, &config.policy);
+            return ResponseFuture::answered(response::denied(config, &parts, &decision, headers));
+        }
+        let check = Box::pin(config.clone().decide(key, cost));
+        // Hand the service that was driven to readiness to the future, keep a clone.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::checking(
+            check,
+            inner,
+            Request::from_parts(parts, body),
+            config.clone(),
+        )
+    }
+}
