@@ -407,3 +407,78 @@ async fn fixed_window_on_redis_clock_uses_the_key_ttl_as_the_window() {
         assert_eq!(count, 3);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(100);
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(4)).timeout(timeout))
+        .prefix("paused")
+        .quota(Quota::gcra(Rate::per_second(1000)))
+        .build()
+        .unwrap();
+    assert!(lim.check("k").await.unwrap().allowed);
+    server.pause();
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let lim = lim.clone();
+        tasks.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let r = lim.check(format!("k{i}")).await;
+            (r, started.elapsed())
+        }));
+    }
+    let mut worst = Duration::ZERO;
+    for t in tasks {
+        let (r, took) = t.await.unwrap();
+        assert!(
+            matches!(r, Err(tower_redis_ratelimit::StoreError::Timeout(_))),
+            "{r:?}"
+        );
+        worst = worst.max(took);
+    }
+    assert!(
+        worst < timeout + Duration::from_millis(150),
+        "worst {worst:?}"
+    );
+    server.resume();
+    // calls sent while paused were answered late and dropped; new ones succeed
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match lim.check("k").await {
+            Ok(d) => {
+                assert!(d.allowed);
+                break;
+            }
+            Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_redis_is_reconnected_without_restarting_the_app() {
+    let mut server = RedisServer::start();
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(4)).timeout(Duration::from_millis(500)))
+        .prefix("restart")
+        .quota(Quota::fixed_window(Rate::per_minute(100)))
+        .build()
+        .unwrap();
+    assert!(lim.check("k").await.unwrap().allowed);
+    server.kill();
+    let started = std::time::Instant::now();
+    assert!(lim.check("k").await.is_err());
+    assert!(started.elapsed() < Duration::from_millis(600));
+    server.restart();
+    // the broken connection is replaced and the script loaded again (NOSCRIPT)
+    let mut ok = false;
+    for _ in 0..5 {
+        if let Ok(d) = lim.check("k").await {
+            assert!(d.allowed);
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "no recovery after restart");
+}

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_redis::{Pool, PoolError};
 use redis::aio::MultiplexedConnection;
@@ -123,35 +123,40 @@ impl RedisStore {
         &self.inner.pool
     }
 
-    async fn bounded<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// Runs `f` within what is left of the call's time budget.
+    async fn within<T, F>(&self, started: Instant, f: F) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, StoreError>>,
     {
-        match tokio::time::timeout(self.inner.timeout, f).await {
+        let left = self.inner.timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, f).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout(self.inner.timeout)),
         }
     }
 
-    /// A shared connection: a read lock and a clone on the hot path.
-    async fn connection(&self) -> Result<Arc<Held>, StoreError> {
+    fn slot(&self) -> &Slot {
         let slots = &self.inner.slots;
-        let slot = if slots.len() == 1 {
+        if slots.len() == 1 {
             &slots[0]
         } else {
             &slots[self.inner.next.fetch_add(1, Ordering::Relaxed) % slots.len()]
-        };
-        if let Some(h) = read(&slot.held) {
-            return Ok(h);
         }
+    }
+
+    /// Takes a connection out of the pool for `slot`, unless another task just did.
+    async fn refill(&self, slot: &Slot) -> Result<Arc<Held>, StoreError> {
         // One task per slot refills it; the others wait for its result.
         let _refill = slot.refill.lock().await;
         if let Some(h) = read(&slot.held) {
             return Ok(h);
         }
         let obj = self.inner.pool.get().await.map_err(pool_error)?;
+        let mut conn: MultiplexedConnection = (*obj).clone();
+        // The connection's own response timeout bounds the hot path: no extra timer per call.
+        conn.set_response_timeout(self.inner.timeout);
         let held = Arc::new(Held {
-            conn: (*obj).clone(),
+            conn,
             object: std::sync::Mutex::new(Some(obj)),
             broken: AtomicBool::new(false),
         });
@@ -170,32 +175,54 @@ impl RedisStore {
         }
     }
 
-    /// Runs `cmd` on a shared connection, replacing the connection if it broke.
+    /// Runs `req` on a shared connection within the timeout, loading `script`
+    /// on `NOSCRIPT` and replacing the connection if it broke.
+    ///
+    /// Hot path: a read lock, a clone, one round trip bounded by the
+    /// connection's response timeout. Anything slower (taking a connection
+    /// from the pool, reloading the script) runs within what is left of the budget.
     async fn query<T: redis::FromRedisValue>(
         &self,
-        cmd: &redis::Cmd,
+        req: Request<'_>,
         script: Option<&LimiterScript>,
     ) -> Result<T, StoreError> {
-        let held = self.connection().await?;
+        let started = Instant::now();
+        let slot = self.slot();
+        let (held, fresh) = match read(&slot.held) {
+            Some(h) => (h, false),
+            None => (self.within(started, self.refill(slot)).await?, true),
+        };
         let mut conn = held.conn.clone();
-        let mut result = cmd.query_async::<T>(&mut conn).await;
-        if let Err(e) = &result {
-            if let (Some(script), ErrorKind::Server(ServerErrorKind::NoScript)) = (script, e.kind())
-            {
+        let result = if fresh {
+            self.within(started, async { Ok(req.run::<T>(&mut conn).await) })
+                .await?
+        } else {
+            req.run::<T>(&mut conn).await
+        };
+        match (result, script) {
+            (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // Redis restarted or its scripts were flushed: nothing ran, so load and run again.
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&script.source)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|e| self.failed(&held, e))?;
-                result = cmd.query_async::<T>(&mut conn).await;
+                self.within(started, async {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(&script.source)
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|e| self.failed(&held, e))?;
+                    req.run::<T>(&mut conn)
+                        .await
+                        .map_err(|e| self.failed(&held, e))
+                })
+                .await
             }
+            (r, _) => r.map_err(|e| self.failed(&held, e)),
         }
-        result.map_err(|e| self.failed(&held, e))
     }
 
     fn failed(&self, held: &Arc<Held>, e: RedisError) -> StoreError {
+        if e.is_timeout() {
+            return StoreError::Timeout(self.inner.timeout);
+        }
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.discard(held);
         }
@@ -213,7 +240,7 @@ impl RedisStore {
         for a in call.quota_args {
             cmd.arg(a.as_slice());
         }
-        let reply: Vec<i64> = self.bounded(self.query(&cmd, Some(call.script))).await?;
+        let reply: Vec<i64> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
         parse_reply(&reply, call.keys.len())
     }
 
@@ -223,20 +250,32 @@ impl RedisStore {
         for key in &lease.keys {
             pipe.cmd("ZREM").arg(key).arg(&members).ignore();
         }
-        self.bounded(async {
-            let held = self.connection().await?;
-            let mut conn = held.conn.clone();
-            pipe.query_async::<()>(&mut conn)
-                .await
-                .map_err(|e| self.failed(&held, e))
-        })
-        .await
+        self.query(Request::Pipe(&pipe), None).await
     }
 
     pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(keys);
-        self.bounded(self.query::<()>(&cmd, None)).await
+        self.query(Request::Cmd(&cmd), None).await
+    }
+}
+
+/// What [`RedisStore::query`] sends.
+#[derive(Clone, Copy)]
+enum Request<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
+
+impl Request<'_> {
+    async fn run<T: redis::FromRedisValue>(
+        self,
+        conn: &mut MultiplexedConnection,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Request::Cmd(c) => c.query_async(conn).await,
+            Request::Pipe(p) => p.query_async(conn).await,
+        }
     }
 }
 
