@@ -4,8 +4,65 @@
 //! `None` when the request has no such key (the layer's missing-key policy
 //! decides what happens then). Closures `Fn(&Parts) -> Option<K>` with
 //! `K: Into<Vec<u8>>` are extractors too.
+//!
+//! | extractor | key | `None` when |
+//! |---|---|---|
+//! | [`PeerIp`](struct@PeerIp) | `ip:203.0.113.7`, `ip:2001:db8:1:2::/64` | no peer address recorded |
+//! | [`ClientIp`] | the same, for the client behind trusted proxies | no peer address recorded |
+//! | [`Header`] | `hdr:x-api-key:<hex digest>` | header absent |
+//! | [`Path`] | `path:/users/1` | never |
+//! | `MatchedPath` (feature `axum`) | `route:/users/{id}` | no route matched yet |
+//! | [`Method`] | `method:GET` | never |
+//! | [`Global`] | `global` | never |
+//! | `(A, B)`, `(A, B, C)`, `(A, B, C, D)` | each part length-prefixed: `6:global,10:method:GET,` | any part is `None` |
+//! | closures | what they return | they return `None` |
+//!
+//! Peer addresses come from axum's `ConnectInfo<SocketAddr>` (feature
+//! `axum`), tonic's `TcpConnectInfo` (feature `tonic`) or a plain
+//! [`SocketAddr`](std::net::SocketAddr) extension; see [`peer_addr`].
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use tower_redis_ratelimit::key::{ClientIp, KeyExtractor, Method, PeerIp};
+//!
+//! // Behind a load balancer in 10.0.0.0/8 that appends to X-Forwarded-For.
+//! let client_ip = ClientIp::new().trust_cidrs(["10.0.0.0/8"])?;
+//!
+//! let (mut parts, ()) = http::Request::builder()
+//!     .header("x-forwarded-for", "198.51.100.9, 10.1.2.3")
+//!     .body(())?
+//!     .into_parts();
+//! parts.extensions.insert(SocketAddr::from(([10, 0, 0, 1], 443))); // the balancer
+//!
+//! assert_eq!(client_ip.extract(&parts).as_deref(), Some(&b"ip:198.51.100.9"[..]));
+//! assert_eq!(PeerIp.extract(&parts).as_deref(), Some(&b"ip:10.0.0.1"[..]));
+//! assert_eq!(
+//!     (client_ip, Method).extract(&parts).as_deref(),
+//!     Some(&b"15:ip:198.51.100.9,10:method:GET,"[..]),
+//! );
+//!
+//! // Any closure over the request head is an extractor.
+//! let tenant = |parts: &http::request::Parts| {
+//!     parts.headers.get("x-tenant").map(|v| v.as_bytes().to_vec())
+//! };
+//! assert_eq!(tenant.extract(&parts), None);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use http::request::Parts;
+
+mod client_ip;
+mod compose;
+mod forwarded;
+mod ip;
+mod request;
+
+pub use client_ip::{ClientIp, DEFAULT_MAX_HOPS, ForwardedHeader, InvalidCidr};
+pub use forwarded::{Hop, parse_forwarded, parse_x_forwarded_for};
+pub use ip::{DEFAULT_IPV6_PREFIX, PeerIp, peer_addr};
+#[cfg(feature = "axum")]
+pub use request::MatchedPath;
+pub use request::{Header, Method, Path};
 
 /// Derives the rate-limit key of a request from its head.
 pub trait KeyExtractor: Send + Sync + 'static {
@@ -30,5 +87,35 @@ pub struct Global;
 impl KeyExtractor for Global {
     fn extract(&self, _parts: &Parts) -> Option<Vec<u8>> {
         Some(b"global".to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_is_one_key_for_every_request() {
+        let a = http::Request::get("/a").body(()).unwrap().into_parts().0;
+        let b = http::Request::post("/b").body(()).unwrap().into_parts().0;
+        assert_eq!(Global.extract(&a).unwrap(), b"global");
+        assert_eq!(Global.extract(&a), Global.extract(&b));
+    }
+
+    #[test]
+    fn closures_are_extractors() {
+        let parts = http::Request::get("/a").body(()).unwrap().into_parts().0;
+        let by_path = |p: &Parts| Some(p.uri.path().to_owned());
+        assert_eq!(by_path.extract(&parts).unwrap(), b"/a");
+        let never = |_: &Parts| None::<&'static str>;
+        assert_eq!(never.extract(&parts), None);
+    }
+
+    #[test]
+    fn extractors_are_object_safe() {
+        let boxed: Vec<Box<dyn KeyExtractor>> = vec![Box::new(Global), Box::new(PeerIp)];
+        let parts = http::Request::get("/").body(()).unwrap().into_parts().0;
+        assert_eq!(boxed[0].extract(&parts).unwrap(), b"global");
+        assert_eq!(boxed[1].extract(&parts), None);
     }
 }

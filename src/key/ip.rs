@@ -1,0 +1,266 @@
+//! The peer address of a connection and the IP key format.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::request::Parts;
+
+use super::KeyExtractor;
+
+/// The IPv6 prefix length that [`PeerIp`](struct@PeerIp) and [`ClientIp`](super::ClientIp)
+/// group addresses by unless told otherwise: one key per `/64`, the smallest
+/// network a single site or host is usually given.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// The address of the connection's peer, read from the request extensions.
+///
+/// The sources are tried in this order; the first one present wins:
+///
+/// 1. axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve the router
+///    with `into_make_service_with_connect_info::<SocketAddr>()`, or add
+///    `MockConnectInfo` in tests);
+/// 2. tonic's `TcpConnectInfo` with a remote address (feature `tonic`; tonic
+///    inserts it for plain TCP and for TLS connections);
+/// 3. a plain [`SocketAddr`] extension, for any other server (insert it
+///    yourself where the connection is accepted).
+///
+/// `None` when none of them is there: the server was not set up to record
+/// peer addresses (for example axum's `serve` without connect info, or a
+/// Unix socket).
+pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = parts
+        .extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(tonic::transport::server::TcpConnectInfo::remote_addr)
+    {
+        return Some(addr);
+    }
+    parts.extensions.get::<SocketAddr>().copied()
+}
+
+/// Key: the address of the connection's peer, as `ip:<address>`.
+///
+/// Use it when clients connect directly; behind a proxy or load balancer
+/// every request would share the proxy's address, so use
+/// [`ClientIp`](super::ClientIp) there. The peer is found by [`peer_addr`];
+/// without one the key is `None` (a misconfigured server, which the layer
+/// reports).
+///
+/// IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`) count as the IPv4
+/// address. IPv6 addresses are grouped by network, `/64` by default, so a
+/// host cannot get a fresh limit by rotating through the addresses of its
+/// subnet: `2001:db8:1:2::7` has the key `ip:2001:db8:1:2::/64`.
+///
+/// `PeerIp` is both a type and a constant of that type with the default
+/// settings, so it can be passed as is:
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tower_redis_ratelimit::key::{KeyExtractor, PeerIp};
+///
+/// let (mut parts, ()) = http::Request::new(()).into_parts();
+/// parts.extensions.insert("[2001:db8:1:2::7]:443".parse::<SocketAddr>()?);
+/// assert_eq!(PeerIp.extract(&parts).as_deref(), Some(&b"ip:2001:db8:1:2::/64"[..]));
+/// assert_eq!(
+///     PeerIp.ipv6_prefix(48).extract(&parts).as_deref(),
+///     Some(&b"ip:2001:db8:1::/48"[..]),
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+/// [`PeerIp`](struct@PeerIp) with the default settings (IPv6 grouped by `/64`).
+#[allow(non_upper_case_globals)]
+pub const PeerIp: PeerIp = PeerIp::new();
+
+impl PeerIp {
+    /// The peer address key with the default settings (IPv6 grouped by `/64`).
+    pub const fn new() -> Self {
+        PeerIp {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Groups IPv6 peers by networks of this prefix length (default `64`;
+    /// `128` keys every address on its own; values above `128` count as `128`).
+    pub const fn ipv6_prefix(mut self, len: u8) -> Self {
+        self.ipv6_prefix = clamp_prefix(len);
+        self
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
+        peer_addr(parts).map(|addr| ip_key(addr.ip(), self.ipv6_prefix))
+    }
+}
+
+pub(super) const fn clamp_prefix(len: u8) -> u8 {
+    if len > 128 { 128 } else { len }
+}
+
+/// The address a client is counted as: IPv4-mapped IPv6 becomes IPv4.
+pub(super) fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// `ip:<v4>`, `ip:<v6 network>/<len>`, or `ip:<v6>` when `len` is 128.
+pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => format!("ip:{v4}").into_bytes(),
+        IpAddr::V6(v6) => {
+            let len = clamp_prefix(ipv6_prefix);
+            if len == 128 {
+                format!("ip:{v6}").into_bytes()
+            } else {
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                };
+                let net = Ipv6Addr::from(u128::from(v6) & mask);
+                format!("ip:{net}/{len}").into_bytes()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Parts {
+        http::Request::new(()).into_parts().0
+    }
+
+    fn key(ip: &str, len: u8) -> String {
+        let ip: IpAddr = ip.parse().unwrap();
+        String::from_utf8(ip_key(ip, len)).unwrap()
+    }
+
+    #[test]
+    fn ipv4_key_is_the_address() {
+        assert_eq!(key("203.0.113.7", 64), "ip:203.0.113.7");
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_counts_as_ipv4() {
+        assert_eq!(key("::ffff:203.0.113.7", 64), "ip:203.0.113.7");
+        assert_eq!(key("::ffff:cb00:7107", 128), "ip:203.0.113.7");
+    }
+
+    #[test]
+    fn ipv6_hosts_of_one_subnet_share_a_key() {
+        assert_eq!(key("2001:db8:1:2::1", 64), "ip:2001:db8:1:2::/64");
+        assert_eq!(
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff", 64),
+            "ip:2001:db8:1:2::/64"
+        );
+        assert_ne!(key("2001:db8:1:3::1", 64), key("2001:db8:1:2::1", 64));
+    }
+
+    #[test]
+    fn ipv6_prefix_is_configurable_and_clamped() {
+        assert_eq!(key("2001:db8:1:2::1", 48), "ip:2001:db8:1::/48");
+        assert_eq!(key("2001:db8:1:2::1", 128), "ip:2001:db8:1:2::1");
+        assert_eq!(key("2001:db8:1:2::1", 200), "ip:2001:db8:1:2::1");
+        assert_eq!(key("2001:db8:1:2::1", 0), "ip:::/0");
+        assert_eq!(key("2001:db8:1:2::1", 1), "ip:::/1");
+        assert_eq!(key("ffff::1", 1), "ip:8000::/1");
+        assert_eq!(key("2001:db8::ff", 127), "ip:2001:db8::fe/127");
+    }
+
+    #[test]
+    fn peer_ip_reads_a_socket_addr_extension() {
+        let mut parts = parts();
+        parts
+            .extensions
+            .insert(SocketAddr::from(([203, 0, 113, 7], 5000)));
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:203.0.113.7");
+    }
+
+    #[test]
+    fn peer_ip_groups_ipv6_and_unmaps_ipv4() {
+        let mut parts = parts();
+        parts
+            .extensions
+            .insert("[2001:db8:1:2::99]:1".parse::<SocketAddr>().unwrap());
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:2001:db8:1:2::/64");
+        assert_eq!(
+            PeerIp.ipv6_prefix(56).extract(&parts).unwrap(),
+            b"ip:2001:db8:1::/56"
+        );
+        parts
+            .extensions
+            .insert("[::ffff:198.51.100.1]:1".parse::<SocketAddr>().unwrap());
+        assert_eq!(PeerIp::new().extract(&parts).unwrap(), b"ip:198.51.100.1");
+    }
+
+    #[test]
+    fn peer_ip_without_a_peer_address_is_none() {
+        assert_eq!(PeerIp.extract(&parts()), None);
+        assert_eq!(peer_addr(&parts()), None);
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn peer_ip_prefers_axum_connect_info() {
+        let mut parts = parts();
+        parts
+            .extensions
+            .insert(SocketAddr::from(([192, 0, 2, 1], 1)));
+        parts
+            .extensions
+            .insert(axum::extract::ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 9],
+                2,
+            ))));
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:203.0.113.9");
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn peer_ip_reads_tonic_tcp_connect_info() {
+        use tonic::transport::server::TcpConnectInfo;
+        let mut parts = parts();
+        parts.extensions.insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(SocketAddr::from(([203, 0, 113, 10], 3))),
+        });
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:203.0.113.10");
+
+        // Connect info without a remote address falls through to the next source.
+        let mut parts = self::parts();
+        parts.extensions.insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: None,
+        });
+        assert_eq!(PeerIp.extract(&parts), None);
+        parts
+            .extensions
+            .insert(SocketAddr::from(([192, 0, 2, 2], 4)));
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:192.0.2.2");
+    }
+}
