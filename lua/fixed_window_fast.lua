@@ -3,18 +3,18 @@
 -- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
 -- falls through to the general code.
 if ARGV[1] == '0' then
-  local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[5])
+  local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   if cost > 0 and cost <= n then
     local c = redis.call('INCRBY', key, ARGV[2])
     local ttl
     if c == cost then
-      ttl = math.ceil(tonumber(ARGV[6]) / 1000)
+      ttl = math.ceil(tonumber(ARGV[4]) / 1000)
       redis.call('PEXPIRE', key, string.format('%.0f', ttl))
     else
       ttl = redis.call('PTTL', key)
       if ttl < 0 then
         -- repair a key found without a TTL
-        ttl = math.ceil(tonumber(ARGV[6]) / 1000)
+        ttl = math.ceil(tonumber(ARGV[4]) / 1000)
         redis.call('PEXPIRE', key, string.format('%.0f', ttl))
       end
     end

@@ -1,13 +1,13 @@
 -- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now (0 = Redis's
--- clock), cost, nonce, then per quota: strategy id, count, period, burst,
--- interval (microseconds).
+-- clock), cost, then per quota: strategy id, count, period, burst, interval
+-- (microseconds), then the nonce when a strategy needs one.
 -- Reply: all_ok, then per quota: ok, remaining, reset_after, retry_after, delay.
 -- Every quota is checked before any is consumed.
 local cost = tonumber(ARGV[2])
-local nonce = ARGV[3]
+local nonce = ARGV[3 + 5 * #KEYS]
 
 local function run(i, c, apply)
-  local o = 3 + (i - 1) * 5
+  local o = 2 + (i - 1) * 5
   return S[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
     tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), c, nonce, apply)
 end

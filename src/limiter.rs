@@ -385,19 +385,26 @@ impl RateLimiterBuilder {
             }
             specs.push(spec);
         }
-        let quota_args = specs
-            .iter()
-            .flat_map(|q| {
-                [
-                    u64::from(q.strategy.id()),
-                    q.limit,
-                    q.period_us,
-                    q.burst,
-                    q.interval_us,
-                ]
-            })
-            .map(|v| v.to_string().into_bytes())
-            .collect();
+        // Script arguments after `now` and `cost`, encoded once (see lua/single.lua, lua/multi.lua).
+        let quota_args: Vec<Vec<u8>> = match specs.as_slice() {
+            [q] if q.strategy == Strategy::FixedWindow => vec![q.limit, q.period_us],
+            [q] => vec![q.limit, q.period_us, q.burst, q.interval_us],
+            many => many
+                .iter()
+                .flat_map(|q| {
+                    [
+                        u64::from(q.strategy.id()),
+                        q.limit,
+                        q.period_us,
+                        q.burst,
+                        q.interval_us,
+                    ]
+                })
+                .collect(),
+        }
+        .into_iter()
+        .map(|v| v.to_string().into_bytes())
+        .collect();
         let needs_nonce = specs.iter().any(|q| {
             matches!(
                 q.strategy,

@@ -158,10 +158,16 @@ impl Quota {
             } else {
                 "rate.period"
             };
-            return Err(ConfigError::new(field(what), "must be at least 1 microsecond"));
+            return Err(ConfigError::new(
+                field(what),
+                "must be at least 1 microsecond",
+            ));
         }
         if period_us > MAX_PERIOD_US {
-            return Err(ConfigError::new(field("rate.period"), "must be at most 366 days"));
+            return Err(ConfigError::new(
+                field("rate.period"),
+                "must be at most 366 days",
+            ));
         }
         let burst = match (self.burst, self.strategy) {
             (None, _) => count,
@@ -188,7 +194,10 @@ impl Quota {
         validate_name(&name).map_err(|m| ConfigError::new(field("name"), m))?;
         // The emission interval, rounded up so the configured rate is never exceeded.
         let interval_us = period_us.div_ceil(count);
-        if burst.checked_mul(interval_us).is_none_or(|t| t > MAX_PERIOD_US * 4) {
+        if burst
+            .checked_mul(interval_us)
+            .is_none_or(|t| t > MAX_PERIOD_US * 4)
+        {
             return Err(ConfigError::new(
                 field("burst"),
                 "burst times (period / count) must stay below 4 years",

@@ -132,7 +132,11 @@ fn parse_one(s: &str, at: usize) -> Result<Rate, ParseRateError> {
     };
     let count_str = count_part.trim();
     let count: u64 = count_str.replace('_', "").parse().map_err(|_| {
-        ParseRateError::new(s, at, "the count must be a whole number, like `10` in `10/s`")
+        ParseRateError::new(
+            s,
+            at,
+            "the count must be a whole number, like `10` in `10/s`",
+        )
     })?;
     let period_at = at + count_part.len() + sep_len;
     let period = parse_period(period_part.trim()).map_err(|msg| {

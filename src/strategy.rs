@@ -104,7 +104,10 @@ impl std::str::FromStr for Strategy {
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = Strategy::ALL.iter().map(Strategy::as_str).collect();
-                format!("unknown strategy {s:?}; expected one of {}", names.join(", "))
+                format!(
+                    "unknown strategy {s:?}; expected one of {}",
+                    names.join(", ")
+                )
             })
     }
 }

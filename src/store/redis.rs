@@ -235,10 +235,12 @@ impl RedisStore {
             .arg(call.keys.len())
             .arg(call.keys)
             .arg(call.now_us.unwrap_or(0))
-            .arg(call.cost)
-            .arg(call.nonce);
+            .arg(call.cost);
         for a in call.quota_args {
             cmd.arg(a.as_slice());
+        }
+        if !call.nonce.is_empty() {
+            cmd.arg(call.nonce);
         }
         let reply: Vec<i64> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
         parse_reply(&reply, call.keys.len())
