@@ -1,0 +1,872 @@
+//! The middleware driven in process (axum `oneshot`, `MockConnectInfo`),
+//! against a private redis-server (or, for paused-time tests, the memory store).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::routing::get;
+use bytes::Bytes;
+use common::RedisServer;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tokio::sync::mpsc;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_redis_ratelimit::{
+    Decision, FailurePolicy, HeaderStyle, ManualClock, MemoryStore, MissingKey, Quota, Rate,
+    RateLimitLayer, RateLimiter, RedisStore, key, problem_json,
+};
+
+const PEER: ([u8; 4], u16) = ([203, 0, 113, 7], 40_000);
+
+/// The peer IP from axum's connect info, real or mocked (what `key::PeerIp` reads).
+fn peer(parts: &Parts) -> Option<String> {
+    let e = &parts.extensions;
+    e.get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+        .or_else(|| e.get::<MockConnectInfo<SocketAddr>>().map(|m| m.0))
+        .map(|a| a.ip().to_string())
+}
+
+fn redis_limiter(server: &RedisServer, prefix: &str, quota: Quota) -> RateLimiter {
+    RateLimiter::builder()
+        .store(RedisStore::new(server.pool(4)))
+        .prefix(prefix)
+        .quota(quota)
+        .build()
+        .unwrap()
+}
+
+fn clocked_limiter(server: &RedisServer, clock: &ManualClock, quotas: Vec<Quota>) -> RateLimiter {
+    RateLimiter::builder()
+        .store(RedisStore::new(server.pool(4)))
+        .prefix("clocked")
+        .clock(clock.clone())
+        .quotas(quotas)
+        .build()
+        .unwrap()
+}
+
+fn hour() -> ManualClock {
+    ManualClock::new(Duration::from_secs(3_600))
+}
+
+/// `GET /` answers the remaining quota the handler sees; `/health` is a plain route.
+fn make_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|decision: Option<axum::Extension<Decision>>| async move {
+                match decision {
+                    Some(axum::Extension(d)) => format!("remaining={}", d.remaining),
+                    None => "no decision".to_owned(),
+                }
+            }),
+        )
+        .route("/health", get(|| async { "ok" }))
+        .layer(layer)
+        .layer(MockConnectInfo(SocketAddr::from(PEER)))
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Response<Body> {
+    app.clone().oneshot(req).await.unwrap()
+}
+
+fn get_req(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).unwrap()
+}
+
+async fn text(res: Response<Body>) -> String {
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn header<'a>(res: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    res.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test]
+async fn allowed_requests_carry_ietf_headers_and_the_handler_sees_the_decision() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "ietf",
+        Quota::fixed_window(Rate::per_minute(3)).name("minute"),
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer));
+
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some(r#""minute";q=3;w=60"#)
+    );
+    let rl = header(&res, "ratelimit").unwrap();
+    assert!(rl.starts_with(r#""minute";r=2;t="#), "{rl}");
+    assert!(header(&res, "x-ratelimit-limit").is_none());
+    assert!(header(&res, "retry-after").is_none());
+    assert_eq!(text(res).await, "remaining=2");
+}
+
+#[tokio::test]
+async fn denials_are_429_with_retry_after_rounded_up_and_the_same_headers() {
+    let redis = RedisServer::start();
+    let clock = hour();
+    // one request every 2.5 s: a denial right after waits 2.5 s -> "3"
+    let limiter = clocked_limiter(
+        &redis,
+        &clock,
+        vec![
+            Quota::gcra(Rate::new(2, Duration::from_secs(5)))
+                .burst(1)
+                .name("slow"),
+        ],
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer).deny_cache(false));
+
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "retry-after"), Some("3"));
+    assert_eq!(header(&res, "ratelimit"), Some(r#""slow";r=0;t=3"#));
+    assert_eq!(header(&res, "ratelimit-policy"), Some(r#""slow";q=1;w=5"#));
+    assert_eq!(
+        header(&res, "content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let body = text(res).await;
+    assert!(
+        body.contains("\"slow\"") && body.contains("retry in 3 s"),
+        "{body}"
+    );
+
+    // 2.2 s later: 300 ms left, still "1", never "0"
+    clock.advance(Duration::from_millis(2_200));
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "retry-after"), Some("1"));
+
+    clock.advance(Duration::from_millis(300));
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_header_style() {
+    let redis = RedisServer::start();
+    let clock = hour();
+    for (i, style) in [
+        HeaderStyle::Ietf,
+        HeaderStyle::Legacy,
+        HeaderStyle::Both,
+        HeaderStyle::None,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let limiter = clocked_limiter(
+            &redis,
+            &clock,
+            vec![
+                Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+                Quota::fixed_window(Rate::per_day(100)).name("day"),
+            ],
+        );
+        let key = format!("style-{i}");
+        let app = make_app(
+            RateLimitLayer::new(limiter, move |_: &Parts| Some(key.clone())).headers(style),
+        );
+        let ok = send(&app, get_req("/")).await;
+        let denied = send(&app, get_req("/")).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&denied, "retry-after"), Some("60"), "{style:?}");
+        let ietf = matches!(style, HeaderStyle::Ietf | HeaderStyle::Both);
+        let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
+        for res in [&ok, &denied] {
+            assert_eq!(res.headers().contains_key("ratelimit"), ietf, "{style:?}");
+            assert_eq!(res.headers().contains_key("ratelimit-policy"), ietf);
+            assert_eq!(res.headers().contains_key("x-ratelimit-limit"), legacy);
+            assert_eq!(res.headers().contains_key("x-ratelimit-remaining"), legacy);
+            assert_eq!(res.headers().contains_key("x-ratelimit-reset"), legacy);
+        }
+        if ietf {
+            assert_eq!(
+                header(&ok, "ratelimit-policy"),
+                Some(r#""minute";q=1;w=60, "day";q=100;w=86400"#)
+            );
+            assert_eq!(header(&ok, "ratelimit"), Some(r#""minute";r=0;t=60"#));
+            assert_eq!(header(&denied, "ratelimit"), Some(r#""minute";r=0;t=60"#));
+        }
+        if legacy {
+            assert_eq!(header(&ok, "x-ratelimit-limit"), Some("1"));
+            assert_eq!(header(&ok, "x-ratelimit-remaining"), Some("0"));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let reset: u64 = header(&denied, "x-ratelimit-reset")
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((now + 59..=now + 61).contains(&reset), "{reset} vs {now}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "cost",
+        Quota::fixed_window(Rate::per_minute(10)).name("minute"),
+    );
+    let app = make_app(
+        RateLimitLayer::new(limiter, peer)
+            .cost(|p: &Parts| {
+                p.headers
+                    .get("x-cost")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1)
+            })
+            .bypass(|p: &Parts| p.uri.path() == "/health"),
+    );
+    let weighted = Request::get("/")
+        .header("x-cost", "4")
+        .body(Body::empty())
+        .unwrap();
+    let res = send(&app, weighted).await;
+    assert_eq!(text(res).await, "remaining=6");
+    let peek = Request::get("/")
+        .header("x-cost", "0")
+        .body(Body::empty())
+        .unwrap();
+    let res = send(&app, peek).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await, "remaining=6", "cost 0 peeks");
+    for _ in 0..50 {
+        let res = send(&app, get_req("/health")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(
+            !res.headers().contains_key("ratelimit"),
+            "bypassed: no headers"
+        );
+    }
+    let too_heavy = Request::get("/")
+        .header("x-cost", "11")
+        .body(Body::empty())
+        .unwrap();
+    let res = send(&app, too_heavy).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&res, "retry-after"),
+        Some("60"),
+        "never fits: one window"
+    );
+    assert_eq!(text(send(&app, get_req("/")).await).await, "remaining=5");
+}
+
+#[tokio::test]
+async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "missing",
+        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+    );
+    // no connect info at all: a misconfigured server
+    let bare = |layer: RateLimitLayer| {
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer)
+    };
+
+    let app = bare(RateLimitLayer::new(limiter.clone(), peer));
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(redis.dbsize().await, 0, "no store call");
+
+    let app = bare(
+        RateLimitLayer::new(limiter.clone(), peer)
+            .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST)),
+    );
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let app = bare(RateLimitLayer::new(limiter.clone(), peer).on_missing_key(MissingKey::skip()));
+    for _ in 0..3 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(!res.headers().contains_key("ratelimit"));
+    }
+
+    let app =
+        bare(RateLimitLayer::new(limiter, peer).on_missing_key(MissingKey::fallback(key::Global)));
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "everyone without a key shares the global key"
+    );
+}
+
+#[tokio::test]
+async fn the_deny_response_can_be_replaced_and_still_gets_the_headers() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "problem",
+        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer).deny_response(problem_json));
+    send(&app, get_req("/")).await;
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&res, "content-type"),
+        Some("application/problem+json")
+    );
+    let retry = header(&res, "retry-after").unwrap().to_owned();
+    assert!(res.headers().contains_key("ratelimit"));
+    let body = text(res).await;
+    assert!(body.contains(r#""status":429"#), "{body}");
+    assert!(
+        body.contains(&format!(r#""retry_after":{retry}"#)),
+        "{body}"
+    );
+
+    let limiter = redis_limiter(&redis, "teapot", Quota::fixed_window(Rate::per_minute(1)));
+    let app = make_app(RateLimitLayer::new(limiter, peer).deny_response(
+        |_: &Parts, d: &Decision| {
+            let mut res = Response::new(format!("slow down, {} left", d.remaining));
+            *res.status_mut() = StatusCode::IM_A_TEAPOT;
+            res
+        },
+    ));
+    send(&app, get_req("/")).await;
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::IM_A_TEAPOT);
+    assert!(res.headers().contains_key("retry-after"));
+    assert_eq!(text(res).await, "slow down, 0 left");
+}
+
+/// Calls of every command except the INFO/CONFIG probes of the test itself.
+async fn redis_calls(redis: &RedisServer) -> u64 {
+    redis
+        .info_commandstats()
+        .await
+        .iter()
+        .filter(|(cmd, _)| !cmd.starts_with("info") && !cmd.starts_with("config"))
+        .map(|(_, calls)| calls)
+        .sum()
+}
+
+#[tokio::test]
+async fn the_deny_cache_cuts_redis_commands_under_a_flood_to_at_most_one_per_100_denials() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "flood",
+        Quota::gcra(Rate::per_minute(5)).name("minute"),
+    );
+    let layer = RateLimitLayer::new(limiter, peer);
+    let app = make_app(layer.clone());
+    for _ in 0..5 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let before = redis_calls(&redis).await;
+    let denials = 2_000;
+    for _ in 0..denials {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        assert!((1..=12).contains(&retry), "{retry}");
+        assert!(res.headers().contains_key("ratelimit"));
+    }
+    let commands = redis_calls(&redis).await - before - 1; // minus the INFO itself
+    eprintln!("deny cache: {commands} Redis commands for {denials} denied requests");
+    assert!(
+        commands * 100 <= denials,
+        "{commands} Redis commands for {denials} denied requests"
+    );
+    let stats = layer.stats();
+    assert_eq!(stats.denied + stats.deny_cache_hits, denials);
+    assert!(stats.deny_cache_hits >= denials - 20, "{stats:?}");
+
+    // Without the cache, every denial is a store call.
+    let limiter = redis_limiter(&redis, "nocache", Quota::gcra(Rate::per_minute(5)));
+    let app = make_app(RateLimitLayer::new(limiter, peer).deny_cache(false));
+    for _ in 0..5 {
+        send(&app, get_req("/")).await;
+    }
+    let before = redis.command_calls("evalsha").await;
+    for _ in 0..100 {
+        assert_eq!(
+            send(&app, get_req("/")).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    assert_eq!(redis.command_calls("evalsha").await - before, 100);
+}
+
+#[tokio::test]
+async fn the_deny_cache_lets_the_key_in_again_when_its_denial_ends() {
+    let redis = RedisServer::start();
+    let clock = hour();
+    let limiter = clocked_limiter(
+        &redis,
+        &clock,
+        vec![Quota::fixed_window(Rate::per_second(2)).name("second")],
+    );
+    let layer = RateLimitLayer::new(limiter, peer);
+    let app = make_app(layer.clone());
+    for _ in 0..2 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    for _ in 0..10 {
+        assert_eq!(
+            send(&app, get_req("/")).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    assert_eq!(layer.stats().denied, 1);
+    assert_eq!(layer.stats().deny_cache_hits, 9);
+    clock.advance(Duration::from_millis(999));
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "retry-after"), Some("1"));
+    assert_eq!(layer.stats().deny_cache_hits, 10);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_delay_is_waited_before_the_service_is_called_up_to_max_delay() {
+    // Memory store: its clock is tokio's, so paused time drives the whole test.
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(
+            Quota::leaky_bucket(Rate::per_second(1))
+                .burst(10)
+                .name("queue"),
+        )
+        .build()
+        .unwrap();
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = served.clone();
+    let svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(limiter, key::Global).max_delay(Duration::from_millis(2_500)))
+        .service_fn(move |req: Request<Body>| {
+            let log = log.clone();
+            async move {
+                let delay = req.extensions().get::<Decision>().unwrap().delay;
+                log.lock()
+                    .unwrap()
+                    .push((tokio::time::Instant::now(), delay));
+                Ok::<_, Infallible>(Response::new(Body::empty()))
+            }
+        });
+    let start = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..4).map(|_| svc.clone().oneshot(get_req("/"))).collect();
+    for res in futures_join(calls).await {
+        assert_eq!(res.unwrap().status(), StatusCode::OK);
+    }
+    let mut served = served.lock().unwrap().clone();
+    served.sort();
+    let at: Vec<(Duration, Option<Duration>)> =
+        served.iter().map(|(t, d)| (*t - start, *d)).collect();
+    assert_eq!(
+        at,
+        vec![
+            (Duration::ZERO, None),
+            (Duration::from_secs(1), Some(Duration::from_secs(1))),
+            (Duration::from_secs(2), Some(Duration::from_secs(2))),
+            // a 3 s slot, served after max_delay
+            (Duration::from_millis(2_500), Some(Duration::from_secs(3))),
+        ]
+    );
+}
+
+/// Runs futures concurrently on this task.
+async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut handles: Vec<_> = handles.into_iter().map(Some).collect();
+    let mut out: Vec<Option<F::Output>> = (0..handles.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (h, o) in handles.iter_mut().zip(out.iter_mut()) {
+            if let Some(f) = h {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *o = Some(v);
+                        *h = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// A streaming body: frames sent through a channel; records when it is dropped.
+struct Stream {
+    rx: mpsc::Receiver<Bytes>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Stream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Waits (bounded) until `key` has `want` leases free again.
+async fn until_free(limiter: &RateLimiter, key: &str, want: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = limiter.peek(key).await.unwrap().remaining;
+        if left == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lease not released: {left} free, want {want}"
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_concurrency_lease_is_released_when_a_streaming_body_is_dropped_mid_way() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(&redis, "conc", Quota::concurrency(1).name("inflight"));
+    let senders = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (s, d) = (senders.clone(), dropped.clone());
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (tx, rx) = mpsc::channel(4);
+                s.lock().unwrap().push(tx);
+                let body = Body::new(Stream {
+                    rx,
+                    dropped: d.clone(),
+                });
+                async move { Response::new(body) }
+            }),
+        )
+        .layer(RateLimitLayer::new(limiter.clone(), peer))
+        .layer(MockConnectInfo(SocketAddr::from(PEER)));
+    let key = "203.0.113.7";
+
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "ratelimit"), Some(r#""inflight";r=0;t=60"#));
+    let tx = senders.lock().unwrap()[0].clone();
+    tx.send(Bytes::from_static(b"first chunk")).await.unwrap();
+    let mut body = res.into_body();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "first chunk");
+
+    // While the body streams, the slot is taken.
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limiter.peek(key).await.unwrap().remaining, 0);
+
+    // The client goes away mid-stream.
+    drop(body);
+    assert!(dropped.load(Ordering::SeqCst));
+    until_free(&limiter, key, 1).await;
+
+    // Not cached as a denial: the next request gets the slot at once.
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    // A body read to its end releases the lease too.
+    let tx = senders.lock().unwrap()[1].clone();
+    tx.send(Bytes::from_static(b"all")).await.unwrap();
+    drop(tx);
+    senders.lock().unwrap().clear();
+    let body = res.into_body();
+    let (tx_done, rx_done) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        // keep the body alive after its end: release must come from the end, not the drop
+        let mut body = body;
+        while let Some(f) = body.frame().await {
+            f.unwrap();
+        }
+        let _ = rx_done.await;
+        drop(body);
+    });
+    until_free(&limiter, key, 1).await;
+    let _ = tx_done.send(());
+}
+
+#[tokio::test]
+async fn a_concurrency_lease_is_released_when_the_response_future_is_dropped() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(&redis, "conc-drop", Quota::concurrency(1).name("inflight"));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (e, c) = (entered.clone(), calls.clone());
+    let mut svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(limiter.clone(), key::Global))
+        .service_fn(move |_req: Request<Body>| {
+            let (e, c) = (e.clone(), c.clone());
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                e.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<_, Infallible>(Response::new(Body::empty()))
+            }
+        });
+    let fut = svc.ready().await.unwrap().call(get_req("/"));
+    let task = tokio::spawn(fut);
+    entered.notified().await;
+    assert_eq!(limiter.peek("global").await.unwrap().remaining, 0);
+    task.abort();
+    let _ = task.await;
+    until_free(&limiter, "global", 1).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_failure_policy_applies_when_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let quota = || Quota::fixed_window(Rate::per_minute(2)).name("minute");
+    let store =
+        |redis: &RedisServer| RedisStore::new(redis.pool(2)).timeout(Duration::from_millis(50));
+    let limiter = |redis: &RedisServer| {
+        RateLimiter::builder()
+            .store(store(redis))
+            .prefix("failure")
+            .quota(quota())
+            .build()
+            .unwrap()
+    };
+    let open = RateLimitLayer::new(limiter(&redis), peer);
+    let closed = RateLimitLayer::new(limiter(&redis), peer).on_store_error(FailurePolicy::Closed);
+    let fallback = RateLimitLayer::new(limiter(&redis), peer)
+        .on_store_error(FailurePolicy::Fallback(MemoryStore::new()));
+    let (open_app, closed_app, fallback_app) = (
+        make_app(open.clone()),
+        make_app(closed.clone()),
+        make_app(fallback.clone()),
+    );
+    // While Redis is up, all three limit through it.
+    assert_eq!(send(&open_app, get_req("/")).await.status(), StatusCode::OK);
+    assert_eq!(redis.dbsize().await, 1);
+
+    redis.kill();
+    for _ in 0..5 {
+        let res = send(&open_app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::OK, "fail open");
+        assert!(
+            !res.headers().contains_key("ratelimit"),
+            "no decision, no headers"
+        );
+        assert_eq!(text(res).await, "no decision");
+    }
+    assert_eq!(open.stats().store_errors, 5);
+
+    let res = send(&closed_app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE, "fail closed");
+    assert_eq!(header(&res, "retry-after"), Some("1"));
+
+    let statuses: Vec<StatusCode> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(send(&fallback_app, get_req("/")).await.status());
+        }
+        v
+    };
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "the memory store enforces the same quota"
+    );
+    assert_eq!(fallback.stats().fallback_decisions, 3);
+
+    // Back up: decisions come from Redis again.
+    redis.restart();
+    let res = send(&closed_app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().contains_key("ratelimit"));
+}
+
+#[tokio::test]
+async fn a_hung_redis_is_bounded_by_the_timeout() {
+    let redis = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(2)).timeout(Duration::from_secs(30)))
+        .prefix("hung")
+        .quota(Quota::fixed_window(Rate::per_minute(2)))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, peer)
+        .timeout(Duration::from_millis(50))
+        .on_store_error(FailurePolicy::Closed);
+    let app = make_app(layer.clone());
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    redis.pause();
+    let res = tokio::time::timeout(Duration::from_secs(10), send(&app, get_req("/")))
+        .await
+        .expect("the layer's timeout ends the store call");
+    redis.resume();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(layer.stats().store_errors, 1);
+}
+
+#[tokio::test]
+async fn grpc_denials_are_trailers_only_resource_exhausted_with_rate_limit_metadata() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "grpc",
+        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer));
+    let grpc = || {
+        Request::post("/")
+            .header("content-type", "application/grpc+proto")
+            .body(Body::empty())
+            .unwrap()
+    };
+    send(&app, grpc()).await;
+    let res = send(&app, grpc()).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "content-type"), Some("application/grpc"));
+    assert_eq!(header(&res, "grpc-status"), Some("8"));
+    let message = header(&res, "grpc-message").unwrap();
+    assert!(message.contains("minute"), "{message}");
+    assert!(res.headers().contains_key("ratelimit"));
+    assert!(res.headers().contains_key("retry-after"));
+    let body = res.into_body().collect().await.unwrap();
+    assert!(body.trailers().is_none());
+    assert!(body.to_bytes().is_empty(), "trailers-only: no body");
+}
+
+#[tokio::test]
+async fn malformed_and_non_utf8_header_values_are_limited_not_rejected() {
+    let redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "bytes",
+        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+    );
+    // Key: the raw bytes of a header, whatever they are.
+    let raw_key = |p: &Parts| p.headers.get("x-api-key").map(|v| v.as_bytes().to_vec());
+    let app = make_app(
+        RateLimitLayer::new(limiter.clone(), raw_key)
+            .on_missing_key(MissingKey::reject(StatusCode::UNAUTHORIZED)),
+    );
+    let with = |v: &[u8]| {
+        let mut req = get_req("/");
+        req.headers_mut()
+            .insert("x-api-key", HeaderValue::from_bytes(v).unwrap());
+        // a content type that is not even UTF-8 is simply not gRPC
+        req.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_bytes(b"application/\xffgrpc").unwrap(),
+        );
+        req
+    };
+    for key in [&b"\xff\xfe\xfd"[..], b"{slot}", b"a\tb", &[b'k'; 4_000][..]] {
+        assert_eq!(send(&app, with(key)).await.status(), StatusCode::OK);
+        let res = send(&app, with(key)).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(res.headers().contains_key("retry-after"));
+    }
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // Every stored key is hashed or verbatim-safe: no braces steering the slot, nothing huge.
+    for (k, ttl) in redis.keys_with_ttl().await {
+        assert!(k.len() < 200, "{}", String::from_utf8_lossy(&k));
+        assert_eq!(k.iter().filter(|&&b| b == b'{').count(), 1);
+        assert!(ttl > 0);
+    }
+}
+
+#[tokio::test]
+async fn works_with_route_layer_and_per_route_layers() {
+    let redis = RedisServer::start();
+    let layer = |prefix: &str| {
+        RateLimitLayer::new(
+            redis_limiter(&redis, prefix, Quota::fixed_window(Rate::per_minute(1))),
+            peer,
+        )
+    };
+    let app = Router::new()
+        .route(
+            "/per-route",
+            get(|| async { "one route" }).layer(layer("per-route")),
+        )
+        .merge(
+            Router::new()
+                .route("/grouped", get(|| async { "a group" }))
+                .route_layer(layer("grouped")),
+        )
+        .route("/free", get(|| async { "free" }))
+        .layer(MockConnectInfo(SocketAddr::from(PEER)));
+    for path in ["/per-route", "/grouped"] {
+        let res = send(&app, get_req(path)).await;
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        assert!(res.headers().contains_key("ratelimit"));
+        assert_eq!(
+            send(&app, get_req(path)).await.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{path}"
+        );
+    }
+    for _ in 0..3 {
+        let res = send(&app, get_req("/free")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(!res.headers().contains_key("ratelimit"));
+    }
+    let res = send(&app, get_req("/nope")).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(!res.headers().contains_key("ratelimit"));
+}
