@@ -249,7 +249,7 @@ impl RateLimiter {
                     .filter(|(q, _)| q.strategy == Strategy::Concurrency)
                     .map(|(_, k)| k)
                     .collect();
-                (!conc.is_empty()).then(|| Lease {
+                (!conc.is_empty()).then_some(Lease {
                     base,
                     keys: conc,
                     member: nonce,
@@ -274,12 +274,12 @@ impl RateLimiter {
 
 /// The user key as it appears inside the hash tag.
 fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
-    if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') {
-        if let Ok(s) = std::str::from_utf8(key) {
-            if !s.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
-                return std::borrow::Cow::Borrowed(s);
-            }
-        }
+    if key.len() <= MAX_VERBATIM_KEY_LEN
+        && key.first() != Some(&b'~')
+        && let Ok(s) = std::str::from_utf8(key)
+        && !s.chars().any(|c| c == '{' || c == '}' || c.is_control())
+    {
+        return std::borrow::Cow::Borrowed(s);
     }
     std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
 }

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::strategy::Strategy as _;
 use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, Rate, RateLimiter};
 
 /// (time step in µs, cost) pairs.

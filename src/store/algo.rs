@@ -96,13 +96,14 @@ pub(crate) fn run(
         Strategy::Gcra => tat_policy(slot, burst, interval, now, cost, false),
         Strategy::Concurrency => concurrency(slot, n, period, now, cost, nonce),
     };
-    if raw.ok && write {
-        if let Some(value) = new {
-            *slot = Some(Entry {
-                value,
-                expires_at: now + ttl_us(raw.reset),
-            });
-        }
+    if raw.ok
+        && write
+        && let Some(value) = new
+    {
+        *slot = Some(Entry {
+            value,
+            expires_at: now + ttl_us(raw.reset),
+        });
     }
     raw
 }

@@ -62,11 +62,11 @@ struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         let object = self.object.get_mut().map(Option::take).unwrap_or(None);
-        if let Some(obj) = object {
-            if self.broken.load(Ordering::Relaxed) {
-                // Do not hand a broken connection back to the pool.
-                drop(deadpool_redis::Connection::take(obj));
-            }
+        if let Some(obj) = object
+            && self.broken.load(Ordering::Relaxed)
+        {
+            // Do not hand a broken connection back to the pool.
+            drop(deadpool_redis::Connection::take(obj));
         }
     }
 }
