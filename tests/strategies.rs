@@ -101,7 +101,11 @@ async fn sliding_window_log_is_exact_over_any_window() {
         clock.advance(ms(6_000) - us(1));
         denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
         // needing 3 free slots means waiting for the third-oldest entry (t=4s)
-        denied(&lim.check_n("k", 3).await.unwrap(), 0, Some(ms(4_000) + us(1)));
+        denied(
+            &lim.check_n("k", 3).await.unwrap(),
+            0,
+            Some(ms(4_000) + us(1)),
+        );
         clock.advance(us(1));
         allowed(&lim.check("k").await.unwrap(), 1, ms(10_000));
         allowed(&lim.check("k").await.unwrap(), 0, ms(10_000));
@@ -232,7 +236,10 @@ async fn concurrency_holds_leases_until_released_or_expired() {
         lim.release(a.lease.as_ref().unwrap()).await.unwrap(); // twice is harmless
         let c = lim.check("k").await.unwrap();
         allowed(&c, 0, ms(30_000));
-        assert_ne!(c.lease.as_ref().unwrap().id(), b.lease.as_ref().unwrap().id());
+        assert_ne!(
+            c.lease.as_ref().unwrap().id(),
+            b.lease.as_ref().unwrap().id()
+        );
         // leases of a crashed holder expire after the timeout
         clock.advance(ms(30_000));
         allowed(&lim.check_n("k", 2).await.unwrap(), 0, ms(30_000));
