@@ -1,6 +1,8 @@
 //! Stores: where limiter state lives.
 //!
 //! - [`RedisStore`]: a single Redis over a `deadpool_redis::Pool`.
+//! - `RedisClusterStore` (feature `cluster`): a Redis Cluster over a
+//!   `deadpool_redis::cluster::Pool`.
 //! - [`MemoryStore`]: in process; the embedded default and the fallback.
 //!
 //! Every store runs the same algorithms with the same integer-microsecond
@@ -8,12 +10,17 @@
 //! identical decisions (checked by differential tests).
 
 pub(crate) mod algo;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod memory;
 mod redis;
 pub(crate) mod script;
+mod shared;
 
 use std::time::Duration;
 
+#[cfg(feature = "cluster")]
+pub use self::cluster::RedisClusterStore;
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 use crate::decision::Lease;
@@ -29,6 +36,8 @@ pub trait Store: sealed::Sealed + Send + Sync + 'static {}
 
 impl Store for RedisStore {}
 impl Store for MemoryStore {}
+#[cfg(feature = "cluster")]
+impl Store for RedisClusterStore {}
 
 #[allow(private_interfaces)]
 pub(crate) mod sealed {
@@ -46,6 +55,14 @@ impl sealed::Sealed for RedisStore {
     }
 }
 
+#[cfg(feature = "cluster")]
+#[allow(private_interfaces)]
+impl sealed::Sealed for RedisClusterStore {
+    fn into_backend(self) -> Backend {
+        Backend::Cluster(self)
+    }
+}
+
 #[allow(private_interfaces)]
 impl sealed::Sealed for MemoryStore {
     fn into_backend(self) -> Backend {
@@ -57,6 +74,8 @@ impl sealed::Sealed for MemoryStore {
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
     Redis(RedisStore),
+    #[cfg(feature = "cluster")]
+    Cluster(RedisClusterStore),
     Memory(MemoryStore),
 }
 
@@ -112,6 +131,8 @@ impl Backend {
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
             Backend::Redis(s) => s.decide(call).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.decide(call).await,
             Backend::Memory(s) => Ok(s.decide(call)),
         }
     }
@@ -119,6 +140,8 @@ impl Backend {
     pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         match self {
             Backend::Redis(s) => s.release(lease).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.release(lease).await,
             Backend::Memory(s) => {
                 s.release(lease);
                 Ok(())
@@ -129,6 +152,8 @@ impl Backend {
     pub(crate) async fn reset(&self, base: &str, keys: &[String]) -> Result<(), StoreError> {
         match self {
             Backend::Redis(s) => s.reset(keys).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.reset(keys).await,
             Backend::Memory(s) => {
                 s.reset(base, keys);
                 Ok(())

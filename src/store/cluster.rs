@@ -1,0 +1,100 @@
+//! [`RedisClusterStore`]: limiter state in a Redis Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::cluster::Pool;
+use redis::cluster_async::ClusterConnection;
+
+use super::shared::{Pooled, Shared, pool_error};
+use super::{Call, Outcome};
+use crate::decision::Lease;
+use crate::error::StoreError;
+
+/// A store in a Redis Cluster, reached through a `deadpool_redis::cluster::Pool`.
+///
+/// Every decision touches one hash slot: all keys of one user key share the
+/// hash tag `{<prefix>:<key>}`, and a user key containing braces is hashed
+/// first, so nobody can pin traffic to a chosen slot. Different user keys
+/// spread over all primaries. The script is loaded on every primary when a
+/// node answers `NOSCRIPT` (for instance a replica just promoted by a
+/// failover). Semantics and guarantees are those of [`RedisStore`](crate::RedisStore).
+///
+/// ```no_run
+/// use tower_redis_ratelimit::RedisClusterStore;
+///
+/// let urls = vec!["redis://127.0.0.1:7000/".to_owned(), "redis://127.0.0.1:7001/".to_owned()];
+/// let pool = deadpool_redis::cluster::Config::from_urls(urls)
+///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+/// let store = RedisClusterStore::new(pool);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub struct RedisClusterStore {
+    inner: Arc<Shared<Pool>>,
+}
+
+impl Pooled for Pool {
+    type Conn = ClusterConnection;
+    type Object = deadpool_redis::cluster::Connection;
+    // A cluster connection's response timeout is set when its pool is built,
+    // so each call gets a timer of its own.
+    const SELF_TIMED: bool = false;
+
+    async fn get(&self, _timeout: Duration) -> Result<(Self::Object, Self::Conn), StoreError> {
+        let object = Pool::get(self).await.map_err(pool_error)?;
+        let conn: ClusterConnection = (*object).clone();
+        Ok((object, conn))
+    }
+
+    fn discard(object: Self::Object) {
+        drop(deadpool_redis::cluster::Connection::take(object));
+    }
+}
+
+impl std::fmt::Debug for RedisClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClusterStore")
+            .field("pool", &self.inner.pool.status())
+            .field("timeout", &self.inner.timeout)
+            .finish()
+    }
+}
+
+impl RedisClusterStore {
+    /// Default bound on one store call.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+    /// A store over `pool` with the [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
+    pub fn new(pool: Pool) -> Self {
+        Self {
+            inner: Arc::new(Shared::new(pool, 1, Self::DEFAULT_TIMEOUT)),
+        }
+    }
+
+    /// Bounds every store call, taking a connection included.
+    #[must_use]
+    pub fn timeout(self, timeout: Duration) -> Self {
+        Self {
+            inner: Arc::new(Shared::new(self.inner.pool.clone(), 1, timeout)),
+        }
+    }
+
+    /// The pool this store takes its connection from.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
+        self.inner.decide(call).await
+    }
+
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.release(lease).await
+    }
+
+    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
+        self.inner.reset(keys).await
+    }
+}

@@ -1,0 +1,287 @@
+//! What [`RedisStore`](crate::RedisStore) and `RedisClusterStore` share:
+//! multiplexed connections held out of a deadpool pool, one `EVALSHA` per
+//! decision, `NOSCRIPT` reloads, time budgets and broken-connection replacement.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::script::LimiterScript;
+use super::{Call, Outcome, QuotaOutcome};
+use crate::decision::Lease;
+use crate::error::StoreError;
+use crate::store::algo::Raw;
+
+/// A deadpool pool of multiplexed (shareable) Redis connections.
+pub(crate) trait Pooled: Send + Sync + 'static {
+    /// The shareable connection; clones use the same socket(s).
+    type Conn: ConnectionLike + Clone + Send + Sync + 'static;
+    /// The pool's object that owns the connection.
+    type Object: Send + 'static;
+    /// Whether the connection enforces the call timeout itself (no timer needed per call).
+    const SELF_TIMED: bool;
+
+    /// Takes a connection out of the pool.
+    fn get(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Self::Object, Self::Conn), StoreError>> + Send;
+
+    /// Drops a broken connection instead of handing it back to the pool.
+    fn discard(object: Self::Object);
+}
+
+/// The shared state of a Redis-backed store.
+pub(crate) struct Shared<P: Pooled> {
+    pub(crate) pool: P,
+    slots: Box<[Slot<P>]>,
+    next: AtomicUsize,
+    pub(crate) timeout: Duration,
+}
+
+struct Slot<P: Pooled> {
+    held: RwLock<Option<Arc<Held<P>>>>,
+    refill: tokio::sync::Mutex<()>,
+}
+
+/// A connection taken out of the pool for sharing.
+struct Held<P: Pooled> {
+    conn: P::Conn,
+    object: Mutex<Option<P::Object>>,
+    broken: AtomicBool,
+}
+
+impl<P: Pooled> Drop for Held<P> {
+    fn drop(&mut self) {
+        let object = self.object.get_mut().map(Option::take).unwrap_or(None);
+        if let Some(obj) = object
+            && self.broken.load(Ordering::Relaxed)
+        {
+            P::discard(obj);
+        }
+        // otherwise the object returns to its pool as it drops
+    }
+}
+
+/// What [`Shared::query`] sends.
+#[derive(Clone, Copy)]
+pub(crate) enum Request<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
+
+impl Request<'_> {
+    async fn run<T: redis::FromRedisValue, C: ConnectionLike>(
+        self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Request::Cmd(c) => c.query_async(conn).await,
+            Request::Pipe(p) => p.query_async(conn).await,
+        }
+    }
+}
+
+impl<P: Pooled> Shared<P> {
+    pub(crate) fn new(pool: P, connections: usize, timeout: Duration) -> Self {
+        Self {
+            pool,
+            slots: (0..connections.max(1))
+                .map(|_| Slot {
+                    held: RwLock::new(None),
+                    refill: tokio::sync::Mutex::new(()),
+                })
+                .collect(),
+            next: AtomicUsize::new(0),
+            timeout,
+        }
+    }
+
+    pub(crate) fn connections(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Runs `f` within what is left of the call's time budget.
+    async fn within<T, F>(&self, started: Instant, f: F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let left = self.timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    fn slot(&self) -> &Slot<P> {
+        if self.slots.len() == 1 {
+            &self.slots[0]
+        } else {
+            &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()]
+        }
+    }
+
+    /// Takes a connection out of the pool for `slot`, unless another task just did.
+    async fn refill(&self, slot: &Slot<P>) -> Result<Arc<Held<P>>, StoreError> {
+        // One task per slot refills it; the others wait for its result.
+        let _refill = slot.refill.lock().await;
+        if let Some(h) = read(&slot.held) {
+            return Ok(h);
+        }
+        let (object, conn) = self.pool.get(self.timeout).await?;
+        let held = Arc::new(Held {
+            conn,
+            object: Mutex::new(Some(object)),
+            broken: AtomicBool::new(false),
+        });
+        *slot.held.write().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
+        Ok(held)
+    }
+
+    /// Forgets a connection that failed, so the next call takes a fresh one.
+    fn discard(&self, held: &Arc<Held<P>>) {
+        held.broken.store(true, Ordering::Relaxed);
+        for slot in self.slots.iter() {
+            let mut guard = slot.held.write().unwrap_or_else(|e| e.into_inner());
+            if guard.as_ref().is_some_and(|h| Arc::ptr_eq(h, held)) {
+                *guard = None;
+            }
+        }
+    }
+
+    fn failed(&self, held: &Arc<Held<P>>, e: RedisError) -> StoreError {
+        if e.is_timeout() {
+            return StoreError::Timeout(self.timeout);
+        }
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.discard(held);
+        }
+        StoreError::Redis(e)
+    }
+
+    /// Runs `req` on a shared connection within the timeout, loading `script`
+    /// on `NOSCRIPT` and replacing the connection if it broke.
+    ///
+    /// Hot path: a read lock, a clone, one round trip (bounded by the
+    /// connection's own response timeout where it has one). Anything slower
+    /// (taking a connection from the pool, reloading the script) runs within
+    /// what is left of the budget.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        req: Request<'_>,
+        script: Option<&LimiterScript>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let slot = self.slot();
+        let (held, fresh) = match read(&slot.held) {
+            Some(h) => (h, false),
+            None => (self.within(started, self.refill(slot)).await?, true),
+        };
+        let mut conn = held.conn.clone();
+        let result = if fresh || !P::SELF_TIMED {
+            self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })
+                .await?
+        } else {
+            req.run::<T, _>(&mut conn).await
+        };
+        match (result, script) {
+            (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // Redis restarted, failed over or flushed its scripts: nothing
+                // ran, so load the script (on every primary in a cluster) and run again.
+                self.within(started, async {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(&script.source)
+                        .query_async::<redis::Value>(&mut conn)
+                        .await
+                        .map_err(|e| self.failed(&held, e))?;
+                    req.run::<T, _>(&mut conn)
+                        .await
+                        .map_err(|e| self.failed(&held, e))
+                })
+                .await
+            }
+            (r, _) => r.map_err(|e| self.failed(&held, e)),
+        }
+    }
+
+    pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(call.script.sha.as_str())
+            .arg(call.keys.len())
+            .arg(call.keys)
+            .arg(call.now_us.unwrap_or(0))
+            .arg(call.cost);
+        for a in call.quota_args {
+            cmd.arg(a.as_slice());
+        }
+        if !call.nonce.is_empty() {
+            cmd.arg(call.nonce);
+        }
+        let reply: Vec<i64> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
+        parse_reply(&reply, call.keys.len())
+    }
+
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        let members: Vec<String> = lease.members().collect();
+        if let [key] = lease.keys.as_slice() {
+            let mut cmd = redis::cmd("ZREM");
+            cmd.arg(key).arg(&members);
+            return self.query(Request::Cmd(&cmd), None).await;
+        }
+        // several concurrency quotas: their keys share one slot (hash tag)
+        let mut pipe = redis::pipe();
+        for key in &lease.keys {
+            pipe.cmd("ZREM").arg(key).arg(&members).ignore();
+        }
+        self.query(Request::Pipe(&pipe), None).await
+    }
+
+    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(keys);
+        self.query(Request::Cmd(&cmd), None).await
+    }
+}
+
+fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
+    lock.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Turns the script's flat reply into an [`Outcome`].
+pub(crate) fn parse_reply(reply: &[i64], quotas: usize) -> Result<Outcome, StoreError> {
+    if reply.len() != 1 + 5 * quotas {
+        return Err(StoreError::Protocol(format!(
+            "expected {} integers from the limiter script, got {}",
+            1 + 5 * quotas,
+            reply.len()
+        )));
+    }
+    let quotas = reply[1..]
+        .chunks_exact(5)
+        .map(|r| {
+            QuotaOutcome::from(Raw {
+                ok: r[0] == 1,
+                remaining: r[1],
+                reset: r[2],
+                retry: r[3],
+                delay: r[4],
+            })
+        })
+        .collect();
+    Ok(Outcome {
+        allowed: reply[0] == 1,
+        quotas,
+    })
+}
+
+/// A deadpool error as a store error.
+pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> StoreError {
+    match e {
+        deadpool_redis::PoolError::Backend(e) => StoreError::Redis(e),
+        other => StoreError::Pool(other.to_string()),
+    }
+}
