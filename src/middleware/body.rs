@@ -131,22 +131,19 @@ impl Drop for LeaseGuard {
         let Some(lease) = self.lease.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let limiter = self.limiter.clone();
-                handle.spawn(async move {
-                    if let Err(_error) = limiter.release(&lease).await {
-                        event!(warn, error = %_error, lease = lease.id(), "could not release a concurrency lease; it expires after its lease timeout");
-                    }
-                });
-            }
-            Err(_) => {
-                event!(
-                    warn,
-                    lease = lease.id(),
-                    "concurrency lease dropped outside a Tokio runtime; it expires after its lease timeout"
-                );
-            }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let limiter = self.limiter.clone();
+            handle.spawn(async move {
+                if let Err(_error) = limiter.release(&lease).await {
+                    event!(warn, error = %_error, lease = lease.id(), "could not release a concurrency lease; it expires after its lease timeout");
+                }
+            });
+        } else {
+            event!(
+                warn,
+                lease = lease.id(),
+                "concurrency lease dropped outside a Tokio runtime; it expires after its lease timeout"
+            );
         }
     }
 }
