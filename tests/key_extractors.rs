@@ -454,3 +454,123 @@ proptest! {
         prop_assert_eq!(PeerIp.extract(&parts).unwrap(), format!("ip:{v4}").into_bytes());
     }
 }
+
+/// The extractors inside a real axum router, where axum fills the extensions.
+#[cfg(feature = "axum")]
+mod axum_router {
+    use std::net::SocketAddr;
+
+    use axum::Router;
+    use axum::extract::Request;
+    use axum::extract::connect_info::MockConnectInfo;
+    use axum::middleware::{self, Next};
+    use axum::response::Response;
+    use axum::routing::get;
+    use http::HeaderValue;
+    use tower::ServiceExt;
+    use tower_redis_ratelimit::key::{
+        ClientIp, Header, KeyExtractor, MatchedPath, Method, Path, PeerIp,
+    };
+
+    /// Middleware that answers with the key of each extractor in a header.
+    async fn report_keys(req: Request, next: Next) -> Response {
+        let (parts, body) = req.into_parts();
+        let keys: Vec<(&str, Option<Vec<u8>>)> = vec![
+            ("x-peer", PeerIp.extract(&parts)),
+            (
+                "x-client",
+                ClientIp::new()
+                    .trust_cidrs(["10.0.0.0/8"])
+                    .unwrap()
+                    .extract(&parts),
+            ),
+            ("x-route", MatchedPath.extract(&parts)),
+            ("x-route-method", (MatchedPath, Method).extract(&parts)),
+            ("x-path", Path.extract(&parts)),
+            (
+                "x-api-key",
+                Header::parse("x-api-key").unwrap().extract(&parts),
+            ),
+        ];
+        let mut res = next.run(Request::from_parts(parts, body)).await;
+        for (name, key) in keys {
+            let value = match key {
+                Some(key) => HeaderValue::from_bytes(&key).unwrap(),
+                None => HeaderValue::from_static("<none>"),
+            };
+            res.headers_mut().insert(name, value);
+        }
+        res
+    }
+
+    async fn call(app: Router, uri: &str, xff: Option<&str>) -> http::HeaderMap {
+        let mut req = http::Request::get(uri);
+        if let Some(xff) = xff {
+            req = req.header("x-forwarded-for", xff);
+        }
+        req = req.header("x-api-key", "sk_test_secret_value");
+        let res = app
+            .oneshot(req.body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        res.headers().clone()
+    }
+
+    fn app(peer: [u8; 4], route_layer: bool) -> Router {
+        let router = Router::new()
+            .route("/users/{id}", get(|| async { "ok" }))
+            .fallback(|| async { "fallback" });
+        let router = if route_layer {
+            router.route_layer(middleware::from_fn(report_keys))
+        } else {
+            router.layer(middleware::from_fn(report_keys))
+        };
+        router.layer(MockConnectInfo(SocketAddr::from((peer, 5555))))
+    }
+
+    #[tokio::test]
+    async fn matched_path_shares_one_key_per_route_under_layer_and_route_layer() {
+        for route_layer in [false, true] {
+            let one = call(app([192, 0, 2, 1], route_layer), "/users/1", None).await;
+            let two = call(app([192, 0, 2, 1], route_layer), "/users/2?x=1", None).await;
+            assert_eq!(one["x-route"], "route:/users/{id}");
+            assert_eq!(one["x-route"], two["x-route"]);
+            assert_eq!(one["x-route-method"], two["x-route-method"]);
+            assert_eq!(one["x-path"], "path:/users/1");
+            assert_eq!(two["x-path"], "path:/users/2");
+        }
+    }
+
+    #[tokio::test]
+    async fn matched_path_is_none_for_the_fallback() {
+        let res = call(app([192, 0, 2, 1], false), "/nowhere", None).await;
+        assert_eq!(res["x-route"], "<none>");
+        assert_eq!(res["x-route-method"], "<none>");
+        assert_eq!(res["x-path"], "path:/nowhere");
+    }
+
+    #[tokio::test]
+    async fn peer_and_client_ip_read_axum_connect_info() {
+        // A direct client: its spoofed X-Forwarded-For is ignored.
+        let direct = call(app([203, 0, 113, 5], false), "/users/1", Some("1.2.3.4")).await;
+        assert_eq!(direct["x-peer"], "ip:203.0.113.5");
+        assert_eq!(direct["x-client"], "ip:203.0.113.5");
+        // Through a trusted proxy: the client is the rightmost untrusted hop.
+        let proxied = call(
+            app([10, 0, 0, 2], false),
+            "/users/1",
+            Some("1.2.3.4, 198.51.100.20, 10.0.0.9"),
+        )
+        .await;
+        assert_eq!(proxied["x-peer"], "ip:10.0.0.2");
+        assert_eq!(proxied["x-client"], "ip:198.51.100.20");
+    }
+
+    #[tokio::test]
+    async fn header_key_hides_the_secret() {
+        let res = call(app([192, 0, 2, 1], false), "/users/1", None).await;
+        let key = res["x-api-key"].to_str().unwrap();
+        assert!(key.starts_with("hdr:x-api-key:"));
+        assert!(!key.contains("sk_test"));
+    }
+}

@@ -16,8 +16,9 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 /// The sources are tried in this order; the first one present wins:
 ///
 /// 1. axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve the router
-///    with `into_make_service_with_connect_info::<SocketAddr>()`, or add
-///    `MockConnectInfo` in tests);
+///    with `into_make_service_with_connect_info::<SocketAddr>()`), then
+///    axum's `MockConnectInfo<SocketAddr>` (what that layer inserts in tests),
+///    the same order as axum's own `ConnectInfo` extractor;
 /// 2. tonic's `TcpConnectInfo` with a remote address (feature `tonic`; tonic
 ///    inserts it for plain TCP and for TLS connections);
 /// 3. a plain [`SocketAddr`] extension, for any other server (insert it
@@ -31,6 +32,14 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
     if let Some(axum::extract::ConnectInfo(addr)) = parts
         .extensions
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::connect_info::MockConnectInfo(addr)) =
+        parts
+            .extensions
+            .get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
     {
         return Some(*addr);
     }
@@ -231,6 +240,24 @@ mod tests {
         parts
             .extensions
             .insert(SocketAddr::from(([192, 0, 2, 1], 1)));
+        parts
+            .extensions
+            .insert(axum::extract::ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 9],
+                2,
+            ))));
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:203.0.113.9");
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn peer_ip_reads_axum_mock_connect_info_after_the_real_one() {
+        use axum::extract::connect_info::MockConnectInfo;
+        let mut parts = parts();
+        parts
+            .extensions
+            .insert(MockConnectInfo(SocketAddr::from(([198, 51, 100, 1], 1))));
+        assert_eq!(PeerIp.extract(&parts).unwrap(), b"ip:198.51.100.1");
         parts
             .extensions
             .insert(axum::extract::ConnectInfo(SocketAddr::from((

@@ -17,7 +17,7 @@
 //! | `(A, B)`, `(A, B, C)`, `(A, B, C, D)` | each part length-prefixed: `6:global,10:method:GET,` | any part is `None` |
 //! | closures | what they return | they return `None` |
 //!
-//! Peer addresses come from axum's `ConnectInfo<SocketAddr>` (feature
+//! Peer addresses come from axum's `ConnectInfo<SocketAddr>` or `MockConnectInfo` (feature
 //! `axum`), tonic's `TcpConnectInfo` (feature `tonic`) or a plain
 //! [`SocketAddr`](std::net::SocketAddr) extension; see [`peer_addr`].
 //!

@@ -78,10 +78,12 @@ impl KeyExtractor for Path {
 /// Key: the axum route template that matched, as `route:<template>`, so
 /// `/users/1` and `/users/2` share the key `route:/users/{id}`.
 ///
-/// axum records the template in the request extensions once a route
-/// matched, so this works in a layer added with `Router::route_layer` or on
-/// a route; under `Router::layer` (before routing) and outside axum it is
-/// absent, and the key is `None`.
+/// axum records the template in the request extensions when a route
+/// matches, before the route's layers run, so this works in a layer added
+/// with `Router::layer`, `Router::route_layer` or on a single route. It is
+/// absent (the key is `None`) when no route matched (the fallback) and in a
+/// layer wrapped around the whole router from outside, which runs before
+/// routing.
 #[cfg(feature = "axum")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MatchedPath;
