@@ -1,0 +1,85 @@
+//! A rate-limited axum server: 5 requests per 10 seconds per client IP.
+//!
+//! In-memory store (one process):
+//!
+//!     cargo run --example axum --features axum,tracing
+//!
+//! Shared Redis (every instance counts together):
+//!
+//!     REDIS_URL=redis://127.0.0.1:6379/ PORT=3000 cargo run --example axum --features axum,tracing
+//!
+//! Then run the `curl` line it prints a few times: after five requests the
+//! answer is `429 Too Many Requests` with `Retry-After`. `/health` is never
+//! limited; `POST /` costs 3.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use http::Method;
+use http::request::Parts;
+use tower_redis_ratelimit::{
+    Decision, FailurePolicy, HeaderStyle, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter,
+    RedisStore, key,
+};
+
+async fn hello(Extension(decision): Extension<Decision>) -> String {
+    format!(
+        "hello! {} of {} requests left in {:?}\n",
+        decision.remaining, decision.limit, decision.quota
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
+        .init();
+
+    let builder = RateLimiter::builder()
+        .prefix("example")
+        .quota(Quota::gcra(Rate::new(5, Duration::from_secs(10))).name("10s"));
+    let (limiter, store) = match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let pool = deadpool_redis::Config::from_url(url.clone())
+                .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+            (
+                builder.store(RedisStore::new(pool)).build()?,
+                format!("Redis at {url}"),
+            )
+        }
+        Err(_) => (
+            builder.store(MemoryStore::new()).build()?,
+            "memory".to_owned(),
+        ),
+    };
+
+    let layer = RateLimitLayer::new(limiter, key::PeerIp)
+        .headers(HeaderStyle::Ietf)
+        // If Redis is unreachable, keep limiting in this process.
+        .on_store_error(FailurePolicy::Fallback(MemoryStore::new()))
+        .cost(|req: &Parts| if req.method == Method::POST { 3 } else { 1 })
+        .bypass(|req: &Parts| req.uri.path() == "/health");
+
+    let app = Router::new()
+        .route("/", get(hello).post(hello))
+        .route("/health", get(|| async { "ok\n" }))
+        .layer(layer);
+
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr} (store: {store})");
+    println!("try: curl -i http://{addr}/");
+    // PeerIp needs the peer address: serve with connect info.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
