@@ -20,8 +20,8 @@ if ARGV[1] == '0' then
     end
     if c > n then
       redis.call('DECRBY', key, ARGV[2])
-      return { 0, 0, n - c + cost, ttl * 1000, ttl * 1000, 0 }
+      return string.format('0 0 %d %d %d 0', n - c + cost, ttl * 1000, ttl * 1000)
     end
-    return { 1, 1, n - c, ttl * 1000, -1, 0 }
+    return string.format('1 1 %d %d -1 0', n - c, ttl * 1000)
   end
 end

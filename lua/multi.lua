@@ -1,7 +1,8 @@
 -- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now (0 = Redis's
 -- clock), cost, then per quota: strategy id, count, period, burst, interval
 -- (microseconds), then the nonce when a strategy needs one.
--- Reply: all_ok, then per quota: ok, remaining, reset_after, retry_after, delay.
+-- Reply: one string of integers: all_ok, then per quota ok, remaining,
+-- reset_after, retry_after, delay.
 -- Every quota is checked before any is consumed.
 local cost = tonumber(ARGV[2])
 local nonce = ARGV[3 + 5 * #KEYS]
@@ -29,8 +30,9 @@ elseif all == 0 then
     end
   end
 end
-local out = { all }
+local out = { tostring(all) }
 for i = 1, nq do
-  for j = 1, 5 do out[#out + 1] = res[i][j] end
+  local r = res[i]
+  out[i + 1] = string.format('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])
 end
-return out
+return table.concat(out, ' ')

@@ -54,6 +54,8 @@ struct Inner {
     prefix: String,
     quotas: Vec<QuotaSpec>,
     names: Vec<Arc<str>>,
+    /// `:<quota>:<strategy>` per quota, appended to the hash-tagged base key.
+    key_suffixes: Vec<String>,
     quota_args: Vec<Vec<u8>>,
     script: Arc<LimiterScript>,
     clock: Clock,
@@ -160,6 +162,7 @@ impl RateLimiter {
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
+                key_suffixes: i.key_suffixes.clone(),
                 quota_args: i.quota_args.clone(),
                 script: i.script.clone(),
                 clock: i.clock.clone(),
@@ -194,9 +197,14 @@ impl RateLimiter {
 
     fn keys(&self, base: &str) -> Vec<String> {
         self.inner
-            .quotas
+            .key_suffixes
             .iter()
-            .map(|q| format!("{base}:{}:{}", q.name, q.strategy.tag()))
+            .map(|suffix| {
+                let mut key = String::with_capacity(base.len() + suffix.len());
+                key.push_str(base);
+                key.push_str(suffix);
+                key
+            })
             .collect()
     }
 
@@ -419,6 +427,10 @@ impl RateLimiterBuilder {
                 store,
                 prefix,
                 names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
+                key_suffixes: specs
+                    .iter()
+                    .map(|q| format!(":{}:{}", q.name, q.strategy.tag()))
+                    .collect(),
                 quotas: specs,
                 quota_args,
                 clock: self.clock,

@@ -221,7 +221,7 @@ impl<P: Pooled> Shared<P> {
         if !call.nonce.is_empty() {
             cmd.arg(call.nonce);
         }
-        let reply: Vec<i64> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
+        let reply: Vec<u8> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
         parse_reply(&reply, call.keys.len())
     }
 
@@ -251,30 +251,38 @@ fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
     lock.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Turns the script's flat reply into an [`Outcome`].
-pub(crate) fn parse_reply(reply: &[i64], quotas: usize) -> Result<Outcome, StoreError> {
-    if reply.len() != 1 + 5 * quotas {
-        return Err(StoreError::Protocol(format!(
-            "expected {} integers from the limiter script, got {}",
+/// Turns the script's reply, a string of space-separated integers, into an [`Outcome`].
+pub(crate) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreError> {
+    let bad = || {
+        StoreError::Protocol(format!(
+            "expected {} integers from the limiter script, got {:?}",
             1 + 5 * quotas,
-            reply.len()
-        )));
+            String::from_utf8_lossy(reply)
+        ))
+    };
+    let mut numbers = reply.split(|b| *b == b' ').map(|part| {
+        std::str::from_utf8(part)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+    });
+    let mut next = || numbers.next().flatten().ok_or_else(bad);
+    let allowed = next()? == 1;
+    let mut out = Vec::with_capacity(quotas);
+    for _ in 0..quotas {
+        out.push(QuotaOutcome::from(Raw {
+            ok: next()? == 1,
+            remaining: next()?,
+            reset: next()?,
+            retry: next()?,
+            delay: next()?,
+        }));
     }
-    let quotas = reply[1..]
-        .chunks_exact(5)
-        .map(|r| {
-            QuotaOutcome::from(Raw {
-                ok: r[0] == 1,
-                remaining: r[1],
-                reset: r[2],
-                retry: r[3],
-                delay: r[4],
-            })
-        })
-        .collect();
+    if numbers.next().is_some() {
+        return Err(bad());
+    }
     Ok(Outcome {
-        allowed: reply[0] == 1,
-        quotas,
+        allowed,
+        quotas: out,
     })
 }
 
