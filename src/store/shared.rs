@@ -209,8 +209,14 @@ impl<P: Pooled> Shared<P> {
     }
 
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(call.script.sha.as_str())
+        let args = 6 + call.keys.len() + call.quota_args.len();
+        let bytes = 96
+            + call.keys.iter().map(String::len).sum::<usize>()
+            + call.quota_args.iter().map(Vec::len).sum::<usize>()
+            + call.nonce.len();
+        let mut cmd = redis::Cmd::with_capacity(args, bytes);
+        cmd.arg("EVALSHA")
+            .arg(call.script.sha.as_str())
             .arg(call.keys.len())
             .arg(call.keys)
             .arg(call.now_us.unwrap_or(0))
