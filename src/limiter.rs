@@ -471,6 +471,60 @@ fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
+    fn err(b: RateLimiterBuilder) -> ConfigError {
+        b.build().expect_err("configuration must be rejected")
+    }
+
+    #[test]
+    fn invalid_configurations_are_rejected_naming_the_field() {
+        use crate::{MemoryStore, Rate};
+        let q = || Quota::gcra(Rate::per_second(1));
+        let e = err(RateLimiter::builder().quota(q()));
+        assert_eq!(e.field(), "store");
+        assert!(e.to_string().contains("no store configured"), "{e}");
+
+        let e = err(RateLimiter::builder().store(MemoryStore::new()));
+        assert_eq!(e.field(), "quota");
+
+        for (prefix, what) in [
+            ("", "must not be empty"),
+            ("a{b}", "contains '{'"),
+            ("with space", "contains ' '"),
+        ] {
+            let e = err(RateLimiter::builder()
+                .store(MemoryStore::new())
+                .prefix(prefix)
+                .quota(q()));
+            assert_eq!(e.field(), "prefix");
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        let e = err(RateLimiter::builder()
+            .store(MemoryStore::new())
+            .prefix("p".repeat(65))
+            .quota(q()));
+        assert!(e.to_string().contains("at most 64 bytes"), "{e}");
+
+        let e = err(RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(q().name("minute"))
+            .quota(Quota::fixed_window(Rate::per_minute(5)).name("minute")));
+        assert_eq!(e.field(), "quota[1].name");
+        assert!(
+            e.to_string().contains("duplicate quota name \"minute\""),
+            "{e}"
+        );
+
+        let e = err(RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(q())
+            .quota(Quota::token_bucket(Rate::per_minute(5)).burst(0)));
+        assert_eq!(e.field(), "quota[1].burst");
+        assert_eq!(
+            e.to_string(),
+            "invalid rate limiter configuration: quota[1].burst: must be at least 1"
+        );
+    }
+
     #[test]
     fn keys_that_could_steer_slots_or_bloat_memory_are_hashed() {
         assert_eq!(storable_key(b"user:42"), "user:42");

@@ -168,3 +168,86 @@ impl MemoryStore {
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Quota, Rate, RateLimiter, Strategy};
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_state_is_evicted_so_memory_returns_to_baseline() {
+        let store = MemoryStore::with_shards(4);
+        for strategy in Strategy::ALL {
+            let quota = match strategy {
+                Strategy::Concurrency => {
+                    Quota::concurrency(3).lease_timeout(Duration::from_secs(1))
+                }
+                s => Quota::new(s, Rate::per_second(3)),
+            };
+            let lim = RateLimiter::builder()
+                .store(store.clone())
+                .prefix(strategy.as_str())
+                .quota(quota)
+                .build()
+                .unwrap();
+            for k in 0..2_000 {
+                assert!(lim.check(format!("k{k}")).await.unwrap().allowed);
+            }
+        }
+        assert_eq!(store.len(), 7 * 2_000);
+        // after two windows every key has expired (the sliding window counter
+        // keeps a window as the next one's "previous")
+        tokio::time::advance(Duration::from_secs(2) + Duration::from_millis(1)).await;
+        // use alone evicts: a shard is swept every SWEEP_EVERY operations
+        let lim = RateLimiter::builder()
+            .store(store.clone())
+            .quota(Quota::gcra(Rate::per_second(1)))
+            .build()
+            .unwrap();
+        for k in 0..(SWEEP_EVERY as usize * 4 * 4) {
+            lim.peek(format!("p{k}")).await.unwrap();
+        }
+        assert_eq!(store.len(), 0, "peeks write nothing and sweeps evicted all");
+        // and an explicit sweep does the same
+        for k in 0..100 {
+            lim.check(format!("x{k}")).await.unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(2)).await;
+        store.sweep();
+        assert!(store.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn exact_under_concurrency_from_many_limiters_on_one_store() {
+        let store = MemoryStore::new();
+        for strategy in Strategy::ALL {
+            let quota = match strategy {
+                Strategy::Concurrency => Quota::concurrency(100),
+                s => Quota::new(s, Rate::per_hour(100)),
+            };
+            let limiters: Vec<RateLimiter> = (0..8)
+                .map(|_| {
+                    RateLimiter::builder()
+                        .store(store.clone())
+                        .prefix(strategy.as_str())
+                        .quota(quota.clone())
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let tasks: Vec<_> = (0..1000)
+                .map(|i| {
+                    let lim = limiters[i % 8].clone();
+                    tokio::spawn(async move { lim.check("hot").await.unwrap().allowed })
+                })
+                .collect();
+            let mut allowed = 0;
+            for t in tasks {
+                allowed += usize::from(t.await.unwrap());
+            }
+            assert_eq!(allowed, 100, "{strategy}");
+        }
+    }
+}
