@@ -1,15 +1,17 @@
-//! RedisClusterStore against a real 3-master cluster of local redis-server processes.
+//! RedisClusterStore-specific behaviour against a real 3-master cluster of
+//! local redis-server processes: slot spread, brace keys, script reloads.
+//! What every store shares (strategies, multi-quota exactness without
+//! CROSSSLOT, TTLs) is in `tests/suite`, run by `tests/suite_cluster.rs`;
+//! failover is in `tests/failover.rs`.
 #![cfg(feature = "cluster")]
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::RedisCluster;
-use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisClusterStore, Strategy};
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisClusterStore};
 
 fn cluster_limiter(cluster: &RedisCluster, prefix: &str, quotas: Vec<Quota>) -> RateLimiter {
     let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
@@ -55,49 +57,6 @@ async fn owner(cluster: &RedisCluster, key: &str) -> u16 {
         }
     }
     panic!("no owner for slot {slot}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cluster_admits_exactly_the_limit_for_every_strategy_without_crossslot() {
-    let cluster = RedisCluster::start(3, 0);
-    for strategy in Strategy::ALL {
-        let quotas = |s: Strategy| match s {
-            Strategy::Concurrency => vec![
-                Quota::concurrency(100).name("a"),
-                Quota::fixed_window(Rate::per_hour(10_000)).name("b"),
-            ],
-            s => vec![
-                Quota::new(s, Rate::per_hour(100)).name("a"),
-                Quota::fixed_window(Rate::per_hour(10_000)).name("b"),
-            ],
-        };
-        // several limiter instances, each with its own pool; multi-quota so a
-        // CROSSSLOT error would show
-        let instances: Vec<RateLimiter> = (0..4)
-            .map(|_| {
-                cluster_limiter(
-                    &cluster,
-                    &format!("c-{}", strategy.as_str()),
-                    quotas(strategy),
-                )
-            })
-            .collect();
-        let allowed = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..400 {
-            let lim = instances[i % 4].clone();
-            let allowed = allowed.clone();
-            tasks.push(tokio::spawn(async move {
-                if lim.check("hot").await.unwrap().allowed {
-                    allowed.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(allowed.load(Ordering::Relaxed), 100, "{strategy}");
-    }
 }
 
 #[tokio::test]
