@@ -87,10 +87,14 @@ impl RedisStore {
     }
 
     /// How many pooled connections to multiplex calls over (default 1, at
-    /// least 1). One connection pipelines a few hundred thousand calls a
-    /// second; more help only when Redis has spare cores for I/O threads.
+    /// least 1, at most the pool's `max_size`). One connection pipelines a
+    /// few hundred thousand calls a second; more help only when Redis has
+    /// spare cores for I/O threads.
     #[must_use]
     pub fn connections(self, connections: usize) -> Self {
+        // Calls go round the connections in turn: one the pool can never hand
+        // out would time out every call that comes to it.
+        let connections = connections.min(self.inner.pool.status().max_size.max(1));
         Self {
             inner: Arc::new(Shared::new(
                 self.inner.pool.clone(),
