@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::Decision;
@@ -56,10 +57,14 @@ impl HeaderStyle {
     }
 }
 
-/// The headers of one decision, computed when it is made.
+/// The headers of one decision, computed when it is made (no allocation
+/// beyond the header values themselves).
 #[derive(Debug, Default)]
 pub(crate) struct RateHeaders {
-    items: Vec<(HeaderName, HeaderValue)>,
+    policy: Option<HeaderValue>,
+    ratelimit: Option<HeaderValue>,
+    legacy: Option<[HeaderValue; 3]>,
+    retry_after: Option<HeaderValue>,
 }
 
 impl RateHeaders {
@@ -72,34 +77,43 @@ impl RateHeaders {
         decision: &Decision,
         policy: &OnceLock<Option<HeaderValue>>,
     ) -> Self {
-        let mut items = Vec::with_capacity(6);
+        let mut h = Self::default();
         if style.ietf() {
-            if let Some(p) = policy.get_or_init(|| policy_value(decision)) {
-                items.push((RATELIMIT_POLICY, p.clone()));
-            }
-            if let Some(v) = ratelimit_value(decision) {
-                items.push((RATELIMIT, v));
-            }
+            h.policy = policy.get_or_init(|| policy_value(decision)).clone();
+            h.ratelimit = ratelimit_value(decision);
         }
         if style.legacy() {
-            items.push((X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit)));
-            items.push((X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining)));
             let reset = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .saturating_add(decision.reset_after);
-            items.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(reset))));
+            h.legacy = Some([
+                HeaderValue::from(decision.limit),
+                HeaderValue::from(decision.remaining),
+                HeaderValue::from(ceil_secs(reset)),
+            ]);
         }
         if !decision.allowed {
-            items.push((RETRY_AFTER, HeaderValue::from(retry_after_secs(decision))));
+            h.retry_after = Some(HeaderValue::from(retry_after_secs(decision)));
         }
-        Self { items }
+        h
     }
 
     /// Inserts the headers into `headers`, replacing any of the same name.
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        for (name, value) in self.items {
-            headers.insert(name, value);
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.ratelimit {
+            headers.insert(RATELIMIT, v);
+        }
+        if let Some([limit, remaining, reset]) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, limit);
+            headers.insert(X_RATELIMIT_REMAINING, remaining);
+            headers.insert(X_RATELIMIT_RESET, reset);
+        }
+        if let Some(v) = self.retry_after {
+            headers.insert(RETRY_AFTER, v);
         }
     }
 }
@@ -132,7 +146,7 @@ fn policy_value(decision: &Decision) -> Option<HeaderValue> {
         push_sf_string(&mut s, &q.name);
         let _ = write!(s, ";q={};w={}", q.limit, ceil_secs(q.window).max(1));
     }
-    HeaderValue::from_str(&s).ok()
+    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
 
 /// `"minute";r=59;t=1`
@@ -145,7 +159,8 @@ fn ratelimit_value(decision: &Decision) -> Option<HeaderValue> {
         decision.remaining,
         ceil_secs(decision.reset_after)
     );
-    HeaderValue::from_str(&s).ok()
+    // Handing the String over as Bytes avoids a copy.
+    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
 
 /// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,

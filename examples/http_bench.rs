@@ -1,0 +1,473 @@
+//! HTTP throughput of the middleware next to its baselines, with `wrk`, in one run:
+//!
+//! 1. `bare`: an axum "hello" route;
+//! 2. `handwritten`: the same route whose handler runs one `EVALSHA` (a
+//!    GCRA script) on a shared multiplexed Redis connection, by hand;
+//! 3. `layer`: the same route behind `RateLimitLayer` (RedisStore, one GCRA
+//!    quota, `key::PeerIp`, IETF headers).
+//!
+//! Then a flood: one client already denied keeps sending, and the Redis
+//! commands per denied request are read from `INFO commandstats`.
+//!
+//! ```sh
+//! scripts/bench-http.sh                       # wrk -t1 -c64 -d5s --latency, 1 round
+//! scripts/bench-http.sh --rounds 3 --duration 10
+//! cargo run --release --example http_bench --features axum -- --help
+//! ```
+//!
+//! It starts its own `redis-server` on a free loopback port (never 6379)
+//! and needs `wrk` and `redis-server` on the PATH. The limits are set so
+//! that nothing is denied in the throughput runs: every request costs the
+//! store its full work.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::oneshot;
+use tower_redis_ratelimit::{
+    HeaderStyle, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
+};
+
+/// A GCRA in integer microseconds on Redis's clock, as one would write it by hand.
+const HANDWRITTEN_GCRA: &str = r"
+local burst = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+if new_tat - burst * interval > now then
+  return {0, 0}
+end
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000))
+return {1, math.floor((now - (new_tat - burst * interval)) / interval)}
+";
+
+/// Nothing is ever denied at this rate: 10^9 per second.
+const HUGE: u64 = 1_000_000_000;
+
+struct Args {
+    duration: u64,
+    connections: u32,
+    threads: u32,
+    rounds: usize,
+    modes: Vec<String>,
+    flood: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        duration: 5,
+        connections: 64,
+        threads: 1,
+        rounds: 1,
+        modes: vec!["bare".into(), "handwritten".into(), "layer".into()],
+        flood: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--duration" => args.duration = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--connections" => args.connections = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--modes" => args.modes = value()?.split(',').map(str::to_owned).collect(),
+            "--no-flood" => args.flood = false,
+            "--help" | "-h" => {
+                return Err(
+                    "usage: http_bench [--duration SECS] [--connections N] [--threads N] \
+                     [--rounds N] [--modes bare,handwritten,layer] [--no-flood]"
+                        .into(),
+                );
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+/// A private redis-server on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Redis {
+    fn start() -> Result<Redis, String> {
+        let port = StdListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let dir = std::env::temp_dir().join(format!("http-bench-redis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-server ({e}); apt-get install -y redis-server")
+            })?;
+        let redis = Redis { child, port, dir };
+        let client = redis::Client::open(redis.url()).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let ping = client
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if ping.is_ok() {
+                return Ok(redis);
+            }
+            if Instant::now() > deadline {
+                return Err("redis-server did not answer PING within 5 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, String> {
+        let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
+        let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+        cmd.query(&mut conn).map_err(|e| e.to_string())
+    }
+
+    /// Redis CPU per EVALSHA (µs) since the last reset.
+    fn evalsha_usec(&self) -> Result<f64, String> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"))?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cmdstat_evalsha:"))
+            .and_then(|s| {
+                s.split(',')
+                    .find_map(|kv| kv.strip_prefix("usec_per_call="))
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0))
+    }
+
+    /// Calls of every command since the last reset, INFO/CONFIG excluded
+    /// (commands run inside scripts count too), and of EVALSHA alone.
+    fn commands(&self) -> Result<(u64, u64), String> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"))?;
+        let (mut all, mut evalsha) = (0, 0);
+        for line in info.lines() {
+            let Some((name, stats)) = line
+                .trim()
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let calls: u64 = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            if name.starts_with("info") || name.starts_with("config") {
+                continue;
+            }
+            all += calls;
+            if name == "evalsha" {
+                evalsha += calls;
+            }
+        }
+        Ok((all, evalsha))
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[derive(Clone)]
+struct Handwritten {
+    conn: redis::aio::MultiplexedConnection,
+    script: redis::Script,
+}
+
+async fn handwritten(
+    State(st): State<Handwritten>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    let mut conn = st.conn.clone();
+    let reply: redis::RedisResult<(i64, i64)> = st
+        .script
+        .key(format!("hw:{}", peer.ip()))
+        .arg(HUGE)
+        .arg(1)
+        .invoke_async(&mut conn)
+        .await;
+    match reply {
+        Ok((1, _)) => "hello".into_response(),
+        Ok(_) => StatusCode::TOO_MANY_REQUESTS.into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn app(mode: &str, redis_url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    let hello = || get(|| async { "hello" });
+    let limiter = |quota: Quota| -> Result<RateLimiter, Box<dyn std::error::Error>> {
+        let pool = deadpool_redis::Config::from_url(redis_url)
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+        Ok(RateLimiter::builder()
+            .store(RedisStore::new(pool))
+            .prefix(mode)
+            .quota(quota)
+            .build()?)
+    };
+    Ok(match mode {
+        "bare" => Router::new().route("/", hello()),
+        "handwritten" => {
+            let client = redis::Client::open(redis_url)?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let script = redis::Script::new(HANDWRITTEN_GCRA);
+            let mut c = conn.clone();
+            script.prepare_invoke().load_async(&mut c).await?;
+            Router::new()
+                .route("/", get(handwritten))
+                .with_state(Handwritten { conn, script })
+        }
+        "limiter" => {
+            // Diagnosis: the limiter called by hand in the handler, no layer.
+            let quota = Quota::gcra(Rate::per_second(HUGE)).name("second");
+            let limiter = limiter(quota)?;
+            Router::new()
+                .route(
+                    "/",
+                    get(
+                        |State(l): State<RateLimiter>,
+                         ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                            match l.check(format!("ip:{}", peer.ip())).await {
+                                Ok(d) if d.allowed => "hello".into_response(),
+                                Ok(_) => StatusCode::TOO_MANY_REQUESTS.into_response(),
+                                Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                            }
+                        },
+                    ),
+                )
+                .with_state(limiter)
+        }
+        "layer" => {
+            let quota = Quota::gcra(Rate::per_second(HUGE)).name("second");
+            let layer =
+                RateLimitLayer::new(limiter(quota)?, key::PeerIp).headers(HeaderStyle::Ietf);
+            Router::new().route("/", hello()).layer(layer)
+        }
+        "flood" => {
+            // Every wrk connection comes from 127.0.0.1: one client, denied
+            // after its first 10 requests of the minute.
+            let quota = Quota::gcra(Rate::per_minute(10)).name("minute");
+            let layer =
+                RateLimitLayer::new(limiter(quota)?, key::PeerIp).headers(HeaderStyle::Ietf);
+            Router::new().route("/", hello()).layer(layer)
+        }
+        other => return Err(format!("unknown mode {other}").into()),
+    })
+}
+
+/// Serves `mode` on its own runtime until `stop` fires.
+fn serve(
+    mode: &str,
+    redis_url: &str,
+) -> Result<(SocketAddr, oneshot::Sender<()>, std::thread::JoinHandle<()>), String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (mode, url) = (mode.to_owned(), redis_url.to_owned());
+    let handle = std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready_tx.send(Err(e.to_string()));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let started = async {
+                let app = app(&mode, &url).await.map_err(|e| e.to_string())?;
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                Ok::<_, String>((app, listener, addr))
+            };
+            match started.await {
+                Ok((app, listener, addr)) => {
+                    let _ = ready_tx.send(Ok(addr));
+                    let server = axum::serve(
+                        listener,
+                        app.into_make_service_with_connect_info::<SocketAddr>(),
+                    )
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    });
+                    let _ = server.await;
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        });
+        rt.shutdown_timeout(Duration::from_secs(1));
+    });
+    let addr = ready_rx.recv().map_err(|e| e.to_string()).and_then(|r| r)?;
+    Ok((addr, stop_tx, handle))
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Wrk {
+    requests: u64,
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    non_2xx: u64,
+    /// Redis CPU per EVALSHA.
+    redis_us: f64,
+}
+
+fn latency_us(s: &str) -> Option<f64> {
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);
+    let v: f64 = num.parse().ok()?;
+    Some(match unit {
+        "us" => v,
+        "ms" => v * 1_000.0,
+        "s" => v * 1_000_000.0,
+        _ => return None,
+    })
+}
+
+fn wrk(args: &Args, addr: SocketAddr, duration: u64) -> Result<Wrk, String> {
+    let out = Command::new("wrk")
+        .arg(format!("-t{}", args.threads))
+        .arg(format!("-c{}", args.connections))
+        .arg(format!("-d{duration}s"))
+        .arg("--latency")
+        .arg(format!("http://{addr}/"))
+        .output()
+        .map_err(|e| format!("cannot run wrk ({e}); apt-get install -y wrk"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("wrk failed: {text}"));
+    }
+    let mut w = Wrk::default();
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(v) = t.strip_prefix("Requests/sec:") {
+            w.rps = v.trim().parse().unwrap_or(0.0);
+        } else if let Some(v) = t.strip_prefix("50%") {
+            w.p50_us = latency_us(v.trim()).unwrap_or(f64::NAN);
+        } else if let Some(v) = t.strip_prefix("99%") {
+            w.p99_us = latency_us(v.trim()).unwrap_or(f64::NAN);
+        } else if let Some(v) = t.strip_prefix("Non-2xx or 3xx responses:") {
+            w.non_2xx = v.trim().parse().unwrap_or(0);
+        } else if t.contains(" requests in ") {
+            w.requests = t
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(w)
+}
+
+fn median(mut v: Vec<Wrk>) -> Wrk {
+    v.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+    v[v.len() / 2]
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let redis = Redis::start()?;
+    println!(
+        "wrk -t{} -c{} -d{}s --latency, {} round(s); redis-server on port {}",
+        args.threads, args.connections, args.duration, args.rounds, redis.port
+    );
+    let mut results: Vec<(String, Vec<Wrk>)> =
+        args.modes.iter().map(|m| (m.clone(), Vec::new())).collect();
+    for round in 1..=args.rounds {
+        for (mode, runs) in &mut results {
+            let (addr, stop, handle) = serve(mode, &redis.url())?;
+            wrk(&args, addr, 1)?; // warm-up: connections, script cache, allocator
+            redis.query::<()>(redis::cmd("CONFIG").arg("RESETSTAT"))?;
+            let mut w = wrk(&args, addr, args.duration)?;
+            w.redis_us = redis.evalsha_usec()?;
+            let _ = stop.send(());
+            let _ = handle.join();
+            println!(
+                "round {round} {mode:>12}: {:>9.0} req/s  p50 {:>7.0} µs  p99 {:>7.0} µs  \
+                 Redis {:.2} µs/EVALSHA  non-2xx {}",
+                w.rps, w.p50_us, w.p99_us, w.redis_us, w.non_2xx
+            );
+            runs.push(w);
+        }
+    }
+    let medians: Vec<(String, Wrk)> = results
+        .into_iter()
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(m, r)| (m, median(r)))
+        .collect();
+    let hand = medians
+        .iter()
+        .find(|(m, _)| m == "handwritten")
+        .map(|(_, w)| w.rps);
+    println!();
+    println!("| mode | req/s | p50 | p99 | vs hand-written |");
+    println!("|---|---:|---:|---:|---:|");
+    for (mode, w) in &medians {
+        let rel = hand.map_or("".into(), |h| format!("{:.1}%", 100.0 * w.rps / h));
+        println!(
+            "| {mode} | {:.0} | {:.0} µs | {:.0} µs | {rel} |",
+            w.rps, w.p50_us, w.p99_us
+        );
+    }
+
+    if args.flood {
+        let (addr, stop, handle) = serve("flood", &redis.url())?;
+        redis.query::<()>(redis::cmd("CONFIG").arg("RESETSTAT"))?;
+        let w = wrk(&args, addr, args.duration)?;
+        let (all, evalsha) = redis.commands()?;
+        let _ = stop.send(());
+        let _ = handle.join();
+        let denied = w.non_2xx.max(1);
+        println!();
+        println!(
+            "flood (one client, 10/minute): {} requests, {} denied; Redis: {evalsha} EVALSHA, \
+             {all} commands in all = {:.5} commands per denied request (1 per {:.0})",
+            w.requests,
+            w.non_2xx,
+            all as f64 / denied as f64,
+            denied as f64 / all.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("http_bench: {e}");
+        std::process::exit(1);
+    }
+}
