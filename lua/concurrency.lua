@@ -6,14 +6,13 @@ S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
   local c = redis.call('ZCARD', key)
   local last = now
   if c > 0 then
-    last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    last = zscore_at(key, -1)
   end
   if cost > n or c + cost > n then
     local retry = -1
     if cost <= n then
       local idx = c + cost - n - 1
-      local e = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
-      retry = tonumber(e[2]) - now
+      retry = zscore_at(key, idx) - now
     end
     local reset = last - now
     repair(key, reset)
@@ -22,18 +21,7 @@ S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
   if cost > 0 then
     if last < now + period then last = now + period end
     if apply then
-      local i = 0
-      while i < cost do
-        local batch = {}
-        local j = 0
-        while j < 256 and i < cost do
-          batch[#batch + 1] = num(now + period)
-          batch[#batch + 1] = nonce .. '.' .. i
-          i = i + 1
-          j = j + 1
-        end
-        redis.call('ZADD', key, unpack(batch))
-      end
+      zadd_members(key, now + period, nonce, cost)
       redis.call('PEXPIRE', key, ttl_ms(last - now))
     end
   end

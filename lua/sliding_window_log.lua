@@ -6,7 +6,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
   local c = redis.call('ZCARD', key)
   local newest = now - period
   if c > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    newest = zscore_at(key, -1)
   end
   local reset = 0
   if c > 0 then reset = newest + period - now end
@@ -15,8 +15,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
     if cost <= n then
       -- the (c + cost - n)-th oldest entry must leave the window first
       local idx = c + cost - n - 1
-      local e = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
-      retry = tonumber(e[2]) + period - now
+      retry = zscore_at(key, idx) + period - now
     end
     repair(key, reset)
     return 0, n - c, reset, retry, 0
@@ -25,18 +24,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
     if newest < now then newest = now end
     reset = newest + period - now
     if apply then
-      local i = 0
-      while i < cost do
-        local batch = {}
-        local j = 0
-        while j < 256 and i < cost do
-          batch[#batch + 1] = num(now)
-          batch[#batch + 1] = nonce .. '.' .. i
-          i = i + 1
-          j = j + 1
-        end
-        redis.call('ZADD', key, unpack(batch))
-      end
+      zadd_members(key, now, nonce, cost)
       redis.call('PEXPIRE', key, ttl_ms(reset))
     end
   end

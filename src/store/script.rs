@@ -15,6 +15,7 @@ pub(crate) struct LimiterScript {
 
 const FIXED_WINDOW_FAST: &str = include_str!("../../lua/fixed_window_fast.lua");
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const ZSET: &str = include_str!("../../lua/zset.lua");
 const TAT: &str = include_str!("../../lua/tat.lua");
 const SINGLE: &str = include_str!("../../lua/single.lua");
 const MULTI: &str = include_str!("../../lua/multi.lua");
@@ -44,6 +45,12 @@ impl LimiterScript {
             .any(|s| matches!(s, Strategy::Gcra | Strategy::LeakyBucket))
         {
             parts.push(TAT);
+        }
+        if strategies
+            .iter()
+            .any(|s| matches!(s, Strategy::SlidingWindowLog | Strategy::Concurrency))
+        {
+            parts.push(ZSET);
         }
         for s in Strategy::ALL {
             if strategies.contains(&s) {
