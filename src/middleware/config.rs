@@ -1,6 +1,7 @@
 //! The layer's configuration, shared by every service it builds, and the
 //! asynchronous part of a check (store call, timeout, failure policy).
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -80,11 +81,14 @@ impl Config {
     pub(crate) async fn decide(self: Arc<Self>, key: Vec<u8>, cost: u64) -> Verdict {
         // Read before the call: a cached denial then ends no later than the store's.
         let started = self.deny_cache.as_ref().map(|c| c.now(&self.limiter));
+        // The store's future is large (kilobytes): built in place on the heap,
+        // it is never copied; this future stays small.
+        let check = boxed_in_place(|| self.limiter.check_n(&key, cost));
         let result = match self.timeout {
-            Some(t) => tokio::time::timeout(t, self.limiter.check_n(&key, cost))
+            Some(t) => tokio::time::timeout(t, check)
                 .await
                 .unwrap_or(Err(StoreError::Timeout(t))),
-            None => self.limiter.check_n(&key, cost).await,
+            None => check.await,
         };
         match result {
             Ok(decision) => {
@@ -105,7 +109,7 @@ impl Config {
                     Failure::Fallback(fallback) => {
                         event!(warn, error = %_error, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
                         Counters::bump(&self.counters.fallback_decisions);
-                        match fallback.check_n(&key, cost).await {
+                        match boxed_in_place(|| fallback.check_n(&key, cost)).await {
                             Ok(decision) => {
                                 self.remember(fallback, &key, cost, started, &decision);
                                 Verdict::Decided(decision, fallback.clone())
@@ -141,4 +145,16 @@ impl Config {
             cache.insert(limiter, key, cost, now, decision);
         }
     }
+}
+
+/// `Box::pin(make())`, but with the box allocated first so that the value
+/// (a future of several kilobytes) is written straight into it instead of
+/// being built on the stack and copied.
+#[inline(always)]
+pub(crate) fn boxed_in_place<F, C>(make: C) -> Pin<Box<F>>
+where
+    C: FnOnce() -> F,
+{
+    let slot = Box::<F>::new_uninit();
+    Box::into_pin(Box::write(slot, make()))
 }

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::config::{Config, Counters};
+use super::config::{Config, Counters, boxed_in_place};
 use super::future::ResponseFuture;
 use super::headers::RateHeaders;
 use super::layer::{RateLimitLayer, Stats};
@@ -134,7 +134,7 @@ where
             let headers = RateHeaders::new(config.style, &decision, &config.policy);
             return ResponseFuture::answered(response::denied(config, &parts, &decision, headers));
         }
-        let check = Box::pin(config.clone().decide(key, cost));
+        let check = boxed_in_place(|| config.clone().decide(key, cost));
         // Hand the service that was driven to readiness to the future, keep a clone.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
