@@ -147,6 +147,18 @@ impl Redis {
         cmd.query(&mut conn).map_err(|e| e.to_string())
     }
 
+    /// Redis's CPU time so far (user + system), in seconds.
+    fn cpu(&self) -> Result<f64, String> {
+        let info: String = self.query(redis::cmd("INFO").arg("cpu"))?;
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+    }
+
     /// Redis CPU per EVALSHA (µs) since the last reset.
     fn evalsha_usec(&self) -> Result<f64, String> {
         let info: String = self.query(redis::cmd("INFO").arg("commandstats"))?;
@@ -345,6 +357,10 @@ struct Wrk {
     non_2xx: u64,
     /// Redis CPU per EVALSHA.
     redis_us: f64,
+    /// This process's CPU (the server) per request.
+    server_cpu_us: f64,
+    /// Redis's CPU per request.
+    redis_cpu_us: f64,
 }
 
 fn latency_us(s: &str) -> Option<f64> {
@@ -393,6 +409,20 @@ fn wrk(args: &Args, addr: SocketAddr, duration: u64) -> Result<Wrk, String> {
     Ok(w)
 }
 
+/// This process's CPU time so far (user + system), in seconds, from
+/// /proc/self/stat (0 where there is no /proc).
+fn own_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 12th and 13th of them, in clock ticks (100 per second on Linux).
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn median(mut v: Vec<Wrk>) -> Wrk {
     v.sort_by(|a, b| a.rps.total_cmp(&b.rps));
     v[v.len() / 2]
@@ -412,14 +442,19 @@ fn run() -> Result<(), String> {
             let (addr, stop, handle) = serve(mode, &redis.url())?;
             wrk(&args, addr, 1)?; // warm-up: connections, script cache, allocator
             redis.query::<()>(redis::cmd("CONFIG").arg("RESETSTAT"))?;
+            let (cpu0, rcpu0) = (own_cpu(), redis.cpu()?);
             let mut w = wrk(&args, addr, args.duration)?;
+            let (cpu1, rcpu1) = (own_cpu(), redis.cpu()?);
             w.redis_us = redis.evalsha_usec()?;
+            let requests = w.requests.max(1) as f64;
+            w.server_cpu_us = (cpu1 - cpu0) * 1e6 / requests;
+            w.redis_cpu_us = (rcpu1 - rcpu0) * 1e6 / requests;
             let _ = stop.send(());
             let _ = handle.join();
             println!(
                 "round {round} {mode:>12}: {:>9.0} req/s  p50 {:>7.0} µs  p99 {:>7.0} µs  \
-                 Redis {:.2} µs/EVALSHA  non-2xx {}",
-                w.rps, w.p50_us, w.p99_us, w.redis_us, w.non_2xx
+                 CPU/request: server {:.1} µs, Redis {:.1} µs ({:.2} µs in EVALSHA)  non-2xx {}",
+                w.rps, w.p50_us, w.p99_us, w.server_cpu_us, w.redis_cpu_us, w.redis_us, w.non_2xx
             );
             runs.push(w);
         }
@@ -434,13 +469,13 @@ fn run() -> Result<(), String> {
         .find(|(m, _)| m == "handwritten")
         .map(|(_, w)| w.rps);
     println!();
-    println!("| mode | req/s | p50 | p99 | vs hand-written |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| mode | req/s | p50 | p99 | vs hand-written | server CPU/req | Redis CPU/req |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (mode, w) in &medians {
         let rel = hand.map_or("".into(), |h| format!("{:.1}%", 100.0 * w.rps / h));
         println!(
-            "| {mode} | {:.0} | {:.0} µs | {:.0} µs | {rel} |",
-            w.rps, w.p50_us, w.p99_us
+            "| {mode} | {:.0} | {:.0} µs | {:.0} µs | {rel} | {:.1} µs | {:.1} µs |",
+            w.rps, w.p50_us, w.p99_us, w.server_cpu_us, w.redis_cpu_us
         );
     }
 
