@@ -874,3 +874,56 @@ async fn works_with_route_layer_and_per_route_layers() {
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
     assert!(!res.headers().contains_key("ratelimit"));
 }
+
+#[cfg(feature = "tracing")]
+#[tokio::test(flavor = "current_thread")]
+async fn denials_and_store_failures_are_traced() {
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    #[derive(Clone, Default)]
+    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let _guard = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish()
+        .set_default();
+
+    let mut redis = RedisServer::start();
+    let limiter = redis_limiter(
+        &redis,
+        "traced",
+        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer));
+    send(&app, get_req("/")).await;
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    redis.kill();
+    let limiter = redis_limiter(&redis, "traced2", Quota::fixed_window(Rate::per_minute(1)));
+    let app = make_app(RateLimitLayer::new(limiter, peer));
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+
+    let log = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.contains("rate limited") && log.contains("quota=minute"),
+        "{log}"
+    );
+    assert!(
+        log.contains("WARN") && log.contains("FailurePolicy::Open"),
+        "{log}"
+    );
+}
