@@ -927,3 +927,14 @@ async fn denials_and_store_failures_are_traced() {
         "{log}"
     );
 }
+
+#[test]
+fn layer_service_future_and_body_are_send_and_the_layer_and_service_are_clone_sync() {
+    fn clone_send_sync<T: Clone + Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    type Svc = tower_redis_ratelimit::RateLimit<axum::routing::Route>;
+    clone_send_sync::<RateLimitLayer>();
+    clone_send_sync::<Svc>();
+    send::<<Svc as Service<Request<Body>>>::Future>();
+    send::<tower_redis_ratelimit::ResponseBody<Body>>();
+}
