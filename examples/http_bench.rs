@@ -459,6 +459,22 @@ fn run() -> Result<(), String> {
             runs.push(w);
         }
     }
+    // Side by side in each round: the layer's throughput over the hand-written one's.
+    let runs = |name: &str| results.iter().find(|(m, _)| m == name).map(|(_, r)| r);
+    if let (Some(hand), Some(layer)) = (runs("handwritten"), runs("layer")) {
+        let mut ratios: Vec<f64> = hand
+            .iter()
+            .zip(layer)
+            .map(|(h, l)| 100.0 * l.rps / h.rps)
+            .collect();
+        let list: Vec<String> = ratios.iter().map(|r| format!("{r:.1}%")).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "\nlayer / hand-written, per round: {} (median {:.1}%)",
+            list.join(", "),
+            ratios[ratios.len() / 2]
+        );
+    }
     let medians: Vec<(String, Wrk)> = results
         .into_iter()
         .filter(|(_, r)| !r.is_empty())
