@@ -2,13 +2,16 @@
 -- most n unexpired leases per key; `period` is the lease timeout.
 S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
   local now = clock()
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-  local c = redis.call('ZCARD', key)
+  local expired = num(now)
+  -- Count without writing: under maxmemory the first write must be the ZADD,
+  -- so that Redis refuses it (expired leases are removed after it).
+  local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
   local last = now
   if c > 0 then
     last = zscore_at(key, -1)
   end
   if cost > n or c + cost > n then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
     local retry = -1
     if cost <= n then
       local idx = c + cost - n - 1
@@ -22,6 +25,7 @@ S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
     if last < now + period then last = now + period end
     if apply then
       zadd_members(key, now + period, nonce, cost)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
       redis.call('PEXPIRE', key, ttl_ms(last - now))
     end
   end

@@ -2,8 +2,10 @@
 -- Exact: at most n requests with a time in (now - period, now].
 S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
   local now = clock()
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - period))
-  local c = redis.call('ZCARD', key)
+  local expired = num(now - period)
+  -- Count without writing: under maxmemory the first write must be the ZADD,
+  -- so that Redis refuses it (expired entries are removed after it).
+  local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
   local newest = now - period
   if c > 0 then
     newest = zscore_at(key, -1)
@@ -11,6 +13,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
   local reset = 0
   if c > 0 then reset = newest + period - now end
   if cost > n or c + cost > n then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
     local retry = -1
     if cost <= n then
       -- the (c + cost - n)-th oldest entry must leave the window first
@@ -25,6 +28,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
     reset = newest + period - now
     if apply then
       zadd_members(key, now, nonce, cost)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
       redis.call('PEXPIRE', key, ttl_ms(reset))
     end
   end
