@@ -215,3 +215,31 @@ async fn a_restarted_redis_is_reconnected_without_restarting_the_app() {
     }
     assert!(ok, "no recovery after restart");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_calls_meeting_noscript_together_load_the_script_once() {
+    let server = RedisServer::start();
+    let lim = redis_limiter(
+        &server,
+        "stampede",
+        vec![Quota::gcra(Rate::per_minute(1_000_000))],
+    );
+    lim.check("warm").await.unwrap();
+    let mut conn = server.conn().await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    server.reset_stats().await;
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let lim = lim.clone();
+            tokio::spawn(async move { lim.check(format!("k{i}")).await.unwrap().allowed })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap());
+    }
+    assert_eq!(server.command_calls("script|load").await, 1);
+}

@@ -2,7 +2,7 @@
 //! multiplexed connections held out of a deadpool pool, one `EVALSHA` per
 //! decision, `NOSCRIPT` reloads, time budgets and broken-connection replacement.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,11 @@ pub(crate) struct Shared<P: Pooled> {
     slots: Box<[Slot<P>]>,
     next: AtomicUsize,
     pub(crate) timeout: Duration,
+    /// Serialises script loads after `NOSCRIPT`.
+    loading: tokio::sync::Mutex<()>,
+    /// How many script loads have completed: a call that got `NOSCRIPT` loads
+    /// only if no load finished since it was sent.
+    loads: AtomicU64,
 }
 
 struct Slot<P: Pooled> {
@@ -97,6 +102,8 @@ impl<P: Pooled> Shared<P> {
                 .collect(),
             next: AtomicUsize::new(0),
             timeout,
+            loading: tokio::sync::Mutex::new(()),
+            loads: AtomicU64::new(0),
         }
     }
 
@@ -175,6 +182,7 @@ impl<P: Pooled> Shared<P> {
         script: Option<&LimiterScript>,
     ) -> Result<T, StoreError> {
         let started = Instant::now();
+        let loads = self.loads.load(Ordering::Acquire);
         let slot = self.slot();
         let (held, fresh) = match read(&slot.held) {
             Some(h) => (h, false),
@@ -188,19 +196,31 @@ impl<P: Pooled> Shared<P> {
             req.run::<T, _>(&mut conn).await
         };
         match (result, script) {
-            (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            (Err(e), Some(script)) if is_noscript(&e) => {
                 // Redis restarted, failed over or flushed its scripts: nothing
-                // ran, so load the script (on every primary in a cluster) and run again.
+                // ran, so load the script (on every primary in a cluster) and
+                // run again. Of many calls that met NOSCRIPT together, one loads.
                 self.within(started, async {
-                    redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(&script.source)
-                        .query_async::<redis::Value>(&mut conn)
-                        .await
-                        .map_err(|e| self.failed(&held, e))?;
-                    req.run::<T, _>(&mut conn)
-                        .await
-                        .map_err(|e| self.failed(&held, e))
+                    let mut must_load = false;
+                    loop {
+                        {
+                            let _loading = self.loading.lock().await;
+                            if must_load || self.loads.load(Ordering::Acquire) == loads {
+                                redis::cmd("SCRIPT")
+                                    .arg("LOAD")
+                                    .arg(&script.source)
+                                    .query_async::<redis::Value>(&mut conn)
+                                    .await
+                                    .map_err(|e| self.failed(&held, e))?;
+                                self.loads.fetch_add(1, Ordering::Release);
+                            }
+                        }
+                        match req.run::<T, _>(&mut conn).await {
+                            // loaded by another task, but not this script: load it
+                            Err(e) if is_noscript(&e) && !must_load => must_load = true,
+                            r => return r.map_err(|e| self.failed(&held, e)),
+                        }
+                    }
                 })
                 .await
             }
@@ -251,6 +271,10 @@ impl<P: Pooled> Shared<P> {
         cmd.arg(keys);
         self.query(Request::Cmd(&cmd), None).await
     }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
