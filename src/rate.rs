@@ -88,9 +88,13 @@ impl Rate {
 }
 
 impl fmt::Display for Rate {
-    /// Formats as `count/period`, e.g. `60/1m` or `5/7200s`; the output parses back.
+    /// Formats as `count/period`, e.g. `60/min` or `5/7200s`; the output parses
+    /// back (to the microsecond, the resolution of every strategy).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = self.period;
+        if p.subsec_nanos() % 1_000_000 != 0 {
+            return write!(f, "{}/{}us", self.count, p.as_micros());
+        }
         if p.subsec_nanos() != 0 {
             return write!(f, "{}/{}ms", self.count, p.as_millis());
         }
@@ -175,13 +179,14 @@ fn parse_period(s: &str) -> Result<Duration, &'static str> {
         (n, s[digits..].trim_start())
     };
     let unit_nanos: u128 = match unit.to_ascii_lowercase().as_str() {
+        "us" | "µs" | "usec" | "micros" | "microsecond" | "microseconds" => 1_000,
         "ms" | "msec" | "millis" | "millisecond" | "milliseconds" => 1_000_000,
         "s" | "sec" | "secs" | "second" | "seconds" => 1_000_000_000,
         "m" | "min" | "mins" | "minute" | "minutes" => 60_000_000_000,
         "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000_000_000,
         "d" | "day" | "days" => 86_400_000_000_000,
         "" => return Err("missing unit after the period number, like `s` in `30s`"),
-        _ => return Err("unknown period unit; use ms, s, min, hour or day"),
+        _ => return Err("unknown period unit; use us, ms, s, min, hour or day"),
     };
     let nanos = unit_nanos
         .checked_mul(u128::from(mult))
@@ -222,6 +227,8 @@ mod tests {
             Rate::per_day(9),
             Rate::new(7, Duration::from_secs(90)),
             Rate::new(7, Duration::from_millis(250)),
+            Rate::new(1, Duration::from_micros(1_500)),
+            Rate::new(1, Duration::from_micros(500)),
         ] {
             assert_eq!(r.to_string().parse::<Rate>().unwrap(), r);
         }

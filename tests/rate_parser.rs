@@ -32,6 +32,7 @@ fn rate_like() -> impl Strategy<Value = String> {
         Just("99999999999999999999".to_owned()),
     ];
     let unit = prop::sample::select(vec![
+        "us",
         "ms",
         "msec",
         "s",
@@ -104,19 +105,20 @@ proptest! {
     }
 
     #[test]
-    fn every_whole_millisecond_rate_displays_as_a_string_that_parses_back(
+    fn every_whole_microsecond_rate_displays_as_a_string_that_parses_back(
         count in any::<u64>(),
-        ms in prop_oneof![
-            0u64..100_000_000,
-            Just(1_000u64),
-            Just(60_000),
-            Just(3_600_000),
-            Just(86_400_000),
-            // the longest period the parser accepts, in whole ms
-            Just(u64::MAX / 1_000_000),
+        us in prop_oneof![
+            0u64..100_000_000_000,
+            Just(1_000_000u64),
+            Just(60_000_000),
+            Just(3_600_000_000),
+            Just(86_400_000_000),
+            (0u64..1_000_000).prop_map(|ms| ms * 1_000),
+            // the longest period the parser accepts, in whole µs
+            Just(u64::MAX / 1_000),
         ],
     ) {
-        let rate = Rate::new(count, Duration::from_millis(ms));
+        let rate = Rate::new(count, Duration::from_micros(us));
         let text = rate.to_string();
         prop_assert_eq!(text.parse::<Rate>(), Ok(rate), "{}", text);
         prop_assert_eq!(Rate::parse_list(&format!("{text}; {text}")), Ok(vec![rate, rate]));
