@@ -92,7 +92,7 @@ impl fmt::Display for Rate {
     /// back (to the microsecond, the resolution of every strategy).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = self.period;
-        if p.subsec_nanos() % 1_000_000 != 0 {
+        if !p.subsec_nanos().is_multiple_of(1_000_000) {
             return write!(f, "{}/{}us", self.count, p.as_micros());
         }
         if p.subsec_nanos() != 0 {
