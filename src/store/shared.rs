@@ -186,12 +186,15 @@ impl<P: Pooled> Shared<P> {
         let slot = self.slot();
         let (held, fresh) = match read(&slot.held) {
             Some(h) => (h, false),
-            None => (self.within(started, self.refill(slot)).await?, true),
+            // slow paths are boxed to keep every caller's future small
+            None => (
+                Box::pin(self.within(started, self.refill(slot))).await?,
+                true,
+            ),
         };
         let mut conn = held.conn.clone();
         let result = if fresh || !P::SELF_TIMED {
-            self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })
-                .await?
+            Box::pin(self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })).await?
         } else {
             req.run::<T, _>(&mut conn).await
         };
@@ -200,7 +203,7 @@ impl<P: Pooled> Shared<P> {
                 // Redis restarted, failed over or flushed its scripts: nothing
                 // ran, so load the script (on every primary in a cluster) and
                 // run again. Of many calls that met NOSCRIPT together, one loads.
-                self.within(started, async {
+                Box::pin(self.within(started, async {
                     let mut must_load = false;
                     loop {
                         {
@@ -221,7 +224,7 @@ impl<P: Pooled> Shared<P> {
                             r => return r.map_err(|e| self.failed(&held, e)),
                         }
                     }
-                })
+                }))
                 .await
             }
             (r, _) => r.map_err(|e| self.failed(&held, e)),
