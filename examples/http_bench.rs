@@ -1,10 +1,11 @@
 //! HTTP throughput of the middleware next to its baselines, with `wrk`, in one run:
 //!
 //! 1. `bare`: an axum "hello" route;
-//! 2. `handwritten`: the same route whose handler runs one `EVALSHA` (a
-//!    GCRA script) on a shared multiplexed Redis connection, by hand;
-//! 3. `layer`: the same route behind `RateLimitLayer` (RedisStore, one GCRA
-//!    quota, `key::PeerIp`, IETF headers).
+//! 2. `handwritten`: the same route whose handler runs one `EVALSHA` on a
+//!    shared multiplexed Redis connection, by hand: the fixed-window script of
+//!    `../shared/bench/ceiling` (default), or a GCRA script with `--strategy gcra`;
+//! 3. `layer`: the same route behind `RateLimitLayer` (RedisStore, one quota
+//!    of the same strategy, `key::PeerIp`, IETF headers).
 //!
 //! Then a flood: one client already denied keeps sending, and the Redis
 //! commands per denied request are read from `INFO commandstats`.
@@ -12,6 +13,7 @@
 //! ```sh
 //! scripts/bench-http.sh                       # wrk -t1 -c64 -d5s --latency, 1 round
 //! scripts/bench-http.sh --rounds 3 --duration 10
+//! scripts/bench-http.sh --strategy gcra
 //! cargo run --release --example http_bench --features axum -- --help
 //! ```
 //!
@@ -35,6 +37,30 @@ use tower_redis_ratelimit::{
 };
 
 /// A GCRA in integer microseconds on Redis's clock, as one would write it by hand.
+/// The fixed-window script of `../shared/bench/ceiling`: INCRBY, PEXPIRE on the first hit.
+const HANDWRITTEN_FIXED: &str = r"
+local n = redis.call('INCRBY', KEYS[1], ARGV[2])
+if n == tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if n > tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[2]) return {0, n} end
+return {1, n}
+";
+
+/// Which strategy `handwritten` and `layer` use (`--strategy`).
+static STRATEGY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn fixed_window() -> bool {
+    STRATEGY.get().is_none_or(|s| s == "fixed-window")
+}
+
+/// One quota of the benchmarked strategy, never exhausted.
+fn huge_quota() -> Quota {
+    if fixed_window() {
+        Quota::fixed_window(Rate::per_minute(HUGE)).name("minute")
+    } else {
+        Quota::gcra(Rate::per_second(HUGE)).name("second")
+    }
+}
+
 const HANDWRITTEN_GCRA: &str = r"
 local burst = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
@@ -60,6 +86,7 @@ struct Args {
     rounds: usize,
     modes: Vec<String>,
     flood: bool,
+    strategy: String,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -70,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
         rounds: 1,
         modes: vec!["bare".into(), "handwritten".into(), "layer".into()],
         flood: true,
+        strategy: "fixed-window".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -81,10 +109,14 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("{e}"))?,
             "--modes" => args.modes = value()?.split(',').map(str::to_owned).collect(),
             "--no-flood" => args.flood = false,
+            "--strategy" => match value()?.as_str() {
+                s @ ("fixed-window" | "gcra") => args.strategy = s.to_owned(),
+                other => return Err(format!("--strategy: fixed-window or gcra, not {other}")),
+            },
             "--help" | "-h" => {
                 return Err(
                     "usage: http_bench [--duration SECS] [--connections N] [--threads N] \
-                     [--rounds N] [--modes bare,handwritten,layer] [--no-flood]"
+                     [--rounds N] [--modes bare,handwritten,layer] [--strategy fixed-window|gcra] [--no-flood]"
                         .into(),
                 );
             }
@@ -215,6 +247,7 @@ impl Drop for Redis {
 struct Handwritten {
     conn: redis::aio::MultiplexedConnection,
     script: redis::Script,
+    fixed: bool,
 }
 
 async fn handwritten(
@@ -222,13 +255,12 @@ async fn handwritten(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> Response {
     let mut conn = st.conn.clone();
-    let reply: redis::RedisResult<(i64, i64)> = st
-        .script
-        .key(format!("hw:{}", peer.ip()))
-        .arg(HUGE)
-        .arg(1)
-        .invoke_async(&mut conn)
-        .await;
+    let mut invocation = st.script.key(format!("hw:{}", peer.ip()));
+    invocation.arg(HUGE).arg(1);
+    if st.fixed {
+        invocation.arg(60_000);
+    }
+    let reply: redis::RedisResult<(i64, i64)> = invocation.invoke_async(&mut conn).await;
     match reply {
         Ok((1, _)) => "hello".into_response(),
         Ok(_) => StatusCode::TOO_MANY_REQUESTS.into_response(),
@@ -252,17 +284,25 @@ async fn app(mode: &str, redis_url: &str) -> Result<Router, Box<dyn std::error::
         "handwritten" => {
             let client = redis::Client::open(redis_url)?;
             let conn = client.get_multiplexed_async_connection().await?;
-            let script = redis::Script::new(HANDWRITTEN_GCRA);
+            let fixed = fixed_window();
+            let script = redis::Script::new(if fixed {
+                HANDWRITTEN_FIXED
+            } else {
+                HANDWRITTEN_GCRA
+            });
             let mut c = conn.clone();
             script.prepare_invoke().load_async(&mut c).await?;
             Router::new()
                 .route("/", get(handwritten))
-                .with_state(Handwritten { conn, script })
+                .with_state(Handwritten {
+                    conn,
+                    script,
+                    fixed,
+                })
         }
         "limiter" => {
             // Diagnosis: the limiter called by hand in the handler, no layer.
-            let quota = Quota::gcra(Rate::per_second(HUGE)).name("second");
-            let limiter = limiter(quota)?;
+            let limiter = limiter(huge_quota())?;
             Router::new()
                 .route(
                     "/",
@@ -280,9 +320,8 @@ async fn app(mode: &str, redis_url: &str) -> Result<Router, Box<dyn std::error::
                 .with_state(limiter)
         }
         "layer" => {
-            let quota = Quota::gcra(Rate::per_second(HUGE)).name("second");
             let layer =
-                RateLimitLayer::new(limiter(quota)?, key::PeerIp).headers(HeaderStyle::Ietf);
+                RateLimitLayer::new(limiter(huge_quota())?, key::PeerIp).headers(HeaderStyle::Ietf);
             Router::new().route("/", hello()).layer(layer)
         }
         "flood" => {
@@ -430,10 +469,11 @@ fn median(mut v: Vec<Wrk>) -> Wrk {
 
 fn run() -> Result<(), String> {
     let args = parse_args()?;
+    let _ = STRATEGY.set(args.strategy.clone());
     let redis = Redis::start()?;
     println!(
-        "wrk -t{} -c{} -d{}s --latency, {} round(s); redis-server on port {}",
-        args.threads, args.connections, args.duration, args.rounds, redis.port
+        "wrk -t{} -c{} -d{}s --latency, {} round(s), strategy {}; redis-server on port {}",
+        args.threads, args.connections, args.duration, args.rounds, args.strategy, redis.port
     );
     let mut results: Vec<(String, Vec<Wrk>)> =
         args.modes.iter().map(|m| (m.clone(), Vec::new())).collect();
