@@ -915,9 +915,20 @@ async fn denials_and_store_failures_are_traced() {
     redis.kill();
     let limiter = redis_limiter(&redis, "traced2", Quota::fixed_window(Rate::per_minute(1)));
     let app = make_app(RateLimitLayer::new(limiter, peer));
-    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let elapsed = started.elapsed();
 
     let log = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    // an outage logs at most one warning a second, not one per request
+    let warnings = log.lines().filter(|l| l.contains("WARN")).count() as u64;
+    assert!(warnings >= 1, "{log}");
+    assert!(
+        warnings <= 1 + elapsed.as_secs(),
+        "{warnings} warnings in {elapsed:?}"
+    );
     assert!(
         log.contains("rate limited") && log.contains("quota=minute"),
         "{log}"

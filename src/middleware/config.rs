@@ -57,11 +57,39 @@ pub(crate) struct Counters {
     pub(crate) deny_cache_hits: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) fallback_decisions: AtomicU64,
+    /// When the last store-failure warning was logged (ms since `WARN_EPOCH`, plus one).
+    last_warning_ms: AtomicU64,
+    /// Store failures not logged since the last warning.
+    unlogged_failures: AtomicU64,
 }
+
+/// The time base of the warning throttle.
+static WARN_EPOCH: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// At most one store-failure warning per this interval and layer: an outage
+/// must not flood the log with one line per request.
+const WARN_INTERVAL_MS: u64 = 1_000;
 
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether to log this store failure now; if so, how many went unlogged before it.
+    pub(crate) fn failure_to_log(&self) -> Option<u64> {
+        let now = WARN_EPOCH.elapsed().as_millis() as u64 + 1;
+        let last = self.last_warning_ms.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= WARN_INTERVAL_MS)
+            && self
+                .last_warning_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.unlogged_failures.swap(0, Ordering::Relaxed));
+        }
+        self.unlogged_failures.fetch_add(1, Ordering::Relaxed);
+        None
     }
 }
 
@@ -97,17 +125,25 @@ impl Config {
             }
             Err(_error) => {
                 Counters::bump(&self.counters.store_errors);
+                // `suppressed`: failures since the previous warning, not logged one by one
+                let log = self.counters.failure_to_log();
                 match &self.failure {
                     Failure::Open => {
-                        event!(warn, error = %_error, "rate limit store failed; request allowed (FailurePolicy::Open)");
+                        if let Some(_suppressed) = log {
+                            event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)");
+                        }
                         Verdict::Open
                     }
                     Failure::Closed => {
-                        event!(warn, error = %_error, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
+                        if let Some(_suppressed) = log {
+                            event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
+                        }
                         Verdict::Closed
                     }
                     Failure::Fallback(fallback) => {
-                        event!(warn, error = %_error, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
+                        if let Some(_suppressed) = log {
+                            event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
+                        }
                         Counters::bump(&self.counters.fallback_decisions);
                         match boxed_in_place(|| fallback.check_n(&key, cost)).await {
                             Ok(decision) => {
