@@ -15,7 +15,7 @@ local function fixed_window_redis_clock(key, n, period, cost, apply)
     if ttl == -1 then
       -- repair a key found without a TTL
       ttl = ms
-      redis.call('PEXPIRE', key, num(ms))
+      redis.call('PEXPIRE', key, fmt('%.0f', ms))
     end
     if ttl < 0 then ttl = 0 end
   end
@@ -26,8 +26,8 @@ local function fixed_window_redis_clock(key, n, period, cost, apply)
   end
   if cost > 0 and c == 0 then ttl = ms end
   if apply and cost > 0 then
-    redis.call('INCRBY', key, num(cost))
-    if c == 0 then redis.call('PEXPIRE', key, num(ms)) end
+    redis.call('INCRBY', key, fmt('%.0f', cost))
+    if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
   end
   return 1, n - c - cost, ttl * 1000, -1, 0
 end
@@ -36,7 +36,7 @@ S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
   if not MANUAL then
     return fixed_window_redis_clock(key, n, period, cost, apply)
   end
-  local now = clock()
+  local now = NOW
   local st = redis.call('HMGET', key, 's', 'c')
   local s, c = tonumber(st[1]), tonumber(st[2])
   if not s or not c or now >= s + period then
@@ -48,16 +48,18 @@ S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
     if c > 0 then reset = left end
     local retry = -1
     if cost <= n then retry = left end
-    repair(key, reset)
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    end
     return 0, n - c, reset, retry, 0
   end
   if apply and cost > 0 then
     if c == 0 then
-      redis.call('HSET', key, 's', num(s), 'c', num(cost))
+      redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
     else
-      redis.call('HINCRBY', key, 'c', num(cost))
+      redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
     end
-    redis.call('PEXPIRE', key, ttl_ms(left))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000)))
   end
   local after = c + cost
   local reset = 0

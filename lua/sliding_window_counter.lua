@@ -2,7 +2,7 @@
 -- p = previous window's count}. The estimate is c + floor(p * overlap), where
 -- overlap is the share of the previous window still inside the sliding window.
 S[3] = function(key, n, period, burst, interval, cost, nonce, apply)
-  local now = clock()
+  local now = NOW
   local w = math.floor(now / period)
   local st = redis.call('HMGET', key, 'w', 'c', 'p')
   local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -38,15 +38,17 @@ S[3] = function(key, n, period, burst, interval, cost, nonce, apply)
       end
     end
     local reset = reset_of(c)
-    repair(key, reset)
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    end
     local rem = n - used
     if rem < 0 then rem = 0 end
     return 0, rem, reset, retry, 0
   end
   local reset = reset_of(c + cost)
   if apply and cost > 0 then
-    redis.call('HSET', key, 'w', num(w), 'c', num(c + cost), 'p', num(p))
-    redis.call('PEXPIRE', key, ttl_ms(reset))
+    redis.call('HSET', key, 'w', fmt('%.0f', w), 'c', fmt('%.0f', c + cost), 'p', fmt('%.0f', p))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil((reset) / 1000)))
   end
   return 1, n - used - cost, reset, -1, 0
 end

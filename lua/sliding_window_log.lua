@@ -1,8 +1,8 @@
 -- SlidingWindowLog: sorted set of (score = request time, member = unique id).
 -- Exact: at most n requests with a time in (now - period, now].
 S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
-  local now = clock()
-  local expired = num(now - period)
+  local now = NOW
+  local expired = fmt('%.0f', now - period)
   -- Count without writing: under maxmemory the first write must be the ZADD,
   -- so that Redis refuses it (expired entries are removed after it).
   local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
@@ -20,7 +20,9 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
       local idx = c + cost - n - 1
       retry = zscore_at(key, idx) + period - now
     end
-    repair(key, reset)
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    end
     return 0, n - c, reset, retry, 0
   end
   if cost > 0 then
@@ -29,7 +31,7 @@ S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
     if apply then
       zadd_members(key, now, nonce, cost)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
-      redis.call('PEXPIRE', key, ttl_ms(reset))
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil((reset) / 1000)))
     end
   end
   return 1, n - c - cost, reset, -1, 0

@@ -3,7 +3,7 @@
 -- burst * interval ahead of now. `queue` = true is the LeakyBucket variant:
 -- same admission, but the request is told to wait until its slot (delay).
 local function tat_policy(key, burst, interval, cost, apply, queue)
-  local now = clock()
+  local now = NOW
   local tat = tonumber(redis.call('GET', key))
   if not tat or tat < now then tat = now end
   local tau = burst * interval
@@ -12,11 +12,13 @@ local function tat_policy(key, burst, interval, cost, apply, queue)
     local retry = -1
     if cost <= burst then retry = new_tat - tau - now end
     local reset = tat - now
-    repair(key, reset)
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    end
     return 0, math.floor((now + tau - tat) / interval), reset, retry, 0
   end
   if apply and cost > 0 then
-    redis.call('SET', key, num(new_tat), 'PX', ttl_ms(new_tat - now))
+    redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000)))
   end
   local delay = 0
   if queue and cost > 0 then delay = tat - now end

@@ -39,6 +39,12 @@ impl LimiterScript {
         if strategies == [Strategy::FixedWindow] {
             parts.push(FIXED_WINDOW_FAST);
         }
+        // Only fixed-window scripts can decide without Redis's TIME (see prelude.lua).
+        parts.push(if strategies.iter().all(|s| *s == Strategy::FixedWindow) {
+            "local READS_TIME = false"
+        } else {
+            "local READS_TIME = true"
+        });
         parts.push(PRELUDE);
         if strategies
             .iter()
