@@ -4,9 +4,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "../examples/support/grpc_echo.rs"]
+mod grpc_echo;
 
 use std::convert::Infallible;
-use std::future::{Ready, ready};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -16,16 +17,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use common::RedisServer;
+use grpc_echo::{Echo, RawCodec};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::server::NamedService;
 use tonic::{Code, Status};
 use tower_redis_ratelimit::key::{ClientIp, PeerIp};
 use tower_redis_ratelimit::{
@@ -344,80 +344,6 @@ async fn a_client_disconnect_mid_stream_releases_the_concurrency_lease() {
 }
 
 // --- gRPC -----------------------------------------------------------------
-
-/// Messages are raw bytes: no protobuf, no protoc.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
-/// `demo.Echo/Echo`: answers the request's bytes.
-#[derive(Clone)]
-struct Echo;
-
-impl NamedService for Echo {
-    const NAME: &'static str = "demo.Echo";
-}
-
-struct EchoMethod;
-
-impl tonic::server::UnaryService<Bytes> for EchoMethod {
-    type Response = Bytes;
-    type Future = Ready<Result<tonic::Response<Bytes>, Status>>;
-
-    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        ready(Ok(tonic::Response::new(request.into_inner())))
-    }
-}
-
-impl tower::Service<Request<tonic::body::Body>> for Echo {
-    type Response = Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<tonic::body::Body>) -> Self::Future {
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(RawCodec);
-            Ok(grpc.unary(EchoMethod, request).await)
-        })
-    }
-}
 
 async fn grpc_client(addr: SocketAddr) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
