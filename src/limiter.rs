@@ -100,6 +100,9 @@ impl RateLimiter {
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
+        // Any cost above the largest capacity is denied alike; capping it keeps
+        // every store's arithmetic exact.
+        let cost = cost.min(crate::quota::MAX_COUNT + 1);
         let base = self.base_key(key.as_ref());
         let keys = self.keys(&base);
         let nonce = if inner.needs_nonce {

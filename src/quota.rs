@@ -12,7 +12,7 @@ pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
 /// exact in Redis's Lua numbers.
 const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
 /// Largest count or burst accepted.
-const MAX_COUNT: u64 = 1 << 40;
+pub(crate) const MAX_COUNT: u64 = 1 << 40;
 
 /// One limit: a [`Strategy`] applied at a [`Rate`], with an optional burst and name.
 ///

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
-use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy};
 
 fn redis_limiter(server: &RedisServer, prefix: &str, quotas: Vec<Quota>) -> RateLimiter {
     RateLimiter::builder()
@@ -242,4 +242,38 @@ async fn many_calls_meeting_noscript_together_load_the_script_once() {
         assert!(t.await.unwrap());
     }
     assert_eq!(server.command_calls("script|load").await, 1);
+}
+
+#[tokio::test]
+async fn an_enormous_cost_is_denied_without_retry_and_consumes_nothing() {
+    let server = RedisServer::start();
+    for strategy in Strategy::ALL {
+        let q = match strategy {
+            Strategy::Concurrency => Quota::concurrency(5),
+            s => Quota::new(s, Rate::per_minute(5)),
+        };
+        let stores: [(&str, RateLimiter); 2] = [
+            ("redis", redis_limiter(&server, "huge", vec![q.clone()])),
+            (
+                "memory",
+                RateLimiter::builder()
+                    .store(MemoryStore::new())
+                    .quota(q)
+                    .build()
+                    .unwrap(),
+            ),
+        ];
+        for (store, lim) in stores {
+            for cost in [6, 1 << 40, (1 << 40) + 1, u64::MAX / 2, u64::MAX] {
+                let d = lim.check_n("k", cost).await.unwrap();
+                assert!(!d.allowed, "{store} {strategy} cost {cost}: {d:?}");
+                assert_eq!(d.retry_after, None, "{store} {strategy} cost {cost}");
+            }
+            assert_eq!(
+                lim.peek("k").await.unwrap().remaining,
+                5,
+                "{store} {strategy}"
+            );
+        }
+    }
 }

@@ -309,7 +309,12 @@ fn tat_policy(
         _ => now,
     };
     let tau = burst * interval;
-    let new_tat = tat + cost * interval;
+    // (a cost above the burst is checked first: cost * interval could overflow)
+    let new_tat = if cost > burst {
+        i64::MAX
+    } else {
+        tat + cost * interval
+    };
     if cost > burst || new_tat - now > tau {
         let retry = if cost <= burst {
             new_tat - tau - now
