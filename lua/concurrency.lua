@@ -1,28 +1,19 @@
 -- Concurrency: sorted set of leases (score = expiry, member = lease id). At
 -- most n unexpired leases per key; `period` is the lease timeout.
-S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
-  local now = NOW
-  local expired = fmt('%.0f', now)
-  -- Count without writing: under maxmemory the first write must be the ZADD,
-  -- so that Redis refuses it (expired leases are removed after it).
-  local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
-  local last = now
-  if c > 0 then
-    last = zscore_at(key, -1)
+local expired = fmt('%.0f', now)
+-- Count without writing: under maxmemory the first write must be the ZADD,
+-- so that Redis refuses it (expired leases are removed after it).
+local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
+local last = now
+if c > 0 then last = zscore_at(key, -1) end
+if cost > n or c + cost > n then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  ok, rem, reset, retry, delay = 0, n - c, last - now, -1, 0
+  if cost <= n then retry = zscore_at(key, c + cost - n - 1) - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
   end
-  if cost > n or c + cost > n then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
-    local retry = -1
-    if cost <= n then
-      local idx = c + cost - n - 1
-      retry = zscore_at(key, idx) - now
-    end
-    local reset = last - now
-    if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
-    end
-    return 0, n - c, reset, retry, 0
-  end
+else
   if cost > 0 then
     if last < now + period then last = now + period end
     if apply then
@@ -31,5 +22,5 @@ S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
       redis.call('PEXPIRE', key, fmt('%.0f', ceil((last - now) / 1000)))
     end
   end
-  return 1, n - c - cost, last - now, -1, 0
+  ok, rem, reset, retry, delay = 1, n - c - cost, last - now, -1, 0
 end

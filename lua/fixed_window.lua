@@ -1,13 +1,12 @@
 -- FixedWindow. The window starts at the key's first hit and lasts `period`.
 --
 -- On Redis's clock the key is a plain counter whose TTL is the rest of the
--- window: INCRBY, then PTTL for reset_after (PEXPIRE on the first hit), with
--- no TIME call. With a manual clock the key is a hash {s = window start,
--- c = count} so that windows follow the manual time.
--- Redis's clock, general case (peeks, costs that cannot fit, several quotas;
--- the one-quota case usually takes fixed_window_fast.lua): read, decide, then write.
-local function fixed_window_redis_clock(key, n, period, cost, apply)
-  local ms = math.ceil(period / 1000)
+-- window: GET and PTTL, then INCRBY (PEXPIRE on the first hit), with no TIME
+-- call; the one-quota case usually takes fixed_window_fast.lua instead. With a
+-- manual clock the key is a hash {s = window start, c = count} so that windows
+-- follow the manual time.
+if not MANUAL then
+  local ms = ceil(period / 1000)
   local c = tonumber(redis.call('GET', key) or '0')
   local ttl = 0
   if c > 0 then
@@ -20,23 +19,17 @@ local function fixed_window_redis_clock(key, n, period, cost, apply)
     if ttl < 0 then ttl = 0 end
   end
   if cost > n or c + cost > n then
-    local retry = -1
+    ok, rem, reset, retry, delay = 0, n - c, ttl * 1000, -1, 0
     if cost <= n then retry = ttl * 1000 end
-    return 0, n - c, ttl * 1000, retry, 0
+  else
+    if cost > 0 and c == 0 then ttl = ms end
+    if apply and cost > 0 then
+      redis.call('INCRBY', key, fmt('%.0f', cost))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, ttl * 1000, -1, 0
   end
-  if cost > 0 and c == 0 then ttl = ms end
-  if apply and cost > 0 then
-    redis.call('INCRBY', key, fmt('%.0f', cost))
-    if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
-  end
-  return 1, n - c - cost, ttl * 1000, -1, 0
-end
-
-S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
-  if not MANUAL then
-    return fixed_window_redis_clock(key, n, period, cost, apply)
-  end
-  local now = NOW
+else
   local st = redis.call('HMGET', key, 's', 'c')
   local s, c = tonumber(st[1]), tonumber(st[2])
   if not s or not c or now >= s + period then
@@ -44,25 +37,22 @@ S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
   end
   local left = s + period - now
   if cost > n or c + cost > n then
-    local reset = 0
+    ok, rem, reset, retry, delay = 0, n - c, 0, -1, 0
     if c > 0 then reset = left end
-    local retry = -1
     if cost <= n then retry = left end
     if reset > 0 and redis.call('PTTL', key) == -1 then
       redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
     end
-    return 0, n - c, reset, retry, 0
-  end
-  if apply and cost > 0 then
-    if c == 0 then
-      redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
-    else
-      redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
+  else
+    if apply and cost > 0 then
+      if c == 0 then
+        redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
+      else
+        redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
+      end
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000)))
     end
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000)))
+    ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
+    if c + cost > 0 then reset = left end
   end
-  local after = c + cost
-  local reset = 0
-  if after > 0 then reset = left end
-  return 1, n - after, reset, -1, 0
 end

@@ -1,20 +1,20 @@
--- tower-redis-ratelimit: shared helpers. A limiter's script is this file, the
--- files of the strategies it uses (each registers S[<id>]), then single.lua
--- (one quota) or multi.lua (several, all-or-nothing). Redis compiles each
--- distinct script once; EVALSHA runs it.
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
 --
 -- ARGV[1] is the time in microseconds from a manual clock, or 0 for Redis's
 -- own clock (TIME, read once per call by scripts that need it).
 -- All times are integer microseconds held in Lua numbers (exact below 2^53).
 --
--- Every strategy function has the signature
---   f(key, n, period, burst, interval, cost, nonce, apply)
--- and returns ok (1/0), remaining, reset_after, retry_after (-1 = never), delay.
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
 -- With apply = false nothing is consumed, but the numbers are those the
 -- request would get if it were; with apply = true an allowed request with
 -- cost > 0 is written. reset_after is also the key's TTL: after it the state
 -- is the same as no state.
-local S = {}
 local MANUAL = ARGV[1] ~= '0'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only

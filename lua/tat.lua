@@ -1,27 +1,22 @@
--- Gcra: one string, the theoretical arrival time (TAT). A request of `cost`
--- pushes the TAT by cost * interval and is allowed if the new TAT is at most
--- burst * interval ahead of now. `queue` = true is the LeakyBucket variant:
+-- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
+-- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
-local function tat_policy(key, burst, interval, cost, apply, queue)
-  local now = NOW
-  local tat = tonumber(redis.call('GET', key))
-  if not tat or tat < now then tat = now end
-  local tau = burst * interval
-  local new_tat = tat + cost * interval
-  if cost > burst or new_tat - now > tau then
-    local retry = -1
-    if cost <= burst then retry = new_tat - tau - now end
-    local reset = tat - now
-    if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
-    end
-    return 0, math.floor((now + tau - tat) / interval), reset, retry, 0
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
   end
+else
   if apply and cost > 0 then
     redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000)))
   end
-  local delay = 0
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
   if queue and cost > 0 then delay = tat - now end
-  return 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, delay
 end
-

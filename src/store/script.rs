@@ -1,8 +1,11 @@
 //! Limiter scripts, assembled from the files in `lua/`.
 //!
-//! A limiter's script holds only what it uses: the prelude, the strategies of
-//! its quotas, and the single- or multi-quota entry point. Redis compiles each
-//! distinct script once; every decision is one `EVALSHA`.
+//! A limiter's script holds only what it uses. One quota: the prelude, then
+//! `single.lua` with the strategy's block spliced in, so that a call creates
+//! no Lua function (Lua builds a closure for every function definition on
+//! every run, which measurably costs Redis time). Several quotas: each used
+//! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
+//! compiles each distinct script once; every decision is one `EVALSHA`.
 
 use crate::strategy::Strategy;
 
@@ -19,53 +22,100 @@ const ZSET: &str = include_str!("../../lua/zset.lua");
 const TAT: &str = include_str!("../../lua/tat.lua");
 const SINGLE: &str = include_str!("../../lua/single.lua");
 const MULTI: &str = include_str!("../../lua/multi.lua");
+/// Where `single.lua` takes its strategy's block.
+const SPLICE: &str = "--@STRATEGY\n";
 
-fn strategy_source(s: Strategy) -> &'static str {
+/// The block of code deciding for `s` (see `lua/prelude.lua`).
+fn strategy_block(s: Strategy) -> Vec<&'static str> {
     match s {
-        Strategy::FixedWindow => include_str!("../../lua/fixed_window.lua"),
-        Strategy::SlidingWindowLog => include_str!("../../lua/sliding_window_log.lua"),
-        Strategy::SlidingWindowCounter => include_str!("../../lua/sliding_window_counter.lua"),
-        Strategy::TokenBucket => include_str!("../../lua/token_bucket.lua"),
-        Strategy::LeakyBucket => include_str!("../../lua/leaky_bucket.lua"),
-        Strategy::Gcra => include_str!("../../lua/gcra.lua"),
-        Strategy::Concurrency => include_str!("../../lua/concurrency.lua"),
+        Strategy::FixedWindow => vec![include_str!("../../lua/fixed_window.lua")],
+        Strategy::SlidingWindowLog => vec![include_str!("../../lua/sliding_window_log.lua")],
+        Strategy::SlidingWindowCounter => {
+            vec![include_str!("../../lua/sliding_window_counter.lua")]
+        }
+        Strategy::TokenBucket => vec![include_str!("../../lua/token_bucket.lua")],
+        Strategy::LeakyBucket => vec![include_str!("../../lua/leaky_bucket.lua"), TAT],
+        Strategy::Gcra => vec![include_str!("../../lua/gcra.lua"), TAT],
+        Strategy::Concurrency => vec![include_str!("../../lua/concurrency.lua")],
     }
 }
 
 impl LimiterScript {
     /// The script for a limiter whose quotas use `strategies`, in order.
     pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
-        let mut parts = Vec::new();
+        let mut source = String::new();
         if strategies == [Strategy::FixedWindow] {
-            parts.push(FIXED_WINDOW_FAST);
+            source.push_str(FIXED_WINDOW_FAST);
         }
         // Only fixed-window scripts can decide without Redis's TIME (see prelude.lua).
-        parts.push(if strategies.iter().all(|s| *s == Strategy::FixedWindow) {
-            "local READS_TIME = false"
+        source.push_str(if strategies.iter().all(|s| *s == Strategy::FixedWindow) {
+            "local READS_TIME = false\n"
         } else {
-            "local READS_TIME = true"
+            "local READS_TIME = true\n"
         });
-        parts.push(PRELUDE);
-        if strategies
-            .iter()
-            .any(|s| matches!(s, Strategy::Gcra | Strategy::LeakyBucket))
-        {
-            parts.push(TAT);
-        }
+        source.push_str(PRELUDE);
         if strategies
             .iter()
             .any(|s| matches!(s, Strategy::SlidingWindowLog | Strategy::Concurrency))
         {
-            parts.push(ZSET);
+            source.push_str(ZSET);
         }
-        for s in Strategy::ALL {
-            if strategies.contains(&s) {
-                parts.push(strategy_source(s));
+        if let [only] = strategies {
+            let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
+            source.push_str(head);
+            source.push_str("do\n");
+            for part in strategy_block(*only) {
+                source.push_str(part);
             }
+            source.push_str("end\n");
+            source.push_str(tail);
+        } else {
+            source.push_str("local S = {}\n");
+            for s in Strategy::ALL {
+                if !strategies.contains(&s) {
+                    continue;
+                }
+                source.push_str(&format!(
+                    "S[{}] = function(key, n, period, burst, interval, cost, nonce, apply)\n\
+                     local now = NOW\nlocal ok, rem, reset, retry, delay\ndo\n",
+                    s.id()
+                ));
+                for part in strategy_block(s) {
+                    source.push_str(part);
+                }
+                source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
+            }
+            source.push_str(MULTI);
         }
-        parts.push(if strategies.len() == 1 { SINGLE } else { MULTI });
-        let source = parts.join("\n");
         let sha = redis::Script::new(&source).get_hash().to_owned();
         LimiterScript { source, sha }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_quota_scripts_define_no_function_per_call() {
+        for s in Strategy::ALL {
+            let script = LimiterScript::for_quotas(&[s]);
+            assert!(
+                script
+                    .source
+                    .contains("local ok, rem, reset, retry, delay\ndo\n")
+            );
+            let functions = script.source.matches("function(").count()
+                + script.source.matches("local function ").count();
+            let helpers = match s {
+                // zadd_members, zscore_at
+                Strategy::SlidingWindowLog | Strategy::Concurrency => 2,
+                _ => 0,
+            };
+            assert_eq!(functions, helpers, "{s}:\n{}", script.source);
+        }
+        let multi = LimiterScript::for_quotas(&[Strategy::Gcra, Strategy::FixedWindow]);
+        assert!(multi.source.contains("S[6] = function("));
+        assert!(multi.source.contains("S[1] = function("));
     }
 }
