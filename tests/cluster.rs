@@ -25,40 +25,6 @@ fn cluster_limiter(cluster: &RedisCluster, prefix: &str, quotas: Vec<Quota>) -> 
         .unwrap()
 }
 
-/// The master port serving `key`'s slot.
-async fn owner(cluster: &RedisCluster, key: &str) -> u16 {
-    let mut conn = cluster.conn().await;
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    for range in slots {
-        let redis::Value::Array(items) = range else {
-            continue;
-        };
-        let (redis::Value::Int(lo), redis::Value::Int(hi)) = (&items[0], &items[1]) else {
-            continue;
-        };
-        if (*lo as u16..=*hi as u16).contains(&slot) {
-            let redis::Value::Array(node) = &items[2] else {
-                continue;
-            };
-            let redis::Value::Int(port) = node[1] else {
-                continue;
-            };
-            return port as u16;
-        }
-    }
-    panic!("no owner for slot {slot}");
-}
-
 #[tokio::test]
 async fn user_keys_spread_over_all_masters_and_braces_cannot_pin_a_slot() {
     let cluster = RedisCluster::start(3, 0);
@@ -67,7 +33,11 @@ async fn user_keys_spread_over_all_masters_and_braces_cannot_pin_a_slot() {
     for i in 0..60 {
         let key = format!("user-{i}");
         assert!(lim.check(&key).await.unwrap().allowed);
-        owners.insert(owner(&cluster, &lim.storage_keys(&key)[0]).await);
+        owners.insert(
+            cluster
+                .slot_owner(cluster.master_ports()[0], &lim.storage_keys(&key)[0])
+                .await,
+        );
     }
     let masters: BTreeSet<u16> = cluster.master_ports().into_iter().collect();
     assert_eq!(owners, masters);
@@ -78,7 +48,7 @@ async fn user_keys_spread_over_all_masters_and_braces_cannot_pin_a_slot() {
         assert!(lim.check(&key).await.unwrap().allowed);
         let stored = &lim.storage_keys(&key)[0];
         assert!(!stored.contains("victim"), "{stored}");
-        pinned.insert(owner(&cluster, stored).await);
+        pinned.insert(cluster.slot_owner(cluster.master_ports()[0], stored).await);
     }
     assert!(pinned.len() > 1, "brace keys all landed on {pinned:?}");
 }

@@ -113,38 +113,6 @@ async fn topology(cluster: &RedisCluster, port: u16) -> BTreeMap<u16, (String, O
         .collect()
 }
 
-/// The port of the master serving `key`'s slot, asked of the node on `via`.
-async fn owner(cluster: &RedisCluster, via: u16, key: &str) -> u16 {
-    let mut conn = cluster.node(via).conn().await;
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    for range in slots {
-        let redis::Value::Array(items) = range else {
-            continue;
-        };
-        let (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(node)) =
-            (&items[0], &items[1], &items[2])
-        else {
-            continue;
-        };
-        if (*lo..=*hi).contains(&slot)
-            && let redis::Value::Int(port) = node[1]
-        {
-            return port as u16;
-        }
-    }
-    panic!("no owner for slot {slot} (asked {via})");
-}
-
 fn summary(samples: &[Sample]) -> BTreeMap<Outcome, usize> {
     let mut m = BTreeMap::new();
     for s in samples {
@@ -187,7 +155,7 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
     let mut victim_keys = Vec::new();
     for k in 0..KEYS {
         let stored = limiter.storage_keys(format!("/user-{k}")).remove(0);
-        if owner(&cluster, survivor, &stored).await == victim {
+        if cluster.slot_owner(survivor, &stored).await == victim {
             victim_keys.push(k);
         }
     }
@@ -382,7 +350,7 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
     let stored = limiter
         .storage_keys(format!("/user-{}", victim_keys[0]))
         .remove(0);
-    assert_eq!(owner(&cluster, survivor, &stored).await, heir);
+    assert_eq!(cluster.slot_owner(survivor, &stored).await, heir);
     let stats = cluster.node(heir).info_commandstats().await;
     assert!(
         stats.get("script|load").copied().unwrap_or(0) >= 1,
@@ -399,7 +367,11 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
     let mut on_heir = None;
     for k in 0..200 {
         let key = format!("probe-{k}");
-        if owner(&cluster, survivor, &probe.storage_keys(&key)[0]).await == heir {
+        if cluster
+            .slot_owner(survivor, &probe.storage_keys(&key)[0])
+            .await
+            == heir
+        {
             on_heir = Some(key);
             break;
         }

@@ -845,6 +845,38 @@ impl RedisCluster {
     }
 
     /// URLs of all nodes (seed list for `redis::cluster::ClusterClient`).
+    /// The port of the master serving `key`'s slot, asked of the node on `via`.
+    pub(crate) async fn slot_owner(&self, via: u16, key: &str) -> u16 {
+        let mut conn = self.node(via).conn().await;
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for range in slots {
+            let redis::Value::Array(items) = range else {
+                continue;
+            };
+            let (redis::Value::Int(lo), redis::Value::Int(hi), redis::Value::Array(node)) =
+                (&items[0], &items[1], &items[2])
+            else {
+                continue;
+            };
+            if (*lo..=*hi).contains(&slot)
+                && let redis::Value::Int(port) = node[1]
+            {
+                return port as u16;
+            }
+        }
+        panic!("no owner for slot {slot} (asked {via})");
+    }
+
     pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
