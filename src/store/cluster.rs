@@ -7,8 +7,6 @@ use deadpool_redis::cluster::Pool;
 use redis::cluster_async::ClusterConnection;
 
 use super::shared::{Pooled, Shared, pool_error};
-use super::{Call, Outcome};
-use crate::decision::Lease;
 use crate::error::StoreError;
 
 /// A store in a Redis Cluster, reached through a `deadpool_redis::cluster::Pool`.
@@ -32,7 +30,7 @@ use crate::error::StoreError;
 #[derive(Clone)]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub struct RedisClusterStore {
-    inner: Arc<Shared<Pool>>,
+    pub(super) inner: Arc<Shared<Pool>>,
 }
 
 impl Pooled for Pool {
@@ -84,17 +82,5 @@ impl RedisClusterStore {
     /// The pool this store takes its connection from.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
-    }
-
-    pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
-        self.inner.decide(call).await
-    }
-
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.release(lease).await
-    }
-
-    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
-        self.inner.reset(keys).await
     }
 }

@@ -130,18 +130,18 @@ impl From<Raw> for QuotaOutcome {
 impl Backend {
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
-            Backend::Redis(s) => s.decide(call).await,
+            Backend::Redis(s) => s.inner.decide(call).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.decide(call).await,
+            Backend::Cluster(s) => s.inner.decide(call).await,
             Backend::Memory(s) => Ok(s.decide(call)),
         }
     }
 
     pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => s.release(lease).await,
+            Backend::Redis(s) => s.inner.release(lease).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.release(lease).await,
+            Backend::Cluster(s) => s.inner.release(lease).await,
             Backend::Memory(s) => {
                 s.release(lease);
                 Ok(())
@@ -151,9 +151,9 @@ impl Backend {
 
     pub(crate) async fn reset(&self, base: &str, keys: &[String]) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => s.reset(keys).await,
+            Backend::Redis(s) => s.inner.reset(keys).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.reset(keys).await,
+            Backend::Cluster(s) => s.inner.reset(keys).await,
             Backend::Memory(s) => {
                 s.reset(base, keys);
                 Ok(())

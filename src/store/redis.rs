@@ -7,8 +7,6 @@ use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 
 use super::shared::{Pooled, Shared, pool_error};
-use super::{Call, Outcome};
-use crate::decision::Lease;
 use crate::error::StoreError;
 
 /// A store in one Redis server, reached through a `deadpool_redis::Pool`.
@@ -33,7 +31,7 @@ use crate::error::StoreError;
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Shared<Pool>>,
+    pub(super) inner: Arc<Shared<Pool>>,
 }
 
 impl Pooled for Pool {
@@ -107,17 +105,5 @@ impl RedisStore {
     /// The pool this store takes its connections from.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
-    }
-
-    pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
-        self.inner.decide(call).await
-    }
-
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.release(lease).await
-    }
-
-    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
-        self.inner.reset(keys).await
     }
 }
