@@ -200,12 +200,20 @@ async fn limiting_resumes(app: &App, limit: u64, fresh: &str) {
     assert!(res.headers().contains_key("retry-after"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_frozen_for_2s_under_load_bounds_every_request_then_limiting_resumes() {
-    let server = RedisServer::start();
+/// One app per failure policy (5 per hour, fixed window), warmed up, with 8
+/// looping tasks each already running for 300 ms.
+struct UnderLoad {
+    layers: Vec<(&'static str, RateLimitLayer)>,
+    apps: Vec<(&'static str, App)>,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<Vec<tokio::task::JoinHandle<Vec<Sample>>>>,
+}
+
+async fn under_load(server: &RedisServer) -> UnderLoad {
     let quota = Quota::fixed_window(Rate::per_hour(5));
-    let layers = policy_apps(&server, &quota);
-    let apps: Vec<(&str, App)> = layers.iter().map(|(p, l)| (*p, app(l.clone()))).collect();
+    let layers = policy_apps(server, &quota);
+    let apps: Vec<(&'static str, App)> = layers.iter().map(|(p, l)| (*p, app(l.clone()))).collect();
     for (_, app) in &apps {
         assert_eq!(send(app, "/warm-up").await.0, Seen::Allowed);
     }
@@ -216,6 +224,25 @@ async fn a_redis_frozen_for_2s_under_load_bounds_every_request_then_limiting_res
         .map(|(_, app)| load(app, 8, 40, t0, &stop))
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    UnderLoad {
+        layers,
+        apps,
+        t0,
+        stop,
+        tasks,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_frozen_for_2s_under_load_bounds_every_request_then_limiting_resumes() {
+    let server = RedisServer::start();
+    let UnderLoad {
+        layers,
+        apps,
+        t0,
+        stop,
+        tasks,
+    } = under_load(&server).await;
     server.pause();
     // from when the process is stopped to when SIGCONT is sent
     let paused_at = t0.elapsed();
@@ -276,19 +303,13 @@ async fn a_redis_frozen_for_2s_under_load_bounds_every_request_then_limiting_res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_killed_and_restarted_under_load_is_survived_by_every_policy() {
     let mut server = RedisServer::start();
-    let quota = Quota::fixed_window(Rate::per_hour(5));
-    let layers = policy_apps(&server, &quota);
-    let apps: Vec<(&str, App)> = layers.iter().map(|(p, l)| (*p, app(l.clone()))).collect();
-    for (_, app) in &apps {
-        assert_eq!(send(app, "/warm-up").await.0, Seen::Allowed);
-    }
-    let t0 = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = apps
-        .iter()
-        .map(|(_, app)| load(app, 8, 40, t0, &stop))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let UnderLoad {
+        layers: _,
+        apps,
+        t0,
+        stop,
+        tasks,
+    } = under_load(&server).await;
     let killed_at = t0.elapsed();
     server.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
