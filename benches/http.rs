@@ -2,8 +2,9 @@
 //!
 //! 1. `bare`: an axum "hello" route;
 //! 2. `handwritten`: the same route whose handler runs one `EVALSHA` on a
-//!    shared multiplexed Redis connection, by hand: the fixed-window script of
-//!    `../shared/bench/ceiling` (default), or a GCRA script with `--strategy gcra`;
+//!    shared multiplexed Redis connection, written by hand: a minimal fixed
+//!    window (`INCRBY`, `PEXPIRE` on the first hit; default) or a GCRA script
+//!    with `--strategy gcra`;
 //! 3. `layer`: the same route behind `RateLimitLayer` (RedisStore, one quota
 //!    of the same strategy, `key::PeerIp`, IETF headers).
 //!
@@ -11,20 +12,25 @@
 //! commands per denied request are read from `INFO commandstats`.
 //!
 //! ```sh
-//! scripts/bench-http.sh                       # wrk -t1 -c64 -d5s --latency, 1 round
-//! scripts/bench-http.sh --rounds 3 --duration 10
-//! scripts/bench-http.sh --strategy gcra
-//! cargo run --release --example http_bench --features axum -- --help
+//! cargo bench --bench http --features axum                       # wrk -t1 -c64 -d5s, 1 round
+//! cargo bench --bench http --features axum -- --rounds 3 --duration 10
+//! cargo bench --bench http --features axum -- --strategy gcra
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (never 6379)
-//! and needs `wrk` and `redis-server` on the PATH. The limits are set so
-//! that nothing is denied in the throughput runs: every request costs the
-//! store its full work.
+//! and needs `wrk` and `redis-server` on the PATH (`apt-get install -y wrk
+//! redis-server`). The limits are set so that nothing is denied in the
+//! throughput runs: every request costs the store its full work.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unreachable_pub)]
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
@@ -36,8 +42,7 @@ use tower_redis_ratelimit::{
     HeaderStyle, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
 
-/// A GCRA in integer microseconds on Redis's clock, as one would write it by hand.
-/// The fixed-window script of `../shared/bench/ceiling`: INCRBY, PEXPIRE on the first hit.
+/// A fixed window as one would write it by hand: INCRBY, PEXPIRE on the first hit.
 const HANDWRITTEN_FIXED: &str = r"
 local n = redis.call('INCRBY', KEYS[1], ARGV[2])
 if n == tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
@@ -61,6 +66,7 @@ fn huge_quota() -> Quota {
     }
 }
 
+/// A GCRA in integer microseconds on Redis's clock, as one would write it by hand.
 const HANDWRITTEN_GCRA: &str = r"
 local burst = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
@@ -103,6 +109,8 @@ fn parse_args() -> Result<Args, String> {
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
+            // cargo bench passes --bench to harness = false targets
+            "--bench" => {}
             "--duration" => args.duration = value()?.parse().map_err(|e| format!("{e}"))?,
             "--connections" => args.connections = value()?.parse().map_err(|e| format!("{e}"))?,
             "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
@@ -115,7 +123,7 @@ fn parse_args() -> Result<Args, String> {
             },
             "--help" | "-h" => {
                 return Err(
-                    "usage: http_bench [--duration SECS] [--connections N] [--threads N] \
+                    "usage: cargo bench --bench http --features axum -- [--duration SECS] [--connections N] [--threads N] \
                      [--rounds N] [--modes bare,handwritten,layer] [--strategy fixed-window|gcra] [--no-flood]"
                         .into(),
                 );
@@ -126,51 +134,20 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// A private redis-server on a free loopback port, killed on drop.
+/// The benchmark's private redis-server (the test fixture) and its statistics.
 struct Redis {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
+    server: common::RedisServer,
 }
 
 impl Redis {
-    fn start() -> Result<Redis, String> {
-        let port = StdListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
-        let dir = std::env::temp_dir().join(format!("http-bench-redis-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server ({e}); apt-get install -y redis-server")
-            })?;
-        let redis = Redis { child, port, dir };
-        let client = redis::Client::open(redis.url()).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let ping = client
-                .get_connection_with_timeout(Duration::from_millis(200))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            if ping.is_ok() {
-                return Ok(redis);
-            }
-            if Instant::now() > deadline {
-                return Err("redis-server did not answer PING within 5 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    fn start() -> Self {
+        Redis {
+            server: common::RedisServer::start(),
         }
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.server.url()
     }
 
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, String> {
@@ -232,14 +209,6 @@ impl Redis {
             }
         }
         Ok((all, evalsha))
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -470,10 +439,15 @@ fn median(mut v: Vec<Wrk>) -> Wrk {
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     let _ = STRATEGY.set(args.strategy.clone());
-    let redis = Redis::start()?;
+    let redis = Redis::start();
     println!(
         "wrk -t{} -c{} -d{}s --latency, {} round(s), strategy {}; redis-server on port {}",
-        args.threads, args.connections, args.duration, args.rounds, args.strategy, redis.port
+        args.threads,
+        args.connections,
+        args.duration,
+        args.rounds,
+        args.strategy,
+        redis.server.port()
     );
     let mut results: Vec<(String, Vec<Wrk>)> =
         args.modes.iter().map(|m| (m.clone(), Vec::new())).collect();
@@ -558,7 +532,7 @@ fn run() -> Result<(), String> {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("http_bench: {e}");
+        eprintln!("benches/http: {e}");
         std::process::exit(1);
     }
 }
