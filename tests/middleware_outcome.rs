@@ -51,7 +51,10 @@ async fn show(
         RateLimitOutcome::Fallback {
             decision, error, ..
         } => {
-            assert!(matches!(**error, StoreError::Redis(_) | StoreError::Pool(_)));
+            assert!(matches!(
+                **error,
+                StoreError::Redis(_) | StoreError::Pool(_)
+            ));
             format!("fallback remaining={}", decision.remaining)
         }
         RateLimitOutcome::Bypassed => "bypassed".to_owned(),

@@ -213,7 +213,10 @@ impl Drop for LeaseGuard {
             return;
         }
         // Dropped un-awaited: spawned (see `Release`'s drop).
-        drop(Release::new(Some(release_future(self.limiter.clone(), lease))));
+        drop(Release::new(Some(release_future(
+            self.limiter.clone(),
+            lease,
+        ))));
     }
 }
 
@@ -238,7 +241,9 @@ impl Release {
     }
 
     fn slot(&mut self) -> &mut Option<ReleaseFuture> {
-        self.future.get_mut().unwrap_or_else(PoisonError::into_inner)
+        self.future
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
