@@ -157,3 +157,37 @@ async fn a_keep_alive_client_reading_each_body_to_its_end_is_never_denied_on_red
     assert_never_denied(&cycles(addr).await);
     assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining, 1);
 }
+
+#[tokio::test]
+async fn a_release_that_fails_still_hands_out_the_whole_body() {
+    use tower::{ServiceBuilder, ServiceExt};
+    let mut redis = RedisServer::start();
+    let limiter = limiter(
+        RedisStore::new(redis.pool(2)).timeout(GENEROUS),
+        "lease-failed-release",
+    );
+    let svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(
+            limiter,
+            tower_redis_ratelimit::key::Global,
+        ))
+        .service_fn(|_req: Request<Body>| async {
+            Ok::<_, Infallible>(http::Response::new(Body::new(Chunks(
+                ["one ", "two ", "three"].into(),
+            ))))
+        });
+    let res = svc
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // The store is gone before the body ends: the release fails (logged; the
+    // lease expires after its lease timeout), the body is still whole.
+    redis.kill();
+    let body = tokio::time::timeout(GENEROUS, res.into_body().collect())
+        .await
+        .expect("a failed release does not hold the body")
+        .unwrap()
+        .to_bytes();
+    assert_eq!(body, "one two three");
+}
