@@ -20,15 +20,22 @@ use axum::{Extension, Router};
 use http::Method;
 use http::request::Parts;
 use tower_redis_ratelimit::{
-    Decision, FailurePolicy, HeaderStyle, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter,
-    RedisStore, key,
+    FailurePolicy, HeaderStyle, MemoryStore, Quota, Rate, RateLimitLayer, RateLimitOutcome,
+    RateLimiter, RedisStore, key,
 };
 
-async fn hello(Extension(decision): Extension<Decision>) -> String {
-    format!(
-        "hello! {} of {} requests left in {:?}\n",
-        decision.remaining, decision.limit, decision.quota
-    )
+/// The handler sees what the limiter did. Extract `RateLimitOutcome`, not
+/// `Decision`: there is not always a decision (a store failure under
+/// `FailurePolicy::Open`, a bypassed route, a skipped key), and axum answers
+/// 500 when a required `Extension<Decision>` is missing.
+async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+    match outcome.decision() {
+        Some(decision) => format!(
+            "hello! {} of {} requests left in {:?}\n",
+            decision.remaining, decision.limit, decision.quota
+        ),
+        None => "hello! (not rate limited)\n".to_owned(),
+    }
 }
 
 #[tokio::main]

@@ -19,8 +19,8 @@ use http::request::Parts;
 use http::{HeaderName, Method};
 use tower_redis_ratelimit::key::{Header, KeyExtractor, PeerIp};
 use tower_redis_ratelimit::{
-    Decision, HeaderStyle, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer, RateLimiter,
-    RedisStore, problem_json,
+    HeaderStyle, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer, RateLimitOutcome,
+    RateLimiter, RedisStore, problem_json,
 };
 
 const TOKEN: HeaderName = HeaderName::from_static("x-api-token");
@@ -48,8 +48,13 @@ async fn rate_limit(State(limiter): State<RateLimiter>, parts: Parts) -> String 
     }
 }
 
-async fn repos(Extension(d): Extension<Decision>) -> String {
-    format!("[] (binding quota {:?}: {} left)\n", d.quota, d.remaining)
+/// `RateLimitOutcome` is always there (`Extension<Decision>` would answer 500
+/// whenever no decision was made, e.g. Redis down under the default policy).
+async fn repos(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+    match outcome.decision() {
+        Some(d) => format!("[] (binding quota {:?}: {} left)\n", d.quota, d.remaining),
+        None => "[] (not rate limited)\n".to_owned(),
+    }
 }
 
 #[tokio::main]

@@ -42,8 +42,8 @@ pub use decision::{Decision, Lease, QuotaDecision};
 pub use error::{ConfigError, ParseRateError, StoreError};
 pub use limiter::{MAX_PREFIX_LEN, MAX_VERBATIM_KEY_LEN, RateLimiter, RateLimiterBuilder};
 pub use middleware::{
-    FailurePolicy, HeaderStyle, MissingKey, RateLimit, RateLimitLayer, ResponseBody,
-    ResponseFuture, Stats, problem_json, text_plain,
+    FailurePolicy, HeaderStyle, MissingKey, RateLimit, RateLimitLayer, RateLimitOutcome,
+    ResponseBody, ResponseFuture, Stats, problem_json, text_plain,
 };
 pub use quota::{DEFAULT_LEASE_TIMEOUT, Quota};
 pub use rate::Rate;

@@ -460,13 +460,16 @@ async fn the_deny_cache_lets_the_key_in_again_when_its_denial_ends() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_leaky_bucket_delay_is_waited_before_the_service_is_called_up_to_max_delay() {
+async fn a_leaky_bucket_delay_is_waited_in_full_and_a_request_beyond_the_queue_is_denied_at_once() {
     // Memory store: its clock is tokio's, so paused time drives the whole test.
+    // One request a minute, a queue of 3: slots far beyond any default bound
+    // on a delay (the old `max_delay` served them early, at 30 s).
     let limiter = RateLimiter::builder()
         .store(MemoryStore::new())
+        .prefix("leaky-full")
         .quota(
-            Quota::leaky_bucket(Rate::per_second(1))
-                .burst(10)
+            Quota::leaky_bucket(Rate::per_minute(1))
+                .burst(3)
                 .name("queue"),
         )
         .build()
@@ -474,7 +477,7 @@ async fn a_leaky_bucket_delay_is_waited_before_the_service_is_called_up_to_max_d
     let served = Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = served.clone();
     let svc = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limiter, key::Global).max_delay(Duration::from_millis(2_500)))
+        .layer(RateLimitLayer::new(limiter, key::Global))
         .service_fn(move |req: Request<Body>| {
             let log = log.clone();
             async move {
@@ -486,22 +489,40 @@ async fn a_leaky_bucket_delay_is_waited_before_the_service_is_called_up_to_max_d
             }
         });
     let start = tokio::time::Instant::now();
-    let calls: Vec<_> = (0..4).map(|_| svc.clone().oneshot(get_req("/"))).collect();
-    for res in futures_join(calls).await {
-        assert_eq!(res.unwrap().status(), StatusCode::OK);
-    }
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let call = svc.clone().oneshot(get_req("/"));
+            async move {
+                let res = call.await.unwrap();
+                (res.status(), tokio::time::Instant::now() - start)
+            }
+        })
+        .collect();
+    let mut answered = futures_join(calls).await;
+    answered.sort_by_key(|(status, at)| (*at, *status));
+    let minute = Duration::from_secs(60);
+    assert_eq!(
+        answered,
+        vec![
+            // beyond the queue: denied at once, never delayed
+            (StatusCode::OK, Duration::ZERO),
+            (StatusCode::TOO_MANY_REQUESTS, Duration::ZERO),
+            (StatusCode::TOO_MANY_REQUESTS, Duration::ZERO),
+            (StatusCode::OK, minute),
+            (StatusCode::OK, 2 * minute),
+        ]
+    );
     let mut served = served.lock().unwrap().clone();
     served.sort();
     let at: Vec<(Duration, Option<Duration>)> =
         served.iter().map(|(t, d)| (*t - start, *d)).collect();
+    // Each admitted request reaches the service exactly at its slot, not earlier.
     assert_eq!(
         at,
         vec![
             (Duration::ZERO, None),
-            (Duration::from_secs(1), Some(Duration::from_secs(1))),
-            (Duration::from_secs(2), Some(Duration::from_secs(2))),
-            // a 3 s slot, served after max_delay
-            (Duration::from_millis(2_500), Some(Duration::from_secs(3))),
+            (minute, Some(minute)),
+            (2 * minute, Some(2 * minute)),
         ]
     );
 }

@@ -22,9 +22,6 @@ pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
 pub(crate) type DenyFn = dyn Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync;
 
-/// Default bound on a LeakyBucket delay.
-pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
-
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) limiter: RateLimiter,
@@ -35,7 +32,6 @@ pub(crate) struct Config {
     pub(crate) bypass: Option<Arc<BypassFn>>,
     pub(crate) missing: MissingKey,
     pub(crate) deny: Option<Arc<DenyFn>>,
-    pub(crate) max_delay: Duration,
     pub(crate) deny_cache: Option<Arc<DenyCache>>,
     pub(crate) timeout: Option<Duration>,
     /// `RateLimit-Policy`, computed from the first decision.
@@ -97,8 +93,10 @@ impl Counters {
 pub(crate) enum Verdict {
     /// A decision, and the limiter that made it (to release its lease).
     Decided(Decision, RateLimiter),
-    /// The store failed; let the request through.
-    Open,
+    /// The store failed (the error); the fallback store decided.
+    Fallback(Decision, RateLimiter, Arc<StoreError>),
+    /// The store failed (the error); let the request through.
+    Open(Arc<StoreError>),
     /// The store failed; answer 503.
     Closed,
 }
@@ -123,7 +121,9 @@ impl Config {
                 self.remember(&self.limiter, &key, cost, started, &decision);
                 Verdict::Decided(decision, self.limiter.clone())
             }
-            Err(_error) => {
+            Err(error) => {
+                let error = Arc::new(error);
+                let _error = &error;
                 Counters::bump(&self.counters.store_errors);
                 // `suppressed`: failures since the previous warning, not logged one by one
                 let log = self.counters.failure_to_log();
@@ -132,7 +132,7 @@ impl Config {
                         if let Some(_suppressed) = log {
                             event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)");
                         }
-                        Verdict::Open
+                        Verdict::Open(error)
                     }
                     Failure::Closed => {
                         if let Some(_suppressed) = log {
@@ -148,10 +148,10 @@ impl Config {
                         match boxed_in_place(|| fallback.check_n(&key, cost)).await {
                             Ok(decision) => {
                                 self.remember(fallback, &key, cost, started, &decision);
-                                Verdict::Decided(decision, fallback.clone())
+                                Verdict::Fallback(decision, fallback.clone(), error)
                             }
                             // The memory store does not fail; if it ever did, fail open.
-                            Err(_) => Verdict::Open,
+                            Err(_) => Verdict::Open(error),
                         }
                     }
                 }

@@ -8,13 +8,15 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use super::body::{LeaseGuard, ResponseBody};
+use super::body::{LeaseGuard, Release, ResponseBody};
 use super::config::{Config, Verdict};
 use super::headers::RateHeaders;
+use super::outcome::RateLimitOutcome;
 use super::response;
 
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
@@ -26,7 +28,7 @@ pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        state: State<S, ReqBody, S::Future>,
+        state: State<S, ReqBody, S::Future, S::Response>,
     }
 }
 
@@ -39,7 +41,7 @@ struct Extra {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, ReqBody, F> {
+    enum State<S, ReqBody, F, R> {
         /// Answered by the middleware without calling the inner service.
         Answered { response: Option<Response<Bytes>> },
         /// Waiting for the store.
@@ -58,6 +60,9 @@ pin_project! {
         },
         /// The inner service is handling the request.
         Calling { #[pin] future: F, extra: Option<Extra> },
+        /// The response's body is empty: its lease is released before the
+        /// response is handed out (the server will not poll that body).
+        Releasing { release: Release, response: Option<R> },
         Done,
     }
 }
@@ -106,6 +111,7 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
@@ -132,53 +138,67 @@ where
                     else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    match verdict {
-                        Verdict::Decided(decision, limiter) => {
-                            let headers = RateHeaders::new(config.style, &decision, &config.policy);
-                            if !decision.allowed {
-                                let (parts, _body) = request.into_parts();
-                                let res = response::denied(config, &parts, &decision, headers);
-                                state.set(State::Answered {
-                                    response: Some(res),
-                                });
-                                continue;
-                            }
-                            let delay = decision
-                                .delay
-                                .map(|d| d.min(config.max_delay))
-                                .filter(|d| !d.is_zero());
-                            // The handler sees the lease too (releasing twice is harmless).
-                            let lease = decision.lease.clone().map(|l| LeaseGuard::new(limiter, l));
-                            request.extensions_mut().insert(decision);
-                            let extra = Some(Extra {
-                                headers: Some(headers),
-                                lease,
-                            });
-                            match delay {
-                                Some(d) => state.set(State::Delaying {
-                                    sleep: Box::pin(tokio::time::sleep(d)),
-                                    inner: Some(inner),
-                                    request: Some(request),
-                                    extra,
-                                }),
-                                None => {
-                                    let future = inner.call(request);
-                                    state.set(State::Calling { future, extra });
-                                }
-                            }
+                    let (decision, limiter, store_error) = match verdict {
+                        Verdict::Decided(decision, limiter) => (decision, limiter, None),
+                        Verdict::Fallback(decision, limiter, error) => {
+                            (decision, limiter, Some(error))
                         }
-                        Verdict::Open => {
+                        Verdict::Open(error) => {
+                            request
+                                .extensions_mut()
+                                .insert(RateLimitOutcome::StoreUnavailable { error });
                             let future = inner.call(request);
                             state.set(State::Calling {
                                 future,
                                 extra: Some(Extra::default()),
                             });
+                            continue;
                         }
                         Verdict::Closed => {
                             let (parts, _body) = request.into_parts();
                             state.set(State::Answered {
                                 response: Some(response::unavailable(&parts)),
                             });
+                            continue;
+                        }
+                    };
+                    let headers = RateHeaders::new(config.style, &decision, &config.policy);
+                    if !decision.allowed {
+                        let (parts, _body) = request.into_parts();
+                        let res = response::denied(config, &parts, &decision, headers);
+                        state.set(State::Answered {
+                            response: Some(res),
+                        });
+                        continue;
+                    }
+                    // The whole delay, never less: the request's slot is taken.
+                    let delay = decision.delay.filter(|d| !d.is_zero());
+                    // The handler sees the lease too (releasing twice is harmless).
+                    let lease = decision.lease.clone().map(|l| LeaseGuard::new(limiter, l));
+                    let outcome = match store_error {
+                        None => RateLimitOutcome::Allowed(decision.clone()),
+                        Some(error) => RateLimitOutcome::Fallback {
+                            decision: decision.clone(),
+                            error,
+                        },
+                    };
+                    let extensions = request.extensions_mut();
+                    extensions.insert(decision);
+                    extensions.insert(outcome);
+                    let extra = Some(Extra {
+                        headers: Some(headers),
+                        lease,
+                    });
+                    match delay {
+                        Some(d) => state.set(State::Delaying {
+                            sleep: Box::pin(tokio::time::sleep(d)),
+                            inner: Some(inner),
+                            request: Some(request),
+                            extra,
+                        }),
+                        None => {
+                            let future = inner.call(request);
+                            state.set(State::Calling { future, extra });
                         }
                     }
                 }
@@ -199,14 +219,36 @@ where
                 StateProj::Calling { future, extra } => {
                     let result = ready!(future.poll(cx));
                     let extra = extra.take().unwrap_or_default();
-                    state.set(State::Done);
-                    return Poll::Ready(result.map(|res| {
-                        let (mut parts, body) = res.into_parts();
-                        if let Some(h) = extra.headers {
-                            h.apply(&mut parts.headers);
+                    let mut res = match result {
+                        Ok(res) => res,
+                        Err(error) => {
+                            state.set(State::Done);
+                            return Poll::Ready(Err(error));
                         }
-                        Response::from_parts(parts, ResponseBody::inner(body, extra.lease))
-                    }));
+                    };
+                    if let Some(h) = extra.headers {
+                        h.apply(res.headers_mut());
+                    }
+                    match extra.lease {
+                        Some(lease) if res.body().is_end_stream() => {
+                            state.set(State::Releasing {
+                                release: lease.release(),
+                                response: Some(res),
+                            });
+                        }
+                        lease => {
+                            state.set(State::Done);
+                            return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, lease))));
+                        }
+                    }
+                }
+                StateProj::Releasing { release, response } => {
+                    ready!(Pin::new(release).poll(cx));
+                    let Some(res) = response.take() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    state.set(State::Done);
+                    return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, None))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
@@ -224,6 +266,7 @@ where
             State::Checking { .. } => "checking",
             State::Delaying { .. } => "delaying",
             State::Calling { .. } => "calling",
+            State::Releasing { .. } => "releasing",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

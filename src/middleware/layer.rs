@@ -10,7 +10,7 @@ use http::Response;
 use http::request::Parts;
 use tower_layer::Layer;
 
-use super::config::{Config, Counters, DEFAULT_MAX_DELAY, Failure};
+use super::config::{Config, Counters, Failure};
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::headers::HeaderStyle;
 use super::policy::{FailurePolicy, MissingKey};
@@ -24,6 +24,14 @@ use crate::limiter::RateLimiter;
 ///
 /// Cheap to clone; every service it builds shares the limiter, the deny
 /// cache and the counters.
+///
+/// A request admitted by a [`LeakyBucket`](crate::Strategy::LeakyBucket)
+/// quota waits its whole [`delay`](crate::Decision::delay) (its slot in the
+/// queue) before the inner service is called, never less. The quota bounds
+/// that wait: its queue holds `burst` requests, so no admitted request waits
+/// longer than about `burst` × the rate's period / count, and a request
+/// beyond the queue is denied by the store (429) without waiting and
+/// without taking a slot. Size the quota's burst to bound the wait.
 ///
 /// ```
 /// use std::time::Duration;
@@ -48,7 +56,6 @@ use crate::limiter::RateLimiter;
 ///     .bypass(|req: &http::request::Parts| req.uri.path() == "/health")
 ///     .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST))
 ///     .deny_response(problem_json)
-///     .max_delay(Duration::from_secs(2))
 ///     .deny_cache_capacity(50_000);
 /// # let _ = layer;
 /// # Ok(())
@@ -66,8 +73,7 @@ impl RateLimitLayer {
     ///
     /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
     /// bypass, [`MissingKey::reject`] with 500, the text/plain
-    /// [`text_plain`](super::text_plain) denial, a 30 s bound on LeakyBucket
-    /// delays, a deny cache of 10 000 keys, no timeout beyond the store's own
+    /// [`text_plain`](super::text_plain) denial, a deny cache of 10 000 keys, no timeout beyond the store's own
     /// (a [`RedisStore`](crate::RedisStore) bounds every call, 100 ms by default).
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         Self {
@@ -80,7 +86,6 @@ impl RateLimitLayer {
                 bypass: None,
                 missing: MissingKey::default(),
                 deny: None,
-                max_delay: DEFAULT_MAX_DELAY,
                 deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
                 timeout: None,
                 policy: Arc::new(OnceLock::new()),
@@ -148,14 +153,6 @@ impl RateLimitLayer {
         self.with(|c| c.deny = Some(Arc::new(move |p, d| deny(p, d).map(Into::into))))
     }
 
-    /// The longest a [`LeakyBucket`](crate::Strategy::LeakyBucket)-admitted
-    /// request is held before the service is called (default 30 s); a
-    /// request whose slot is further away is served after this bound. Size
-    /// the quota's burst so its queue fits.
-    pub fn max_delay(self, max: Duration) -> Self {
-        self.with(|c| c.max_delay = max)
-    }
-
     /// Turns the local deny cache on (the default) or off.
     ///
     /// A key denied with a `retry_after` is then answered from process
@@ -217,7 +214,6 @@ impl fmt::Debug for RateLimitLayer {
             .field("bypass", &c.bypass.is_some())
             .field("on_missing_key", &c.missing)
             .field("deny_response", &c.deny.is_some())
-            .field("max_delay", &c.max_delay)
             .field("deny_cache", &c.deny_cache)
             .field("timeout", &c.timeout)
             .finish()

@@ -5,12 +5,18 @@
 //! either passed to the inner service or answered by the middleware:
 //!
 //! - **allowed**: the inner service is called (after the
-//!   [`LeakyBucket`](crate::Strategy::LeakyBucket) `delay`, if any), with the
-//!   [`Decision`](crate::Decision) in the request extensions;
+//!   [`LeakyBucket`](crate::Strategy::LeakyBucket) `delay`, if any, waited in
+//!   full), with a [`RateLimitOutcome`] and the [`Decision`](crate::Decision)
+//!   in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
 //!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`]
 //!   replaces; gRPC requests get a trailers-only `RESOURCE_EXHAUSTED` instead;
 //! - **store failure**: the [`FailurePolicy`] decides (allow by default).
+//!
+//! Every request the inner service sees carries one [`RateLimitOutcome`]
+//! (allowed with a decision, decided by the fallback store, bypassed, key
+//! skipped, store unavailable); extract it rather than the `Decision`, which
+//! is absent when no decision was made.
 //!
 //! Responses that went through the limiter, allowed or denied, carry the
 //! rate-limit headers of the chosen [`HeaderStyle`]. The middleware keeps the
@@ -70,6 +76,7 @@ mod deny_cache;
 mod future;
 mod headers;
 mod layer;
+mod outcome;
 mod policy;
 mod response;
 mod service;
@@ -78,6 +85,7 @@ pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::HeaderStyle;
 pub use self::layer::{RateLimitLayer, Stats};
+pub use self::outcome::RateLimitOutcome;
 pub use self::policy::{FailurePolicy, MissingKey};
 pub use self::response::{problem_json, text_plain};
 pub use self::service::RateLimit;

@@ -11,6 +11,7 @@ use super::config::{Config, Counters, boxed_in_place};
 use super::future::ResponseFuture;
 use super::headers::RateHeaders;
 use super::layer::{RateLimitLayer, Stats};
+use super::outcome::RateLimitOutcome;
 use super::policy::Resolved;
 use super::response;
 use crate::key::KeyExtractor;
@@ -90,6 +91,7 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: http_body::Body,
 {
     type Response = Response<super::ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -101,8 +103,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let config = &self.config;
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         if config.bypass.as_ref().is_some_and(|bypass| bypass(&parts)) {
+            parts.extensions.insert(RateLimitOutcome::Bypassed);
             return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
         }
         let key = match config.extractor.extract(&parts) {
@@ -110,6 +113,7 @@ where
             None => match config.missing.resolve(&parts) {
                 Resolved::Key(key) => key,
                 Resolved::Skip => {
+                    parts.extensions.insert(RateLimitOutcome::Skipped);
                     return ResponseFuture::passthrough(
                         self.inner.call(Request::from_parts(parts, body)),
                     );

@@ -1,0 +1,136 @@
+//! [`RateLimitOutcome`]: what the middleware did with a request it passed on.
+
+use std::sync::Arc;
+
+use crate::decision::Decision;
+use crate::error::StoreError;
+
+/// What the rate limiter did with a request that reaches the inner service.
+///
+/// [`RateLimit`](crate::RateLimit) inserts exactly one `RateLimitOutcome`
+/// into the extensions of every request it passes on, whatever happened:
+/// handlers can always extract it. When a [`Decision`] was made (the
+/// [`Allowed`](Self::Allowed) and [`Fallback`](Self::Fallback) outcomes) the
+/// `Decision` itself is inserted too, as before; but a handler taking
+/// `axum::Extension<Decision>` is answered **500** by axum whenever no
+/// decision was made (a store failure under [`FailurePolicy::Open`](crate::FailurePolicy::Open),
+/// a [bypassed](crate::RateLimitLayer::bypass) request, a missing key under
+/// [`MissingKey::skip`](crate::MissingKey::skip)). Take
+/// `Extension<RateLimitOutcome>` instead (or `Option<Extension<Decision>>`).
+///
+/// Denied requests never reach the inner service: a
+/// [`deny_response`](crate::RateLimitLayer::deny_response) closure gets the
+/// denying `Decision` itself.
+///
+/// The enum is `#[non_exhaustive]`: later versions may add outcomes, so
+/// match with a wildcard arm, or use [`decision`](Self::decision) and
+/// [`store_error`](Self::store_error).
+///
+/// ```
+/// use std::net::SocketAddr;
+///
+/// use axum::extract::connect_info::MockConnectInfo;
+/// use axum::routing::get;
+/// use axum::{Extension, Router};
+/// use http::{Request, StatusCode};
+/// use http_body_util::BodyExt;
+/// use tower::ServiceExt;
+/// use tower_redis_ratelimit::{
+///     key, MemoryStore, Quota, Rate, RateLimitLayer, RateLimitOutcome, RateLimiter,
+/// };
+///
+/// async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+///     match &outcome {
+///         RateLimitOutcome::Bypassed => "not rate limited here".to_owned(),
+///         RateLimitOutcome::StoreUnavailable { .. } => "limits are off for now".to_owned(),
+///         other => match other.decision() {
+///             Some(decision) => format!("{} requests left", decision.remaining),
+///             None => "not counted".to_owned(),
+///         },
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder()
+///     .store(MemoryStore::new())
+///     .quota(Quota::fixed_window(Rate::per_minute(10)))
+///     .build()?;
+/// let app = Router::new()
+///     .route("/", get(hello))
+///     .route("/health", get(hello))
+///     .layer(
+///         RateLimitLayer::new(limiter, key::PeerIp)
+///             .bypass(|req: &http::request::Parts| req.uri.path() == "/health"),
+///     )
+///     // in a real server: `into_make_service_with_connect_info::<SocketAddr>()`
+///     .layer(MockConnectInfo(SocketAddr::from(([192, 0, 2, 1], 4000))));
+///
+/// for (path, answer) in [("/", "9 requests left"), ("/health", "not rate limited here")] {
+///     let res = app.clone().oneshot(Request::get(path).body(axum::body::Body::empty())?).await?;
+///     assert_eq!(res.status(), StatusCode::OK);
+///     assert_eq!(res.into_body().collect().await?.to_bytes(), answer);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RateLimitOutcome {
+    /// The limiter's store decided, and allowed the request.
+    Allowed(Decision),
+    /// The limiter's store failed and the
+    /// [`FailurePolicy::Fallback`](crate::FailurePolicy::Fallback) store
+    /// decided instead, and allowed the request.
+    #[non_exhaustive]
+    Fallback {
+        /// The fallback store's decision.
+        decision: Decision,
+        /// Why the limiter's own store could not decide.
+        error: Arc<StoreError>,
+    },
+    /// The request matched the layer's [`bypass`](crate::RateLimitLayer::bypass):
+    /// no key, no store call.
+    Bypassed,
+    /// The key extractor found no key and
+    /// [`MissingKey::skip`](crate::MissingKey::skip) let the request through
+    /// unlimited.
+    Skipped,
+    /// The store failed (or timed out) and
+    /// [`FailurePolicy::Open`](crate::FailurePolicy::Open) let the request
+    /// through without a decision.
+    #[non_exhaustive]
+    StoreUnavailable {
+        /// What went wrong.
+        error: Arc<StoreError>,
+    },
+}
+
+impl RateLimitOutcome {
+    /// The decision that let the request through, if one was made (by the
+    /// limiter's store or the fallback store).
+    pub fn decision(&self) -> Option<&Decision> {
+        match self {
+            Self::Allowed(decision) | Self::Fallback { decision, .. } => Some(decision),
+            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } => None,
+        }
+    }
+
+    /// The decision that let the request through, if one was made.
+    pub fn into_decision(self) -> Option<Decision> {
+        match self {
+            Self::Allowed(decision) | Self::Fallback { decision, .. } => Some(decision),
+            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } => None,
+        }
+    }
+
+    /// The limiter's store failure, if it failed for this request (under
+    /// [`FailurePolicy::Open`](crate::FailurePolicy::Open) or
+    /// [`Fallback`](crate::FailurePolicy::Fallback)).
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            Self::Fallback { error, .. } | Self::StoreUnavailable { error } => Some(error),
+            Self::Allowed(_) | Self::Bypassed | Self::Skipped => None,
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Every request the inner service sees carries a `RateLimitOutcome`: a
+//! handler extracting `Extension<RateLimitOutcome>` answers 200 whatever the
+//! limiter did (decided, fell back, was bypassed, skipped the key, or could
+//! not reach its store). Against private redis-servers, one of them killed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use axum::{Extension, http::request::Parts};
+use common::RedisServer;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+use tower_redis_ratelimit::{
+    Decision, FailurePolicy, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer,
+    RateLimitOutcome, RateLimiter, RedisStore, StoreError,
+};
+
+/// A store timeout no loaded test machine reaches (a killed Redis refuses
+/// connections at once: no timeout is involved in the failures here).
+const GENEROUS: Duration = Duration::from_secs(10);
+
+fn limiter(redis: &RedisServer, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(2)).timeout(GENEROUS))
+        .prefix(prefix)
+        .quota(Quota::fixed_window(Rate::per_minute(5)).name("minute"))
+        .build()
+        .unwrap()
+}
+
+/// The handler: extracts the outcome (never a 500) and says what it was.
+async fn show(
+    Extension(outcome): Extension<RateLimitOutcome>,
+    decision: Option<Extension<Decision>>,
+) -> String {
+    // The Decision is there exactly when the outcome holds one.
+    assert_eq!(
+        outcome.decision(),
+        decision.as_ref().map(|Extension(d)| d),
+        "{outcome:?}"
+    );
+    match &outcome {
+        RateLimitOutcome::Allowed(d) => format!("allowed remaining={}", d.remaining),
+        RateLimitOutcome::Fallback {
+            decision, error, ..
+        } => {
+            assert!(matches!(
+                **error,
+                StoreError::Redis(_) | StoreError::Pool(_)
+            ));
+            format!("fallback remaining={}", decision.remaining)
+        }
+        RateLimitOutcome::Bypassed => "bypassed".to_owned(),
+        RateLimitOutcome::Skipped => "skipped".to_owned(),
+        RateLimitOutcome::StoreUnavailable { error, .. } => {
+            assert_eq!(
+                outcome.store_error().map(ToString::to_string),
+                Some(error.to_string())
+            );
+            "store unavailable".to_owned()
+        }
+        other => format!("unexpected {other:?}"),
+    }
+}
+
+/// `/` is limited by a key; `/health` is bypassed; `/anonymous` has no key.
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(show))
+        .route("/health", get(show))
+        .route("/anonymous", get(show))
+        .layer(layer)
+}
+
+fn layer(limiter: RateLimiter) -> RateLimitLayer {
+    let extractor = |parts: &Parts| (parts.uri.path() != "/anonymous").then(|| "client".to_owned());
+    RateLimitLayer::new(limiter, extractor)
+        .bypass(|parts: &Parts| parts.uri.path() == "/health")
+        .on_missing_key(MissingKey::skip())
+}
+
+async fn get_text(app: &Router, path: &str) -> (StatusCode, String) {
+    let res: Response<Body> = app
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_decided_request_carries_its_decision_as_the_outcome() {
+    let redis = RedisServer::start();
+    let app = app(layer(limiter(&redis, "outcome-decided")));
+    assert_eq!(
+        get_text(&app, "/").await,
+        (StatusCode::OK, "allowed remaining=4".to_owned())
+    );
+    assert_eq!(
+        get_text(&app, "/").await,
+        (StatusCode::OK, "allowed remaining=3".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn bypassed_and_skipped_requests_carry_their_outcome() {
+    let redis = RedisServer::start();
+    let app = app(layer(limiter(&redis, "outcome-pass")));
+    assert_eq!(
+        get_text(&app, "/health").await,
+        (StatusCode::OK, "bypassed".to_owned())
+    );
+    assert_eq!(
+        get_text(&app, "/anonymous").await,
+        (StatusCode::OK, "skipped".to_owned())
+    );
+    assert_eq!(redis.dbsize().await, 0, "no store call");
+}
+
+#[tokio::test]
+async fn a_store_failure_under_the_open_policy_is_a_store_unavailable_outcome() {
+    let mut redis = RedisServer::start();
+    let layer = layer(limiter(&redis, "outcome-open")).on_store_error(FailurePolicy::Open);
+    let app = app(layer.clone());
+    redis.kill();
+    for _ in 0..3 {
+        assert_eq!(
+            get_text(&app, "/").await,
+            (StatusCode::OK, "store unavailable".to_owned())
+        );
+    }
+    assert_eq!(layer.stats().store_errors, 3);
+    // Requests that never ask the store keep their own outcome.
+    assert_eq!(get_text(&app, "/health").await.1, "bypassed");
+    assert_eq!(get_text(&app, "/anonymous").await.1, "skipped");
+}
+
+#[tokio::test]
+async fn a_store_failure_under_the_fallback_policy_is_a_fallback_outcome_with_its_decision() {
+    let mut redis = RedisServer::start();
+    let layer = layer(limiter(&redis, "outcome-fallback"))
+        .on_store_error(FailurePolicy::Fallback(MemoryStore::new()));
+    let app = app(layer.clone());
+    redis.kill();
+    assert_eq!(
+        get_text(&app, "/").await,
+        (StatusCode::OK, "fallback remaining=4".to_owned())
+    );
+    assert_eq!(
+        get_text(&app, "/").await,
+        (StatusCode::OK, "fallback remaining=3".to_owned())
+    );
+    assert_eq!(layer.stats().fallback_decisions, 2);
+}
+
+#[tokio::test]
+async fn a_handler_extracting_the_decision_alone_still_fails_without_one_as_documented() {
+    // `Extension<Decision>` is axum's required extractor: 500 without a
+    // decision. The outcome (above) is the extractor that always works.
+    let redis = RedisServer::start();
+    let app = Router::new()
+        .route(
+            "/health",
+            get(|Extension(d): Extension<Decision>| async move { d.remaining.to_string() }),
+        )
+        .route(
+            "/",
+            get(|Extension(d): Extension<Decision>| async move { d.remaining.to_string() }),
+        )
+        .layer(layer(limiter(&redis, "outcome-decision")));
+    assert_eq!(get_text(&app, "/").await, (StatusCode::OK, "4".to_owned()));
+    assert_eq!(
+        get_text(&app, "/health").await.0,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
