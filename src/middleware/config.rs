@@ -1,5 +1,5 @@
 //! The layer's configuration, shared by every service it builds, and the
-//! asynchronous part of a check (store call, timeout, failure policy).
+//! asynchronous part of a check (store call, failure policy).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,6 @@ use super::deny_cache::DenyCache;
 use super::headers::HeaderStyle;
 use super::policy::MissingKey;
 use crate::decision::Decision;
-use crate::error::StoreError;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 
@@ -37,7 +36,6 @@ pub(crate) struct Config {
     pub(crate) deny: Option<Arc<DenyFn>>,
     pub(crate) max_delay: Duration,
     pub(crate) deny_cache: Option<Arc<DenyCache>>,
-    pub(crate) timeout: Option<Duration>,
     /// `RateLimit-Policy`, computed from the first decision.
     pub(crate) policy: Arc<OnceLock<Option<HeaderValue>>>,
     pub(crate) counters: Arc<Counters>,
@@ -104,21 +102,15 @@ pub(crate) enum Verdict {
 }
 
 impl Config {
-    /// Checks `key` with the store, bounded by the timeout, applying the
-    /// failure policy; remembers denials in the deny cache.
+    /// Checks `key` with the store (bounded by the store's own timeout),
+    /// applying the failure policy; remembers denials in the deny cache.
     pub(crate) async fn decide(self: Arc<Self>, key: Vec<u8>, cost: u64) -> Verdict {
         // Read before the call: a cached denial then ends no later than the store's.
         let started = self.deny_cache.as_ref().map(|c| c.now(&self.limiter));
         // The store's future is large (kilobytes): built in place on the heap,
         // it is never copied; this future stays small.
         let check = boxed_in_place(|| self.limiter.check_n(&key, cost));
-        let result = match self.timeout {
-            Some(t) => tokio::time::timeout(t, check)
-                .await
-                .unwrap_or(Err(StoreError::Timeout(t))),
-            None => check.await,
-        };
-        match result {
+        match check.await {
             Ok(decision) => {
                 self.remember(&self.limiter, &key, cost, started, &decision);
                 Verdict::Decided(decision, self.limiter.clone())

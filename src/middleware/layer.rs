@@ -43,7 +43,6 @@ use crate::limiter::RateLimiter;
 /// let layer = RateLimitLayer::new(limiter, key::Global)
 ///     .headers(HeaderStyle::Both)
 ///     .on_store_error(FailurePolicy::Fallback(MemoryStore::new()))
-///     .timeout(Duration::from_millis(50))
 ///     .cost(|req: &http::request::Parts| if req.method == http::Method::POST { 5 } else { 1 })
 ///     .bypass(|req: &http::request::Parts| req.uri.path() == "/health")
 ///     .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST))
@@ -67,8 +66,10 @@ impl RateLimitLayer {
     /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
     /// bypass, [`MissingKey::reject`] with 500, the text/plain
     /// [`text_plain`](super::text_plain) denial, a 30 s bound on LeakyBucket
-    /// delays, a deny cache of 10 000 keys, no timeout beyond the store's own
-    /// (a [`RedisStore`](crate::RedisStore) bounds every call, 100 ms by default).
+    /// delays, a deny cache of 10 000 keys. The store bounds each call (a
+    /// [`RedisStore`](crate::RedisStore) by its
+    /// [`timeout`](crate::RedisStore::timeout), 100 ms by default); beyond it
+    /// the [failure policy](Self::on_store_error) applies.
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         Self {
             config: Arc::new(Config {
@@ -82,7 +83,6 @@ impl RateLimitLayer {
                 deny: None,
                 max_delay: DEFAULT_MAX_DELAY,
                 deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
-                timeout: None,
                 policy: Arc::new(OnceLock::new()),
                 counters: Arc::new(Counters::default()),
             }),
@@ -181,12 +181,6 @@ impl RateLimitLayer {
         self.with(|c| c.deny_cache = Some(Arc::new(DenyCache::new(keys))))
     }
 
-    /// Bounds the whole store call (default: only the store's own timeout);
-    /// beyond it the [failure policy](Self::on_store_error) applies.
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.with(|c| c.timeout = Some(timeout))
-    }
-
     /// The limiter requests are checked with.
     pub fn limiter(&self) -> &RateLimiter {
         &self.config.limiter
@@ -219,7 +213,6 @@ impl fmt::Debug for RateLimitLayer {
             .field("deny_response", &c.deny.is_some())
             .field("max_delay", &c.max_delay)
             .field("deny_cache", &c.deny_cache)
-            .field("timeout", &c.timeout)
             .finish()
     }
 }
