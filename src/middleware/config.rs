@@ -2,16 +2,16 @@
 //! asynchronous part of a check (store call, failure policy).
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Response;
 use http::request::Parts;
-use http::{HeaderValue, Response};
 
 use super::deny_cache::DenyCache;
-use super::headers::HeaderStyle;
+use super::headers::{HeaderStyle, Policy};
 use super::policy::MissingKey;
 use crate::decision::Decision;
 use crate::key::KeyExtractor;
@@ -36,8 +36,11 @@ pub(crate) struct Config {
     pub(crate) deny: Option<Arc<DenyFn>>,
     pub(crate) max_delay: Duration,
     pub(crate) deny_cache: Option<Arc<DenyCache>>,
-    /// `RateLimit-Policy`, computed from the first decision.
-    pub(crate) policy: Arc<OnceLock<Option<HeaderValue>>>,
+    /// Whether the middleware answers in gRPC form: `None` decides per
+    /// request (HTTP/2 with a gRPC content type).
+    pub(crate) grpc: Option<bool>,
+    /// `RateLimit-Policy` and what `RateLimit` needs of the quotas.
+    pub(crate) policy: Arc<Policy>,
     pub(crate) counters: Arc<Counters>,
 }
 
@@ -59,6 +62,8 @@ pub(crate) struct Counters {
     last_warning_ms: AtomicU64,
     /// Store failures not logged since the last warning.
     unlogged_failures: AtomicU64,
+    /// Whether a request without a key has been logged (once per layer).
+    missing_key_logged: AtomicBool,
 }
 
 /// The time base of the warning throttle.
@@ -72,6 +77,11 @@ const WARN_INTERVAL_MS: u64 = 1_000;
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this is the layer's first request without a key (logged, once).
+    pub(crate) fn first_missing_key(&self) -> bool {
+        !self.missing_key_logged.swap(true, Ordering::Relaxed)
     }
 
     /// Whether to log this store failure now; if so, how many went unlogged before it.

@@ -1,8 +1,8 @@
 //! [`RateLimitLayer`]: configuration of the middleware.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use tower_layer::Layer;
 
 use super::config::{Config, Counters, DEFAULT_MAX_DELAY, Failure};
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
-use super::headers::HeaderStyle;
+use super::headers::{HeaderStyle, Policy};
 use super::policy::{FailurePolicy, MissingKey};
 use super::service::RateLimit;
 use crate::decision::Decision;
@@ -71,6 +71,7 @@ impl RateLimitLayer {
     /// [`timeout`](crate::RedisStore::timeout), 100 ms by default); beyond it
     /// the [failure policy](Self::on_store_error) applies.
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
+        let policy = Arc::new(Policy::new(&limiter));
         Self {
             config: Arc::new(Config {
                 limiter,
@@ -83,7 +84,8 @@ impl RateLimitLayer {
                 deny: None,
                 max_delay: DEFAULT_MAX_DELAY,
                 deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
-                policy: Arc::new(OnceLock::new()),
+                grpc: None,
+                policy,
                 counters: Arc::new(Counters::default()),
             }),
         }
@@ -181,6 +183,19 @@ impl RateLimitLayer {
         self.with(|c| c.deny_cache = Some(Arc::new(DenyCache::new(keys))))
     }
 
+    /// Whether the middleware's own answers (429, 503, missing key) take the
+    /// gRPC form: HTTP 200, trailers-only, `grpc-status` and `grpc-message`.
+    ///
+    /// By default it decides per request: a gRPC call is an HTTP/2 request
+    /// with a `content-type` of `application/grpc*`. An HTTP/1.1 request is
+    /// never answered in gRPC form, so a client cannot turn its 429 into a
+    /// 200 by sending a gRPC content type. `.grpc(true)` answers every
+    /// request in gRPC form (e.g. gRPC-Web over HTTP/1.1 behind this layer);
+    /// `.grpc(false)` never does.
+    pub fn grpc(self, grpc: bool) -> Self {
+        self.with(|c| c.grpc = Some(grpc))
+    }
+
     /// The limiter requests are checked with.
     pub fn limiter(&self) -> &RateLimiter {
         &self.config.limiter
@@ -213,6 +228,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("deny_response", &c.deny.is_some())
             .field("max_delay", &c.max_delay)
             .field("deny_cache", &c.deny_cache)
+            .field("grpc", &c.grpc)
             .finish()
     }
 }
