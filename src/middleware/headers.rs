@@ -309,14 +309,18 @@ mod tests {
 
     fn render(style: HeaderStyle, d: &Decision) -> HeaderMap {
         let mut map = HeaderMap::new();
+        render_into(style, d, &mut map);
+        map
+    }
+
+    fn render_into(style: HeaderStyle, d: &Decision, map: &mut HeaderMap) {
         let limiter = RateLimiter::builder()
             .store(crate::MemoryStore::new())
             .quota(crate::Quota::fixed_window(crate::Rate::per_minute(60)).name("minute"))
             .quota(crate::Quota::fixed_window(crate::Rate::per_day(10_000)).name("day"))
             .build()
             .unwrap();
-        RateHeaders::new(style, d, &Policy::new(&limiter)).apply(&mut map);
-        map
+        RateHeaders::new(style, d, &Policy::new(&limiter)).apply(map);
     }
 
     #[test]
@@ -374,6 +378,31 @@ mod tests {
         assert_eq!(retry_after_secs(&decision(false, Some(Duration::ZERO))), 1);
         // never fits: the binding quota's window
         assert_eq!(retry_after_secs(&decision(false, None)), 60);
+    }
+
+    #[test]
+    fn list_items_already_on_several_lines_are_joined_into_one() {
+        let mut map = HeaderMap::new();
+        map.append(RATELIMIT, HeaderValue::from_static(r#""a";r=1"#));
+        map.append(RATELIMIT, HeaderValue::from_static(r#" "b";r=2 "#));
+        append_list(&mut map, RATELIMIT, HeaderValue::from_static(r#""c";r=3"#));
+        let all: Vec<_> = map.get_all(RATELIMIT).iter().collect();
+        assert_eq!(all, [r#""a";r=1, "b";r=2, "c";r=3"#]);
+    }
+
+    #[test]
+    fn unreadable_legacy_headers_are_replaced_and_a_retry_after_is_kept() {
+        let mut map = HeaderMap::new();
+        map.insert(X_RATELIMIT_REMAINING, HeaderValue::from_static("many"));
+        map.insert(X_RATELIMIT_RESET, HeaderValue::from_static("0"));
+        map.insert(RETRY_AFTER, HeaderValue::from_static("120"));
+        render_into(
+            HeaderStyle::Legacy,
+            &decision(false, Some(Duration::from_secs(3))),
+            &mut map,
+        );
+        assert_eq!(map[X_RATELIMIT_REMAINING], "59");
+        assert_eq!(map[RETRY_AFTER], "120");
     }
 
     #[test]

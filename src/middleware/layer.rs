@@ -141,7 +141,7 @@ impl RateLimitLayer {
     /// [`problem_json`](super::problem_json)).
     ///
     /// The middleware then adds `Retry-After` and the rate-limit headers.
-    /// gRPC requests always get a gRPC `RESOURCE_EXHAUSTED` instead.
+    /// gRPC calls get a gRPC `RESOURCE_EXHAUSTED` instead (see [`grpc`](Self::grpc)).
     pub fn deny_response<F, T>(self, deny: F) -> Self
     where
         F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
