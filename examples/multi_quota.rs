@@ -10,7 +10,6 @@
 //! quotas without consuming anything (as GitHub's endpoint of that name).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::get;
@@ -82,8 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .headers(HeaderStyle::Both)
         .cost(|req: &Parts| if req.method == Method::GET { 1 } else { 5 })
         .bypass(|req: &Parts| req.uri.path() == "/rate_limit")
-        .deny_response(problem_json)
-        .timeout(Duration::from_millis(100));
+        .deny_response(problem_json);
 
     let app = Router::new()
         .route("/repos", get(repos).post(repos))

@@ -182,6 +182,12 @@ impl RateLimiter {
         self.inner.clock.manual_now_us().map(Duration::from_micros)
     }
 
+    /// The compiled quotas, in [`quota_names`](Self::quota_names) order
+    /// (the middleware's `RateLimit-Policy` describes them).
+    pub(crate) fn quota_specs(&self) -> &[QuotaSpec] {
+        &self.inner.quotas
+    }
+
     /// The strategy of the quota at `index` (in [`quota_names`](Self::quota_names) order).
     pub(crate) fn strategy_at(&self, index: usize) -> Option<Strategy> {
         self.inner.quotas.get(index).map(|q| q.strategy)

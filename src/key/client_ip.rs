@@ -258,6 +258,10 @@ impl KeyExtractor for ClientIp {
         self.client_addr(parts)
             .map(|ip| ip_key(ip, self.ipv6_prefix))
     }
+
+    fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(concat!("ClientIp ", super::ip::no_peer_hint!()))
+    }
 }
 
 /// The right-to-left walk over a chain: `last` is the nearest trusted

@@ -25,6 +25,15 @@ macro_rules! tuple_extractor {
                 $(push_part(&mut key, &$part.extract(parts)?);)+
                 Some(key)
             }
+
+            fn missing_hint(&self, parts: &Parts) -> std::borrow::Cow<'static, str> {
+                #[allow(non_snake_case)]
+                let ($($part,)+) = self;
+                $(if $part.extract(parts).is_none() {
+                    return $part.missing_hint(parts);
+                })+
+                std::borrow::Cow::Borrowed("no part of the key extractor tuple is missing")
+            }
         }
     };
 }

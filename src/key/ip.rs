@@ -118,7 +118,21 @@ impl KeyExtractor for PeerIp {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         peer_addr(parts).map(|addr| ip_key(addr.ip(), self.ipv6_prefix))
     }
+
+    fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(concat!("PeerIp ", no_peer_hint!()))
+    }
 }
+
+/// What to do when an IP extractor finds no peer address.
+macro_rules! no_peer_hint {
+    () => {
+        "found no peer address: serve with \
+         `into_make_service_with_connect_info::<SocketAddr>()` (axum), use tonic's \
+         server (feature `tonic`), or insert the `SocketAddr` as a request extension"
+    };
+}
+pub(super) use no_peer_hint;
 
 pub(super) const fn clamp_prefix(len: u8) -> u8 {
     if len > 128 { 128 } else { len }

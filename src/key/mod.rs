@@ -49,6 +49,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::borrow::Cow;
+
 use http::request::Parts;
 
 mod client_ip;
@@ -68,6 +70,21 @@ pub use request::{Header, Method, Path};
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of this request, or `None` if it has none.
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>>;
+
+    /// Why [`extract`](Self::extract) found no key in this request, and
+    /// what would fix it: the middleware puts it in the body of its
+    /// rejection and in its log. Only called after `extract` returned `None`.
+    ///
+    /// The default names the extractor's type; [`PeerIp`](struct@PeerIp) and
+    /// [`ClientIp`] say how to serve with connect info, [`Header`] names its
+    /// header.
+    fn missing_hint(&self, parts: &Parts) -> Cow<'static, str> {
+        let _ = parts;
+        Cow::Owned(format!(
+            "the key extractor `{}` found no key in this request",
+            std::any::type_name::<Self>()
+        ))
+    }
 }
 
 impl<F, K> KeyExtractor for F
@@ -77,6 +94,10 @@ where
 {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         self(parts).map(Into::into)
+    }
+
+    fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
+        Cow::Borrowed("the key extractor (a closure) returned no key for this request")
     }
 }
 

@@ -1,5 +1,7 @@
 //! Keys from the request line and headers.
 
+use std::borrow::Cow;
+
 use http::HeaderName;
 use http::header::InvalidHeaderName;
 use http::request::Parts;
@@ -61,6 +63,10 @@ impl KeyExtractor for Header {
         let digest = crate::limiter::hash_hex(value.as_bytes());
         Some(format!("hdr:{}:{digest}", self.name).into_bytes())
     }
+
+    fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
+        Cow::Owned(format!("Header: the request has no `{}` header", self.name))
+    }
 }
 
 /// Key: the request path, as `path:<path>` (no query string), exactly as
@@ -93,6 +99,13 @@ impl KeyExtractor for MatchedPath {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         let matched = parts.extensions.get::<axum::extract::MatchedPath>()?;
         Some([b"route:", matched.as_str().as_bytes()].concat())
+    }
+
+    fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
+        Cow::Borrowed(
+            "MatchedPath: no axum route matched; add the layer with `Router::layer` or \
+             `route_layer` (inside the router), not around it",
+        )
     }
 }
 

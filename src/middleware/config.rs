@@ -1,20 +1,19 @@
 //! The layer's configuration, shared by every service it builds, and the
-//! asynchronous part of a check (store call, timeout, failure policy).
+//! asynchronous part of a check (store call, failure policy).
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Response;
 use http::request::Parts;
-use http::{HeaderValue, Response};
 
 use super::deny_cache::DenyCache;
-use super::headers::HeaderStyle;
+use super::headers::{HeaderStyle, Policy};
 use super::policy::MissingKey;
 use crate::decision::Decision;
-use crate::error::StoreError;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 
@@ -33,9 +32,11 @@ pub(crate) struct Config {
     pub(crate) missing: MissingKey,
     pub(crate) deny: Option<Arc<DenyFn>>,
     pub(crate) deny_cache: Option<Arc<DenyCache>>,
-    pub(crate) timeout: Option<Duration>,
-    /// `RateLimit-Policy`, computed from the first decision.
-    pub(crate) policy: Arc<OnceLock<Option<HeaderValue>>>,
+    /// Whether the middleware answers in gRPC form: `None` decides per
+    /// request (HTTP/2 with a gRPC content type).
+    pub(crate) grpc: Option<bool>,
+    /// `RateLimit-Policy` and what `RateLimit` needs of the quotas.
+    pub(crate) policy: Arc<Policy>,
     pub(crate) counters: Arc<Counters>,
 }
 
@@ -57,6 +58,8 @@ pub(crate) struct Counters {
     last_warning_ms: AtomicU64,
     /// Store failures not logged since the last warning.
     unlogged_failures: AtomicU64,
+    /// Whether a request without a key has been logged (once per layer).
+    missing_key_logged: AtomicBool,
 }
 
 /// The time base of the warning throttle.
@@ -70,6 +73,11 @@ const WARN_INTERVAL_MS: u64 = 1_000;
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this is the layer's first request without a key (logged, once).
+    pub(crate) fn first_missing_key(&self) -> bool {
+        !self.missing_key_logged.swap(true, Ordering::Relaxed)
     }
 
     /// Whether to log this store failure now; if so, how many went unlogged before it.
@@ -102,21 +110,15 @@ pub(crate) enum Verdict {
 }
 
 impl Config {
-    /// Checks `key` with the store, bounded by the timeout, applying the
-    /// failure policy; remembers denials in the deny cache.
+    /// Checks `key` with the store (bounded by the store's own timeout),
+    /// applying the failure policy; remembers denials in the deny cache.
     pub(crate) async fn decide(self: Arc<Self>, key: Vec<u8>, cost: u64) -> Verdict {
         // Read before the call: a cached denial then ends no later than the store's.
         let started = self.deny_cache.as_ref().map(|c| c.now(&self.limiter));
         // The store's future is large (kilobytes): built in place on the heap,
         // it is never copied; this future stays small.
         let check = boxed_in_place(|| self.limiter.check_n(&key, cost));
-        let result = match self.timeout {
-            Some(t) => tokio::time::timeout(t, check)
-                .await
-                .unwrap_or(Err(StoreError::Timeout(t))),
-            None => check.await,
-        };
-        match result {
+        match check.await {
             Ok(decision) => {
                 self.remember(&self.limiter, &key, cost, started, &decision);
                 Verdict::Decided(decision, self.limiter.clone())

@@ -156,8 +156,9 @@ where
                         }
                         Verdict::Closed => {
                             let (parts, _body) = request.into_parts();
+                            let res = response::unavailable(config, &parts);
                             state.set(State::Answered {
-                                response: Some(response::unavailable(&parts)),
+                                response: Some(res),
                             });
                             continue;
                         }

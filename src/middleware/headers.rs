@@ -1,13 +1,14 @@
 //! [`HeaderStyle`]: which rate-limit headers responses carry, and their formatting.
 
 use std::fmt::Write as _;
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::Decision;
+use crate::limiter::RateLimiter;
+use crate::strategy::Strategy;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -27,12 +28,27 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 ///
 /// | style | headers |
 /// |---|---|
-/// | [`Ietf`](Self::Ietf) (default) | `RateLimit-Policy: "minute";q=60;w=60, "day";q=10000;w=86400` (every quota) and `RateLimit: "minute";r=59;t=1` (the binding one), structured fields as in draft-ietf-httpapi-ratelimit-headers |
+/// | [`Ietf`](Self::Ietf) (default) | `RateLimit-Policy: "minute";q=10;w=10, "day";q=10000;w=86400` (every quota) and `RateLimit: "minute";r=9;t=1` (the binding one), structured fields as in draft-ietf-httpapi-ratelimit-headers |
 /// | [`Legacy`](Self::Legacy) | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (UTC epoch seconds, as GitHub) |
 /// | [`Both`](Self::Both) | all of the above |
 /// | [`None`](Self::None) | none |
 ///
-/// `t`, `w` and `X-RateLimit-Reset` are whole seconds rounded up.
+/// In `RateLimit-Policy`, `q` is what a client may send at once and `w` the
+/// seconds in which that much comes back: for the bucket strategies
+/// ([`TokenBucket`](crate::Strategy::TokenBucket),
+/// [`LeakyBucket`](crate::Strategy::LeakyBucket), [`Gcra`](crate::Strategy::Gcra))
+/// `q` is the burst and `w` the time an empty bucket takes to refill
+/// (`burst × period / count`); a [`Concurrency`](crate::Strategy::Concurrency)
+/// quota has `qu="concurrent-requests"` and no `w`. In `RateLimit`, `r` is
+/// what is left and `t` the time until the quota is whole again; on a denial
+/// `t` is the `Retry-After`; a concurrency quota has no `t`. `t`, `w` and
+/// `X-RateLimit-Reset` are whole seconds rounded up.
+///
+/// When layers are stacked, each appends its items to `RateLimit-Policy` and
+/// `RateLimit` (one comma-separated line; give the quotas of different
+/// layers different names), `X-RateLimit-*` show the most restrictive limit
+/// (fewest remaining; on a tie, the later reset), and a `Retry-After`
+/// already on the response is kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HeaderStyle {
@@ -57,41 +73,85 @@ impl HeaderStyle {
     }
 }
 
+/// What a layer's headers need to know of its limiter's quotas, computed
+/// once when the layer is built.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    /// `RateLimit-Policy`.
+    value: Option<HeaderValue>,
+    /// Per quota, in the limiter's order: whether its `RateLimit` item has
+    /// a `t` (a concurrency quota has none).
+    timed: Box<[bool]>,
+}
+
+impl Policy {
+    /// The policy of `limiter`'s quotas.
+    pub(crate) fn new(limiter: &RateLimiter) -> Self {
+        let specs = limiter.quota_specs();
+        let mut s = String::with_capacity(32 * specs.len());
+        for (i, q) in specs.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            push_sf_string(&mut s, &q.name);
+            let _ = match q.strategy {
+                Strategy::Concurrency => write!(s, ";q={};qu=\"concurrent-requests\"", q.limit),
+                Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => {
+                    // the time an empty bucket takes to refill: burst × period / count
+                    let refill_us =
+                        u128::from(q.period_us) * u128::from(q.burst) / u128::from(q.limit.max(1));
+                    let w = refill_us.div_ceil(1_000_000).max(1);
+                    write!(s, ";q={};w={w}", q.burst)
+                }
+                _ => write!(
+                    s,
+                    ";q={};w={}",
+                    q.limit,
+                    q.period_us.div_ceil(1_000_000).max(1)
+                ),
+            };
+        }
+        Self {
+            value: HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
+            timed: specs
+                .iter()
+                .map(|q| q.strategy != Strategy::Concurrency)
+                .collect(),
+        }
+    }
+}
+
 /// The headers of one decision, computed when it is made (no allocation
 /// beyond the header values themselves).
 #[derive(Debug, Default)]
 pub(crate) struct RateHeaders {
     policy: Option<HeaderValue>,
     ratelimit: Option<HeaderValue>,
-    legacy: Option<[HeaderValue; 3]>,
+    /// limit, remaining, reset (UTC epoch seconds)
+    legacy: Option<(u64, u64, u64)>,
     retry_after: Option<HeaderValue>,
 }
 
 impl RateHeaders {
     /// The rate-limit headers (and `Retry-After` if denied) for `decision`.
-    ///
-    /// `policy` caches the `RateLimit-Policy` value: it depends only on the
-    /// limiter's configuration.
-    pub(crate) fn new(
-        style: HeaderStyle,
-        decision: &Decision,
-        policy: &OnceLock<Option<HeaderValue>>,
-    ) -> Self {
+    pub(crate) fn new(style: HeaderStyle, decision: &Decision, policy: &Policy) -> Self {
         let mut h = Self::default();
         if style.ietf() {
-            h.policy = policy.get_or_init(|| policy_value(decision)).clone();
-            h.ratelimit = ratelimit_value(decision);
+            h.policy = policy.value.clone();
+            let timed = decision
+                .quotas
+                .iter()
+                .position(|q| q.name == decision.quota)
+                .and_then(|i| policy.timed.get(i).copied())
+                .unwrap_or(true);
+            h.ratelimit = ratelimit_value(decision, timed);
         }
         if style.legacy() {
             let reset = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .saturating_add(decision.reset_after);
-            h.legacy = Some([
-                HeaderValue::from(decision.limit),
-                HeaderValue::from(decision.remaining),
-                HeaderValue::from(ceil_secs(reset)),
-            ]);
+            h.legacy = Some((decision.limit, decision.remaining, ceil_secs(reset)));
         }
         if !decision.allowed {
             h.retry_after = Some(HeaderValue::from(retry_after_secs(decision)));
@@ -99,22 +159,62 @@ impl RateHeaders {
         h
     }
 
-    /// Inserts the headers into `headers`, replacing any of the same name.
+    /// Adds the headers to `headers`, combining them with those of another
+    /// layer already there: list items appended, the most restrictive
+    /// legacy limit kept, an existing `Retry-After` kept.
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
         if let Some(v) = self.policy {
-            headers.insert(RATELIMIT_POLICY, v);
+            append_list(headers, RATELIMIT_POLICY, v);
         }
         if let Some(v) = self.ratelimit {
-            headers.insert(RATELIMIT, v);
+            append_list(headers, RATELIMIT, v);
         }
-        if let Some([limit, remaining, reset]) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, limit);
-            headers.insert(X_RATELIMIT_REMAINING, remaining);
-            headers.insert(X_RATELIMIT_RESET, reset);
+        if let Some((limit, remaining, reset)) = self.legacy
+            && !legacy_more_restrictive(headers, remaining, reset)
+        {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
-        if let Some(v) = self.retry_after {
+        if let Some(v) = self.retry_after
+            && !headers.contains_key(RETRY_AFTER)
+        {
             headers.insert(RETRY_AFTER, v);
         }
+    }
+}
+
+/// Appends `item` to the structured-field list `name`: one line, the items
+/// already there (from any number of lines) first.
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
+    let mut joined = Vec::new();
+    for v in headers.get_all(&name) {
+        let v = v.as_bytes().trim_ascii();
+        if !v.is_empty() {
+            joined.extend_from_slice(v);
+            joined.extend_from_slice(b", ");
+        }
+    }
+    if joined.is_empty() {
+        headers.insert(name, item);
+        return;
+    }
+    joined.extend_from_slice(item.as_bytes());
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(joined)) {
+        headers.insert(name, v);
+    }
+}
+
+/// Whether the `X-RateLimit-*` already in `headers` describe a limit at
+/// least as restrictive as (`remaining`, `reset`): fewer remaining, or as
+/// many and a reset no earlier. Unreadable values are replaced.
+fn legacy_more_restrictive(headers: &HeaderMap, remaining: u64, reset: u64) -> bool {
+    let read = |name: &HeaderName| -> Option<u64> {
+        headers.get(name)?.to_str().ok()?.trim().parse().ok()
+    };
+    match (read(&X_RATELIMIT_REMAINING), read(&X_RATELIMIT_RESET)) {
+        (Some(r), Some(t)) => r < remaining || (r == remaining && t >= reset),
+        _ => false,
     }
 }
 
@@ -136,29 +236,20 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
     ceil_secs(wait).max(1)
 }
 
-/// `"minute";q=60;w=60, "day";q=10000;w=86400`
-fn policy_value(decision: &Decision) -> Option<HeaderValue> {
-    let mut s = String::with_capacity(32 * decision.quotas.len());
-    for (i, q) in decision.quotas.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        push_sf_string(&mut s, &q.name);
-        let _ = write!(s, ";q={};w={}", q.limit, ceil_secs(q.window).max(1));
-    }
-    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
-}
-
-/// `"minute";r=59;t=1`
-fn ratelimit_value(decision: &Decision) -> Option<HeaderValue> {
+/// `"minute";r=59;t=1`; on a denial `t` is the `Retry-After`; no `t` when
+/// the quota has no time of reset (concurrency).
+fn ratelimit_value(decision: &Decision, timed: bool) -> Option<HeaderValue> {
     let mut s = String::with_capacity(32);
     push_sf_string(&mut s, &decision.quota);
-    let _ = write!(
-        s,
-        ";r={};t={}",
-        decision.remaining,
-        ceil_secs(decision.reset_after)
-    );
+    let _ = write!(s, ";r={}", decision.remaining);
+    if timed {
+        let t = if decision.allowed {
+            ceil_secs(decision.reset_after)
+        } else {
+            retry_after_secs(decision)
+        };
+        let _ = write!(s, ";t={t}");
+    }
     // Handing the String over as Bytes avoids a copy.
     HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
@@ -218,8 +309,18 @@ mod tests {
 
     fn render(style: HeaderStyle, d: &Decision) -> HeaderMap {
         let mut map = HeaderMap::new();
-        RateHeaders::new(style, d, &OnceLock::new()).apply(&mut map);
+        render_into(style, d, &mut map);
         map
+    }
+
+    fn render_into(style: HeaderStyle, d: &Decision, map: &mut HeaderMap) {
+        let limiter = RateLimiter::builder()
+            .store(crate::MemoryStore::new())
+            .quota(crate::Quota::fixed_window(crate::Rate::per_minute(60)).name("minute"))
+            .quota(crate::Quota::fixed_window(crate::Rate::per_day(10_000)).name("day"))
+            .build()
+            .unwrap();
+        RateHeaders::new(style, d, &Policy::new(&limiter)).apply(map);
     }
 
     #[test]
@@ -277,6 +378,31 @@ mod tests {
         assert_eq!(retry_after_secs(&decision(false, Some(Duration::ZERO))), 1);
         // never fits: the binding quota's window
         assert_eq!(retry_after_secs(&decision(false, None)), 60);
+    }
+
+    #[test]
+    fn list_items_already_on_several_lines_are_joined_into_one() {
+        let mut map = HeaderMap::new();
+        map.append(RATELIMIT, HeaderValue::from_static(r#""a";r=1"#));
+        map.append(RATELIMIT, HeaderValue::from_static(r#" "b";r=2 "#));
+        append_list(&mut map, RATELIMIT, HeaderValue::from_static(r#""c";r=3"#));
+        let all: Vec<_> = map.get_all(RATELIMIT).iter().collect();
+        assert_eq!(all, [r#""a";r=1, "b";r=2, "c";r=3"#]);
+    }
+
+    #[test]
+    fn unreadable_legacy_headers_are_replaced_and_a_retry_after_is_kept() {
+        let mut map = HeaderMap::new();
+        map.insert(X_RATELIMIT_REMAINING, HeaderValue::from_static("many"));
+        map.insert(X_RATELIMIT_RESET, HeaderValue::from_static("0"));
+        map.insert(RETRY_AFTER, HeaderValue::from_static("120"));
+        render_into(
+            HeaderStyle::Legacy,
+            &decision(false, Some(Duration::from_secs(3))),
+            &mut map,
+        );
+        assert_eq!(map[X_RATELIMIT_REMAINING], "59");
+        assert_eq!(map[RETRY_AFTER], "120");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! [`RateLimitLayer`]: configuration of the middleware.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use tower_layer::Layer;
 
 use super::config::{Config, Counters, Failure};
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
-use super::headers::HeaderStyle;
+use super::headers::{HeaderStyle, Policy};
 use super::policy::{FailurePolicy, MissingKey};
 use super::service::RateLimit;
 use crate::decision::Decision;
@@ -51,7 +51,6 @@ use crate::limiter::RateLimiter;
 /// let layer = RateLimitLayer::new(limiter, key::Global)
 ///     .headers(HeaderStyle::Both)
 ///     .on_store_error(FailurePolicy::Fallback(MemoryStore::new()))
-///     .timeout(Duration::from_millis(50))
 ///     .cost(|req: &http::request::Parts| if req.method == http::Method::POST { 5 } else { 1 })
 ///     .bypass(|req: &http::request::Parts| req.uri.path() == "/health")
 ///     .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST))
@@ -73,9 +72,12 @@ impl RateLimitLayer {
     ///
     /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
     /// bypass, [`MissingKey::reject`] with 500, the text/plain
-    /// [`text_plain`](super::text_plain) denial, a deny cache of 10 000 keys, no timeout beyond the store's own
-    /// (a [`RedisStore`](crate::RedisStore) bounds every call, 100 ms by default).
+    /// [`text_plain`](super::text_plain) denial, a deny cache of 10 000 keys. The store bounds each call (a
+    /// [`RedisStore`](crate::RedisStore) by its
+    /// [`timeout`](crate::RedisStore::timeout), 100 ms by default); beyond it
+    /// the [failure policy](Self::on_store_error) applies.
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
+        let policy = Arc::new(Policy::new(&limiter));
         Self {
             config: Arc::new(Config {
                 limiter,
@@ -87,8 +89,8 @@ impl RateLimitLayer {
                 missing: MissingKey::default(),
                 deny: None,
                 deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
-                timeout: None,
-                policy: Arc::new(OnceLock::new()),
+                grpc: None,
+                policy,
                 counters: Arc::new(Counters::default()),
             }),
         }
@@ -144,7 +146,7 @@ impl RateLimitLayer {
     /// [`problem_json`](super::problem_json)).
     ///
     /// The middleware then adds `Retry-After` and the rate-limit headers.
-    /// gRPC requests always get a gRPC `RESOURCE_EXHAUSTED` instead.
+    /// gRPC calls get a gRPC `RESOURCE_EXHAUSTED` instead (see [`grpc`](Self::grpc)).
     pub fn deny_response<F, T>(self, deny: F) -> Self
     where
         F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
@@ -178,10 +180,17 @@ impl RateLimitLayer {
         self.with(|c| c.deny_cache = Some(Arc::new(DenyCache::new(keys))))
     }
 
-    /// Bounds the whole store call (default: only the store's own timeout);
-    /// beyond it the [failure policy](Self::on_store_error) applies.
-    pub fn timeout(self, timeout: Duration) -> Self {
-        self.with(|c| c.timeout = Some(timeout))
+    /// Whether the middleware's own answers (429, 503, missing key) take the
+    /// gRPC form: HTTP 200, trailers-only, `grpc-status` and `grpc-message`.
+    ///
+    /// By default it decides per request: a gRPC call is an HTTP/2 request
+    /// with a `content-type` of `application/grpc*`. An HTTP/1.1 request is
+    /// never answered in gRPC form, so a client cannot turn its 429 into a
+    /// 200 by sending a gRPC content type. `.grpc(true)` answers every
+    /// request in gRPC form (e.g. gRPC-Web over HTTP/1.1 behind this layer);
+    /// `.grpc(false)` never does.
+    pub fn grpc(self, grpc: bool) -> Self {
+        self.with(|c| c.grpc = Some(grpc))
     }
 
     /// The limiter requests are checked with.
@@ -215,7 +224,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("on_missing_key", &c.missing)
             .field("deny_response", &c.deny.is_some())
             .field("deny_cache", &c.deny_cache)
-            .field("timeout", &c.timeout)
+            .field("grpc", &c.grpc)
             .finish()
     }
 }

@@ -38,8 +38,10 @@ pub enum FailurePolicy {
 /// What the middleware does with a request whose key extractor found no key
 /// (e.g. [`PeerIp`](crate::key) on a server started without connect info).
 ///
-/// The default rejects with `500 Internal Server Error` and logs the
-/// misconfiguration: silently not limiting would hide it.
+/// The default rejects with `500 Internal Server Error`, a body naming the
+/// fix (from [`KeyExtractor::missing_hint`]), and (feature `tracing`) one
+/// ERROR log line per layer: silently not limiting would hide the
+/// misconfiguration.
 ///
 /// ```
 /// use http::StatusCode;
@@ -61,7 +63,8 @@ pub(crate) enum MissingKeyKind {
 }
 
 impl MissingKey {
-    /// Answer with `status` (gRPC requests: the matching gRPC status) without calling the service.
+    /// Answer with `status` (gRPC calls: the matching gRPC status) without
+    /// calling the service; the body says why the request has no key.
     pub fn reject(status: StatusCode) -> Self {
         Self(MissingKeyKind::Reject(status))
     }
@@ -74,6 +77,14 @@ impl MissingKey {
     /// Use `extractor`'s key instead; if it has none either, reject with 500.
     pub fn fallback(extractor: impl KeyExtractor) -> Self {
         Self(MissingKeyKind::Fallback(Arc::new(extractor)))
+    }
+
+    /// The extractor of [`MissingKey::fallback`], if that is the policy.
+    pub(crate) fn fallback_extractor(&self) -> Option<&dyn KeyExtractor> {
+        match &self.0 {
+            MissingKeyKind::Fallback(extractor) => Some(extractor.as_ref()),
+            _ => None,
+        }
     }
 
     /// What to do for this request.

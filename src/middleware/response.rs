@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::{Response, StatusCode, Version};
 
 use super::config::Config;
 use super::headers::{RateHeaders, retry_after_secs};
@@ -18,11 +18,22 @@ const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 /// gRPC `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: u16 = 14;
 
-/// Whether the request is a gRPC call (`content-type: application/grpc*`).
+/// Whether the request has a gRPC content type (`application/grpc*`).
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Whether the middleware answers `parts` in gRPC form: as the layer was
+/// told ([`RateLimitLayer::grpc`](crate::RateLimitLayer::grpc)), else for an
+/// HTTP/2 request with a gRPC content type. An HTTP/1.1 request with a gRPC
+/// content type is not a gRPC call: answering it with HTTP 200 would let a
+/// client turn its 429 into a success.
+fn grpc_form(config: &Config, parts: &Parts) -> bool {
+    config
+        .grpc
+        .unwrap_or_else(|| parts.version == Version::HTTP_2 && is_grpc(&parts.headers))
 }
 
 /// The default denial: `429 Too Many Requests`, `text/plain`, one line
@@ -109,7 +120,7 @@ pub(crate) fn denied(
     decision: &Decision,
     headers: RateHeaders,
 ) -> Response<Bytes> {
-    let mut res = if is_grpc(&parts.headers) {
+    let mut res = if grpc_form(config, parts) {
         let message = match decision.retry_after {
             Some(_) => format!(
                 "rate limit \"{}\" exceeded, retry in {} s",
@@ -133,8 +144,8 @@ pub(crate) fn denied(
 }
 
 /// The answer when the store failed under [`FailurePolicy::Closed`](crate::FailurePolicy::Closed).
-pub(crate) fn unavailable(parts: &Parts) -> Response<Bytes> {
-    let mut res = if is_grpc(&parts.headers) {
+pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
+    let mut res = if grpc_form(config, parts) {
         grpc(GRPC_UNAVAILABLE, "rate limiter unavailable")
     } else {
         with_type(
@@ -148,13 +159,33 @@ pub(crate) fn unavailable(parts: &Parts) -> Response<Bytes> {
     res
 }
 
-/// The answer to a request without a key under [`MissingKey::reject`](crate::MissingKey::reject).
-pub(crate) fn rejected(parts: &Parts, status: StatusCode) -> Response<Bytes> {
-    if is_grpc(&parts.headers) {
-        return grpc(grpc_code(status), "request rejected by the rate limiter");
+/// The answer to a request without a key under [`MissingKey::reject`](crate::MissingKey::reject):
+/// `status` with a body saying why there is no key and what would fix it
+/// (as axum's missing-extension rejection does). A server error (the
+/// default 500: a misconfigured server) is also logged, once per layer.
+pub(crate) fn rejected(config: &Config, parts: &Parts, status: StatusCode) -> Response<Bytes> {
+    let mut hint = config.extractor.missing_hint(parts).into_owned();
+    if let Some(fallback) = config.missing.fallback_extractor() {
+        hint.push_str("; and the MissingKey::fallback extractor: ");
+        hint.push_str(&fallback.missing_hint(parts));
+    }
+    if status.is_server_error() && config.counters.first_missing_key() {
+        event!(
+            error,
+            method = %parts.method,
+            path = parts.uri.path(),
+            "no rate-limit key: {hint}; requests without a key are rejected with {status} (logged once per layer)"
+        );
+    }
+    if grpc_form(config, parts) {
+        return grpc(grpc_code(status), &format!("no rate-limit key: {hint}"));
     }
     let reason = status.canonical_reason().unwrap_or("Error");
-    with_type(status, "text/plain; charset=utf-8", format!("{reason}\n"))
+    with_type(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{reason}: no rate-limit key: {hint}\n"),
+    )
 }
 
 /// The gRPC status for an HTTP status, as in gRPC's `http-grpc-status-mapping.md`.

@@ -119,13 +119,7 @@ where
                     );
                 }
                 Resolved::Reject(status) => {
-                    event!(
-                        error,
-                        method = %parts.method,
-                        path = parts.uri.path(),
-                        "no rate-limit key for this request (for PeerIp: serve with connect info); rejected with {status}"
-                    );
-                    return ResponseFuture::answered(response::rejected(&parts, status));
+                    return ResponseFuture::answered(response::rejected(config, &parts, status));
                 }
             },
         };
