@@ -1,10 +1,10 @@
 //! The layer's configuration, shared by every service it builds, and the
 //! asynchronous part of a check (store call, failure policy).
 
+use crate::error::StoreError;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
