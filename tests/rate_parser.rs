@@ -69,6 +69,7 @@ fn check(input: &str) {
         }
         Err(e) => {
             assert!(e.position() <= input.len(), "{input:?}: {e}");
+            assert!(input.is_char_boundary(e.position()), "{input:?}: {e}");
             assert!(e.to_string().contains("invalid rate"), "{e}");
         }
     }
@@ -79,8 +80,83 @@ fn check(input: &str) {
                 assert_eq!(rate.to_string().parse::<Rate>(), Ok(rate), "{input:?}");
             }
         }
-        Err(e) => assert!(e.position() <= input.len(), "{input:?}: {e}"),
+        Err(e) => {
+            assert!(e.position() <= input.len(), "{input:?}: {e}");
+            assert!(input.is_char_boundary(e.position()), "{input:?}: {e}");
+        }
     }
+}
+
+#[test]
+fn a_count_too_large_says_so_and_gives_the_maximum() {
+    for input in [
+        "18446744073709551616/s",
+        " 99999999999999999999 per day",
+        "18_446_744_073_709_551_616/min",
+    ] {
+        let e = input.parse::<Rate>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("too large"), "{msg}");
+        assert!(msg.contains("18446744073709551615"), "{msg}");
+        assert!(!msg.contains("whole number"), "{msg}");
+        assert_eq!(
+            e.position(),
+            input.len() - input.trim_start().len(),
+            "{msg}"
+        );
+    }
+    // the largest count parses (a quota takes less, and build() says so)
+    assert_eq!(
+        "18446744073709551615/s".parse::<Rate>().unwrap().count(),
+        u64::MAX
+    );
+    let e = Rate::parse_list("10/min; 18446744073709551616/day").unwrap_err();
+    assert_eq!(e.position(), 8);
+    assert!(e.to_string().contains("too large"), "{e}");
+    // not a number at all is still a different error
+    let e = "ten/s".parse::<Rate>().unwrap_err();
+    assert!(e.to_string().contains("whole number"), "{e}");
+}
+
+#[test]
+fn an_unknown_unit_lists_every_accepted_unit_and_points_at_it() {
+    let accepted = [
+        "us", "µs", "usec", "micros", "ms", "msec", "millis", "s", "sec", "secs", "m", "min",
+        "mins", "h", "hr", "hrs", "d", "day", "days",
+    ];
+    for (input, at) in [
+        ("10/μs", 3), // Greek mu, not the micro sign
+        ("10/5μs", 4),
+        ("10 per 5 μs", 9),
+        ("10/ｓ", 3),
+        ("10/é", 3),
+        ("10/fortnight", 3),
+        ("10/2 lightyears", 5),
+    ] {
+        let e = input.parse::<Rate>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("unknown period unit"), "{msg}");
+        for unit in accepted {
+            assert!(msg.contains(unit), "{input:?}: {unit:?} missing from {msg}");
+        }
+        assert_eq!(e.position(), at, "{input:?}: {msg}");
+        assert!(input.is_char_boundary(e.position()));
+        // every accepted unit parses
+        for unit in accepted {
+            let ok = format!("10/{unit}");
+            assert!(ok.parse::<Rate>().is_ok(), "{ok}");
+        }
+    }
+    let e = "10/μs".parse::<Rate>().unwrap_err();
+    assert!(e.to_string().contains("Greek"), "{e}");
+    // the error quotes a long unit only in part
+    let long = format!("1/{}", "x".repeat(10_000));
+    let e = long.parse::<Rate>().unwrap_err();
+    assert!(
+        e.to_string().contains("\"xxxxxxxxxxxxxxxx…\""),
+        "{}",
+        &e.to_string()[..200]
+    );
 }
 
 proptest! {
