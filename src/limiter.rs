@@ -13,7 +13,7 @@ use crate::decision::{Decision, Lease, QuotaDecision};
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
 use crate::store::script::LimiterScript;
-use crate::store::{Backend, Call, Outcome, Store};
+use crate::store::{Backend, Call, Outcome, QuotaOutcome, Store};
 use crate::strategy::Strategy;
 
 /// Longest user key stored verbatim; longer keys are hashed.
@@ -90,8 +90,18 @@ impl RateLimiter {
     }
 
     /// Checks a request of weight `cost` for `key`: consumed only if every
-    /// quota allows it. `0` [peeks](Self::peek). A cost above a quota's
-    /// capacity is denied with `retry_after = None`.
+    /// quota allows it. `0` [peeks](Self::peek).
+    ///
+    /// A cost above a quota's capacity (its limit; its burst for bucket
+    /// strategies) can never be allowed, so it is denied at once, **without a
+    /// store call**: nothing is read or written, whatever the cost. As the
+    /// state was not read, such a [`Decision`] reports `allowed: false`,
+    /// `retry_after: None`, `remaining: 0` and `reset_after: 0`, bound to the
+    /// (last) quota whose capacity the cost exceeds; in its
+    /// [`quotas`](Decision::quotas), `allowed` is false exactly for the quotas
+    /// whose capacity the cost exceeds, and every quota reports `remaining: 0`,
+    /// `reset_after: 0` and `retry_after: None` (not its state). A
+    /// [`peek`](Self::peek) tells the state.
     ///
     /// Storage keys are `{<prefix>:<key>}:<quota>:<strategy>`; the braces are a
     /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
@@ -100,11 +110,28 @@ impl RateLimiter {
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
-        // Any cost above the largest capacity is denied alike; capping it keeps
-        // every store's arithmetic exact.
-        let cost = cost.min(crate::quota::MAX_COUNT + 1);
         let base = self.base_key(key.as_ref());
         let keys = self.keys(&base);
+        if inner.quotas.iter().any(|q| cost > q.capacity()) {
+            // Never fits: no store call, so a huge cost costs nothing (and every
+            // cost a store sees is at most a capacity, exact in its arithmetic).
+            let quotas = inner
+                .quotas
+                .iter()
+                .map(|q| QuotaOutcome {
+                    allowed: cost <= q.capacity(),
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                    retry_after: None,
+                    delay: Duration::ZERO,
+                })
+                .collect();
+            let outcome = Outcome {
+                allowed: false,
+                quotas,
+            };
+            return Ok(self.decision(outcome, cost, base, keys, String::new()));
+        }
         let nonce = if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
             format!("{:x}-{n:x}", inner.instance)

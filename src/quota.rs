@@ -38,6 +38,15 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The largest count of a [`SlidingWindowLog`](Strategy::SlidingWindowLog)
+    /// or [`Concurrency`](Strategy::Concurrency) quota, checked at build.
+    ///
+    /// These keep one sorted-set member per admitted unit of cost (a log entry,
+    /// a lease), so a key's memory and one call's work grow with the count. Above
+    /// this, use [`SlidingWindowCounter`](Strategy::SlidingWindowCounter) (O(1)
+    /// state) instead of the log.
+    pub const MAX_SORTED_SET_LIMIT: u64 = 10_000;
+
     /// A quota of `strategy` at `rate`.
     pub fn new(strategy: Strategy, rate: Rate) -> Self {
         Self {
@@ -150,6 +159,30 @@ impl Quota {
                 field("rate.count"),
                 format!("must be at most {MAX_COUNT}"),
             ));
+        }
+        if count > Self::MAX_SORTED_SET_LIMIT {
+            match self.strategy {
+                Strategy::SlidingWindowLog => {
+                    return Err(ConfigError::new(
+                        field("rate.count"),
+                        format!(
+                            "sliding-window-log keeps one entry per request: at most {} per window, \
+                             got {count}; use SlidingWindowCounter (O(1) memory) for larger counts",
+                            Self::MAX_SORTED_SET_LIMIT
+                        ),
+                    ));
+                }
+                Strategy::Concurrency => {
+                    return Err(ConfigError::new(
+                        field("rate.count"),
+                        format!(
+                            "concurrency keeps one entry per lease: at most {} in flight, got {count}",
+                            Self::MAX_SORTED_SET_LIMIT
+                        ),
+                    ));
+                }
+                _ => {}
+            }
         }
         let period_us = u64::try_from(self.rate.period().as_micros()).unwrap_or(u64::MAX);
         if period_us == 0 {

@@ -340,8 +340,9 @@ pub(crate) async fn fixed_window_admits_limit_then_waits_for_the_window_end(h: &
     denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
     clock.advance(us(1));
     allowed(&lim.check("k").await.unwrap(), 4, ms(10_000));
-    // a cost that can never fit: denied, nothing consumed, no retry time
-    denied(&lim.check_n("k", 6).await.unwrap(), 4, None);
+    // a cost that can never fit: denied without reading the state (so
+    // remaining 0), nothing consumed, no retry time
+    denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
     allowed(&lim.check_n("k", 4).await.unwrap(), 0, ms(10_000));
     // peek: cost 0 consumes nothing
     let p = lim.peek("other").await.unwrap();
