@@ -376,14 +376,30 @@ impl RateLimiterBuilder {
     }
 
     /// Adds a quota. A limiter needs at least one; all are checked atomically.
-    pub fn quota(mut self, quota: Quota) -> Self {
-        self.quotas.push(quota);
+    /// A bare [`Rate`](crate::Rate) is a [`Quota::gcra`] at that rate.
+    pub fn quota(mut self, quota: impl Into<Quota>) -> Self {
+        self.quotas.push(quota.into());
         self
     }
 
-    /// Adds several quotas, e.g. from [`Rate::parse_list`](crate::Rate::parse_list).
-    pub fn quotas(mut self, quotas: impl IntoIterator<Item = Quota>) -> Self {
-        self.quotas.extend(quotas);
+    /// Adds several quotas: [`Quota`]s, or [`Rate`](crate::Rate)s such as those of
+    /// [`Rate::parse_list`](crate::Rate::parse_list), each a [`Quota::gcra`]
+    /// at that rate, named after it (e.g. `gcra-10-per-60s`).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{MemoryStore, Rate, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quotas(Rate::parse_list("10/min; 1000/day")?)
+    ///     .build()?;
+    /// assert_eq!(limiter.quota_names().len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quotas<Q: Into<Quota>>(mut self, quotas: impl IntoIterator<Item = Q>) -> Self {
+        self.quotas.extend(quotas.into_iter().map(Into::into));
         self
     }
 
@@ -413,10 +429,16 @@ impl RateLimiterBuilder {
         for (i, q) in self.quotas.iter().enumerate() {
             let spec = q.compile(i)?;
             if let Some(j) = specs.iter().position(|s| s.name == spec.name) {
+                let same = if q.has_name() || self.quotas[j].has_name() {
+                    ""
+                } else {
+                    // derived names differ unless strategy and rate are equal
+                    " (the same strategy and rate twice)"
+                };
                 return Err(ConfigError::new(
                     format!("quota[{i}].name"),
                     format!(
-                        "duplicate quota name {:?} (also quota[{j}]); give each quota a distinct .name()",
+                        "duplicate quota name {:?}{same} (also quota[{j}]); give each quota a distinct .name()",
                         spec.name
                     ),
                 ));

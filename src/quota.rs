@@ -106,7 +106,8 @@ impl Quota {
     }
 
     /// Sets the name shown in `RateLimit-Policy` headers and used in storage keys.
-    /// Default: derived from the strategy and rate, e.g. `gcra-60-per-60s`.
+    /// Default: derived from the strategy and rate, e.g. `gcra-60-per-60s`
+    /// (distinct for distinct strategies or rates).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -117,6 +118,11 @@ impl Quota {
     pub fn lease_timeout(mut self, timeout: Duration) -> Self {
         self.rate = Rate::new(self.rate.count(), timeout);
         self
+    }
+
+    /// Whether a name was set with [`name`](Self::name).
+    pub(crate) fn has_name(&self) -> bool {
+        self.name.is_some()
     }
 
     /// The strategy.
@@ -248,11 +254,26 @@ impl Quota {
     }
 }
 
+/// The period in a derived name: distinct periods (to the microsecond, the
+/// resolution of every strategy) get distinct labels.
 fn period_label(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else {
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
+    } else {
+        format!("{}us", d.as_micros())
+    }
+}
+
+/// A bare rate is a [`Quota::gcra`] at that rate (the strategy most limits
+/// want: smooth, one key, bursts up to the rate's count), named after it,
+/// e.g. `gcra-10-per-60s`; so that a list from
+/// [`Rate::parse_list`](crate::Rate::parse_list) goes straight into
+/// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas).
+impl From<Rate> for Quota {
+    fn from(rate: Rate) -> Self {
+        Quota::gcra(rate)
     }
 }
 

@@ -65,10 +65,25 @@ impl Rate {
 
     /// Parses a list of rates separated by `;` or `,`, e.g. `"10/min; 1000/day"`.
     ///
+    /// The list goes straight into
+    /// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas): each
+    /// rate becomes a [`Quota::gcra`](crate::Quota::gcra) named after it.
+    ///
     /// ```
-    /// use tower_redis_ratelimit::Rate;
-    /// let rates = Rate::parse_list("10/min; 1000/day").unwrap();
+    /// use tower_redis_ratelimit::{MemoryStore, Rate, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rates = Rate::parse_list("10/min; 1000/day")?;
     /// assert_eq!(rates, vec![Rate::per_minute(10), Rate::per_day(1000)]);
+    ///
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quotas(rates)
+    ///     .build()?;
+    /// let names: Vec<&str> = limiter.quota_names().iter().map(|n| n.as_ref()).collect();
+    /// assert_eq!(names, ["gcra-10-per-60s", "gcra-1000-per-86400s"]);
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn parse_list(s: &str) -> Result<Vec<Rate>, ParseRateError> {
         let mut out = Vec::new();

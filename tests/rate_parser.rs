@@ -200,3 +200,80 @@ proptest! {
         prop_assert_eq!(Rate::parse_list(&format!("{text}; {text}")), Ok(vec![rate, rate]));
     }
 }
+
+fn names(lim: &tower_redis_ratelimit::RateLimiter) -> Vec<&str> {
+    lim.quota_names().iter().map(|n| n.as_ref()).collect()
+}
+
+/// A parsed list goes straight into the builder; every rate is a GCRA quota
+/// named after it, and all of them apply.
+#[tokio::test]
+async fn a_parsed_list_goes_straight_into_the_builder_and_every_rate_applies() {
+    use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, RateLimiter, Strategy};
+
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("10/min; 1000/day").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(names(&lim), ["gcra-10-per-60s", "gcra-1000-per-86400s"]);
+    let d = lim.check("k").await.unwrap();
+    assert!(d.allowed);
+    assert_eq!((d.quotas[0].remaining, d.quotas[1].remaining), (9, 999));
+
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .quotas(Rate::parse_list("2/min, 3/day").unwrap())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        assert!(lim.check("k").await.unwrap().allowed);
+    }
+    let d = lim.check("k").await.unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.quota.as_ref(), "gcra-2-per-60s");
+    clock.advance(Duration::from_secs(60));
+    assert!(lim.check("k").await.unwrap().allowed);
+    clock.advance(Duration::from_secs(60));
+    let d = lim.check("k").await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+    assert_eq!(d.quota.as_ref(), "gcra-3-per-86400s");
+
+    // a bare rate is a GCRA quota, and mixes with quotas
+    assert_eq!(
+        Quota::from(Rate::per_second(5)),
+        Quota::gcra(Rate::per_second(5))
+    );
+    assert_eq!(Quota::from(Rate::per_second(5)).strategy(), Strategy::Gcra);
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(Rate::per_second(5))
+        .quota(Quota::fixed_window(Rate::per_second(5)))
+        .build()
+        .unwrap();
+    assert_eq!(lim.quota_names().len(), 2);
+
+    // rates that differ only below a millisecond get distinct names
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("1/1500us; 1/1ms; 1/1001us").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(
+        names(&lim),
+        ["gcra-1-per-1500us", "gcra-1-per-1ms", "gcra-1-per-1001us"]
+    );
+    // the same rate twice is a clear error
+    let e = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("10/min; 10/60s").unwrap())
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "quota[1].name");
+    assert!(
+        e.to_string().contains("the same strategy and rate twice"),
+        "{e}"
+    );
+}
