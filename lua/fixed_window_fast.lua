@@ -2,7 +2,7 @@
 -- before anything else in the script and defines no function, so a call costs
 -- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
 -- falls through to the general code.
-if ARGV[1] == '0' then
+if ARGV[1] == 'T' then
   local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   if cost > 0 and cost <= n then
     local c = redis.call('INCRBY', key, ARGV[2])

@@ -1,4 +1,4 @@
--- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now (0 = Redis's
+-- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now ('T' = Redis's
 -- clock), cost, then per quota: strategy id, count, period, burst, interval
 -- (microseconds), then the nonce when a strategy needs one.
 -- Reply: one string of integers: all_ok, then per quota ok, remaining,

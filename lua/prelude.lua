@@ -4,8 +4,9 @@
 -- (several quotas, all-or-nothing). Redis compiles each distinct script
 -- once; EVALSHA runs it.
 --
--- ARGV[1] is the time in microseconds from a manual clock, or 0 for Redis's
--- own clock (TIME, read once per call by scripts that need it).
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
 -- All times are integer microseconds held in Lua numbers (exact below 2^53).
 --
 -- Every strategy block reads key, n, period, burst, interval, cost, nonce,
@@ -15,7 +16,7 @@
 -- request would get if it were; with apply = true an allowed request with
 -- cost > 0 is written. reset_after is also the key's TTL: after it the state
 -- is the same as no state.
-local MANUAL = ARGV[1] ~= '0'
+local MANUAL = ARGV[1] ~= 'T'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only
 -- scripts, whose Redis-clock path needs no time (the key's TTL is the window).

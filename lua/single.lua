@@ -1,4 +1,4 @@
--- One quota. KEYS[1]; ARGV: now (0 = Redis's clock), cost, count, period,
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, count, period,
 -- burst, interval (microseconds; a fixed window sends only count and period),
 -- then the nonce when the strategy needs one.
 -- The strategy's code is spliced in at the marker below, as a block: no

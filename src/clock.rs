@@ -33,6 +33,11 @@ impl Clock {
 
 /// A clock that only moves when told to. Clones share the same time.
 ///
+/// Any reading from zero to [`ManualClock::MAX`] is a manual time: zero is
+/// not special (the store's own clock is [`Clock::Store`], never a magic
+/// reading). Readings saturate at `MAX`, so that every time the strategies
+/// compute stays exact in Redis's Lua numbers (integers below 2^53).
+///
 /// ```
 /// use std::time::Duration;
 /// use tower_redis_ratelimit::ManualClock;
@@ -40,15 +45,28 @@ impl Clock {
 /// let clock = ManualClock::new(Duration::from_secs(1_000));
 /// clock.advance(Duration::from_millis(1_500));
 /// assert_eq!(clock.now(), Duration::from_millis(1_001_500));
+///
+/// // saturates rather than leave exact arithmetic
+/// assert_eq!(ManualClock::new(Duration::MAX).now(), ManualClock::MAX);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<AtomicU64>);
 
+/// [`ManualClock::MAX`] in microseconds: 2^53 - 2^49 (about 267 years), which
+/// leaves room for every offset a quota adds (periods of at most 366 days,
+/// bursts of at most 4 years, twice) below 2^53.
+const MAX_US: u64 = (1 << 53) - (1 << 49);
+
 impl ManualClock {
-    /// A clock reading `start` (time since an arbitrary epoch, microsecond resolution).
-    /// Start well above zero, e.g. at one hour, so windows never begin before time zero.
+    /// The latest reading a manual clock takes (about 267 years after its
+    /// epoch); [`new`](Self::new), [`set`](Self::set) and
+    /// [`advance`](Self::advance) saturate at it.
+    pub const MAX: Duration = Duration::from_micros(MAX_US);
+
+    /// A clock reading `start` (time since an arbitrary epoch, microsecond
+    /// resolution; at most [`MAX`](Self::MAX)). Zero is a valid start.
     pub fn new(start: Duration) -> Self {
-        Self(Arc::new(AtomicU64::new(duration_us(start))))
+        Self(Arc::new(AtomicU64::new(clamp_us(start))))
     }
 
     /// The current reading.
@@ -56,14 +74,20 @@ impl ManualClock {
         Duration::from_micros(self.now_us())
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock forward (saturating at [`MAX`](Self::MAX)).
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(duration_us(by), Ordering::SeqCst);
+        let by = clamp_us(by);
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(by).min(MAX_US))
+            });
     }
 
-    /// Sets the clock (it may go backwards: the strategies handle that).
+    /// Sets the clock (it may go backwards: the strategies handle that;
+    /// at most [`MAX`](Self::MAX)).
     pub fn set(&self, to: Duration) {
-        self.0.store(duration_us(to), Ordering::SeqCst);
+        self.0.store(clamp_us(to), Ordering::SeqCst);
     }
 
     pub(crate) fn now_us(&self) -> u64 {
@@ -80,4 +104,29 @@ impl From<ManualClock> for Clock {
 /// A duration in whole microseconds, saturating.
 pub(crate) fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A manual clock reading in whole microseconds, saturating at [`ManualClock::MAX`].
+fn clamp_us(d: Duration) -> u64 {
+    duration_us(d).min(MAX_US)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_saturate_at_max() {
+        let c = ManualClock::new(Duration::ZERO);
+        assert_eq!(c.now(), Duration::ZERO);
+        c.advance(Duration::MAX);
+        assert_eq!(c.now(), ManualClock::MAX);
+        c.advance(Duration::from_secs(1));
+        assert_eq!(c.now(), ManualClock::MAX);
+        c.set(Duration::from_micros(1));
+        assert_eq!(c.now(), Duration::from_micros(1));
+        c.set(Duration::MAX);
+        assert_eq!(c.now(), ManualClock::MAX);
+        assert!(ManualClock::MAX.as_micros() < 1 << 53);
+    }
 }

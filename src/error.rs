@@ -1,5 +1,6 @@
 //! Error types.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -8,19 +9,20 @@ use std::time::Duration;
 pub struct ParseRateError {
     pub(crate) input: String,
     position: usize,
-    message: &'static str,
+    message: Cow<'static, str>,
 }
 
 impl ParseRateError {
-    pub(crate) fn new(input: &str, position: usize, message: &'static str) -> Self {
+    pub(crate) fn new(input: &str, position: usize, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             input: input.to_owned(),
             position,
-            message,
+            message: message.into(),
         }
     }
 
-    /// Byte offset in the input where the problem starts.
+    /// Byte offset in the input where the problem starts (always on a
+    /// character boundary, so `&input[position..]` is the rest from there).
     pub fn position(&self) -> usize {
         self.position
     }

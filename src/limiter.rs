@@ -13,7 +13,7 @@ use crate::decision::{Decision, Lease, QuotaDecision};
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
 use crate::store::script::LimiterScript;
-use crate::store::{Backend, Call, Outcome, Store};
+use crate::store::{Backend, Call, Outcome, QuotaOutcome, Store};
 use crate::strategy::Strategy;
 
 /// Longest user key stored verbatim; longer keys are hashed.
@@ -90,8 +90,18 @@ impl RateLimiter {
     }
 
     /// Checks a request of weight `cost` for `key`: consumed only if every
-    /// quota allows it. `0` [peeks](Self::peek). A cost above a quota's
-    /// capacity is denied with `retry_after = None`.
+    /// quota allows it. `0` [peeks](Self::peek).
+    ///
+    /// A cost above a quota's capacity (its limit; its burst for bucket
+    /// strategies) can never be allowed, so it is denied at once, **without a
+    /// store call**: nothing is read or written, whatever the cost. As the
+    /// state was not read, such a [`Decision`] reports `allowed: false`,
+    /// `retry_after: None`, `remaining: 0` and `reset_after: 0`, bound to the
+    /// (last) quota whose capacity the cost exceeds; in its
+    /// [`quotas`](Decision::quotas), `allowed` is false exactly for the quotas
+    /// whose capacity the cost exceeds, and every quota reports `remaining: 0`,
+    /// `reset_after: 0` and `retry_after: None` (not its state). A
+    /// [`peek`](Self::peek) tells the state.
     ///
     /// Storage keys are `{<prefix>:<key>}:<quota>:<strategy>`; the braces are a
     /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
@@ -100,11 +110,28 @@ impl RateLimiter {
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
-        // Any cost above the largest capacity is denied alike; capping it keeps
-        // every store's arithmetic exact.
-        let cost = cost.min(crate::quota::MAX_COUNT + 1);
         let base = self.base_key(key.as_ref());
         let keys = self.keys(&base);
+        if inner.quotas.iter().any(|q| cost > q.capacity()) {
+            // Never fits: no store call, so a huge cost costs nothing (and every
+            // cost a store sees is at most a capacity, exact in its arithmetic).
+            let quotas = inner
+                .quotas
+                .iter()
+                .map(|q| QuotaOutcome {
+                    allowed: cost <= q.capacity(),
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                    retry_after: None,
+                    delay: Duration::ZERO,
+                })
+                .collect();
+            let outcome = Outcome {
+                allowed: false,
+                quotas,
+            };
+            return Ok(self.decision(outcome, cost, base, keys, String::new()));
+        }
         let nonce = if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
             format!("{:x}-{n:x}", inner.instance)
@@ -355,14 +382,30 @@ impl RateLimiterBuilder {
     }
 
     /// Adds a quota. A limiter needs at least one; all are checked atomically.
-    pub fn quota(mut self, quota: Quota) -> Self {
-        self.quotas.push(quota);
+    /// A bare [`Rate`](crate::Rate) is a [`Quota::gcra`] at that rate.
+    pub fn quota(mut self, quota: impl Into<Quota>) -> Self {
+        self.quotas.push(quota.into());
         self
     }
 
-    /// Adds several quotas, e.g. from [`Rate::parse_list`](crate::Rate::parse_list).
-    pub fn quotas(mut self, quotas: impl IntoIterator<Item = Quota>) -> Self {
-        self.quotas.extend(quotas);
+    /// Adds several quotas: [`Quota`]s, or [`Rate`](crate::Rate)s such as those of
+    /// [`Rate::parse_list`](crate::Rate::parse_list), each a [`Quota::gcra`]
+    /// at that rate, named after it (e.g. `gcra-10-per-60s`).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{MemoryStore, Rate, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quotas(Rate::parse_list("10/min; 1000/day")?)
+    ///     .build()?;
+    /// assert_eq!(limiter.quota_names().len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quotas<Q: Into<Quota>>(mut self, quotas: impl IntoIterator<Item = Q>) -> Self {
+        self.quotas.extend(quotas.into_iter().map(Into::into));
         self
     }
 
@@ -392,10 +435,16 @@ impl RateLimiterBuilder {
         for (i, q) in self.quotas.iter().enumerate() {
             let spec = q.compile(i)?;
             if let Some(j) = specs.iter().position(|s| s.name == spec.name) {
+                let same = if q.has_name() || self.quotas[j].has_name() {
+                    ""
+                } else {
+                    // derived names differ unless strategy and rate are equal
+                    " (the same strategy and rate twice)"
+                };
                 return Err(ConfigError::new(
                     format!("quota[{i}].name"),
                     format!(
-                        "duplicate quota name {:?} (also quota[{j}]); give each quota a distinct .name()",
+                        "duplicate quota name {:?}{same} (also quota[{j}]); give each quota a distinct .name()",
                         spec.name
                     ),
                 ));

@@ -38,6 +38,15 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The largest count of a [`SlidingWindowLog`](Strategy::SlidingWindowLog)
+    /// or [`Concurrency`](Strategy::Concurrency) quota, checked at build.
+    ///
+    /// These keep one sorted-set member per admitted unit of cost (a log entry,
+    /// a lease), so a key's memory and one call's work grow with the count. Above
+    /// this, use [`SlidingWindowCounter`](Strategy::SlidingWindowCounter) (O(1)
+    /// state) instead of the log.
+    pub const MAX_SORTED_SET_LIMIT: u64 = 10_000;
+
     /// A quota of `strategy` at `rate`.
     pub fn new(strategy: Strategy, rate: Rate) -> Self {
         Self {
@@ -97,7 +106,8 @@ impl Quota {
     }
 
     /// Sets the name shown in `RateLimit-Policy` headers and used in storage keys.
-    /// Default: derived from the strategy and rate, e.g. `gcra-60-per-60s`.
+    /// Default: derived from the strategy and rate, e.g. `gcra-60-per-60s`
+    /// (distinct for distinct strategies or rates).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -108,6 +118,11 @@ impl Quota {
     pub fn lease_timeout(mut self, timeout: Duration) -> Self {
         self.rate = Rate::new(self.rate.count(), timeout);
         self
+    }
+
+    /// Whether a name was set with [`name`](Self::name).
+    pub(crate) fn has_name(&self) -> bool {
+        self.name.is_some()
     }
 
     /// The strategy.
@@ -150,6 +165,30 @@ impl Quota {
                 field("rate.count"),
                 format!("must be at most {MAX_COUNT}"),
             ));
+        }
+        if count > Self::MAX_SORTED_SET_LIMIT {
+            match self.strategy {
+                Strategy::SlidingWindowLog => {
+                    return Err(ConfigError::new(
+                        field("rate.count"),
+                        format!(
+                            "sliding-window-log keeps one entry per request: at most {} per window, \
+                             got {count}; use SlidingWindowCounter (O(1) memory) for larger counts",
+                            Self::MAX_SORTED_SET_LIMIT
+                        ),
+                    ));
+                }
+                Strategy::Concurrency => {
+                    return Err(ConfigError::new(
+                        field("rate.count"),
+                        format!(
+                            "concurrency keeps one entry per lease: at most {} in flight, got {count}",
+                            Self::MAX_SORTED_SET_LIMIT
+                        ),
+                    ));
+                }
+                _ => {}
+            }
         }
         let period_us = u64::try_from(self.rate.period().as_micros()).unwrap_or(u64::MAX);
         if period_us == 0 {
@@ -215,11 +254,26 @@ impl Quota {
     }
 }
 
+/// The period in a derived name: distinct periods (to the microsecond, the
+/// resolution of every strategy) get distinct labels.
 fn period_label(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else {
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
+    } else {
+        format!("{}us", d.as_micros())
+    }
+}
+
+/// A bare rate is a [`Quota::gcra`] at that rate (the strategy most limits
+/// want: smooth, one key, bursts up to the rate's count), named after it,
+/// e.g. `gcra-10-per-60s`; so that a list from
+/// [`Rate::parse_list`](crate::Rate::parse_list) goes straight into
+/// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas).
+impl From<Rate> for Quota {
+    fn from(rate: Rate) -> Self {
+        Quota::gcra(rate)
     }
 }
 

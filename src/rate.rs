@@ -65,10 +65,25 @@ impl Rate {
 
     /// Parses a list of rates separated by `;` or `,`, e.g. `"10/min; 1000/day"`.
     ///
+    /// The list goes straight into
+    /// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas): each
+    /// rate becomes a [`Quota::gcra`](crate::Quota::gcra) named after it.
+    ///
     /// ```
-    /// use tower_redis_ratelimit::Rate;
-    /// let rates = Rate::parse_list("10/min; 1000/day").unwrap();
+    /// use tower_redis_ratelimit::{MemoryStore, Rate, RateLimiter};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rates = Rate::parse_list("10/min; 1000/day")?;
     /// assert_eq!(rates, vec![Rate::per_minute(10), Rate::per_day(1000)]);
+    ///
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quotas(rates)
+    ///     .build()?;
+    /// let names: Vec<&str> = limiter.quota_names().iter().map(|n| n.as_ref()).collect();
+    /// assert_eq!(names, ["gcra-10-per-60s", "gcra-1000-per-86400s"]);
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn parse_list(s: &str) -> Result<Vec<Rate>, ParseRateError> {
         let mut out = Vec::new();
@@ -121,6 +136,11 @@ impl FromStr for Rate {
     }
 }
 
+/// The period units the parser accepts, as listed in its error messages.
+const UNITS: &str = "us (or µs, usec, micros, microsecond[s]), ms (msec, millis, millisecond[s]), \
+                     s (sec, secs, second[s]), m (min, mins, minute[s]), h (hr, hrs, hour[s]) \
+                     or d (day, days)";
+
 /// Parses one rate; `at` is the byte offset of `s` within the original input.
 fn parse_one(s: &str, at: usize) -> Result<Rate, ParseRateError> {
     let (count_part, period_part, sep_len) = if let Some(i) = s.find('/') {
@@ -135,18 +155,31 @@ fn parse_one(s: &str, at: usize) -> Result<Rate, ParseRateError> {
         ));
     };
     let count_str = count_part.trim();
-    let count: u64 = count_str.replace('_', "").parse().map_err(|_| {
-        ParseRateError::new(
-            s,
-            at,
-            "the count must be a whole number, like `10` in `10/s`",
-        )
+    let count_at = at + (count_part.len() - count_part.trim_start().len());
+    let digits = count_str.replace('_', "");
+    let count: u64 = digits.parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            ParseRateError::new(
+                s,
+                count_at,
+                format!(
+                    "the count is too large: at most {} (and a quota takes at most {})",
+                    u64::MAX,
+                    crate::quota::MAX_COUNT
+                ),
+            )
+        } else {
+            ParseRateError::new(
+                s,
+                count_at,
+                "the count must be a whole number, like `10` in `10/s`",
+            )
+        }
     })?;
     let period_at = at + count_part.len() + sep_len;
-    let period = parse_period(period_part.trim()).map_err(|msg| {
-        let lead = period_part.len() - period_part.trim_start().len();
-        ParseRateError::new(s, period_at + lead, msg)
-    })?;
+    let lead = period_part.len() - period_part.trim_start().len();
+    let period = parse_period(period_part.trim())
+        .map_err(|(offset, msg)| ParseRateError::new(s, period_at + lead + offset, msg))?;
     Ok(Rate::new(count, period))
 }
 
@@ -165,18 +198,27 @@ fn find_word(s: &str, word: &str) -> Option<usize> {
     None
 }
 
-fn parse_period(s: &str) -> Result<Duration, &'static str> {
+/// Parses a period; an error carries the byte offset in `s` where it starts.
+fn parse_period(s: &str) -> Result<Duration, (usize, std::borrow::Cow<'static, str>)> {
     if s.is_empty() {
-        return Err("missing period after the count, like `s`, `minute` or `2 hours`");
+        return Err((
+            0,
+            "missing period after the count, like `s`, `minute` or `2 hours`".into(),
+        ));
     }
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (mult, unit) = if digits == 0 {
-        (1, s)
+    let (mult, unit, unit_at) = if digits == 0 {
+        (1, s, 0)
     } else {
-        let n: u64 = s[..digits]
-            .parse()
-            .map_err(|_| "the period multiplier is too large")?;
-        (n, s[digits..].trim_start())
+        let n: u64 = s[..digits].parse().map_err(|_| {
+            (
+                0,
+                format!("the period multiplier is too large: at most {}", u64::MAX).into(),
+            )
+        })?;
+        let rest = &s[digits..];
+        let unit = rest.trim_start();
+        (n, unit, digits + (rest.len() - unit.len()))
     };
     let unit_nanos: u128 = match unit.to_ascii_lowercase().as_str() {
         "us" | "µs" | "usec" | "micros" | "microsecond" | "microseconds" => 1_000,
@@ -185,13 +227,33 @@ fn parse_period(s: &str) -> Result<Duration, &'static str> {
         "m" | "min" | "mins" | "minute" | "minutes" => 60_000_000_000,
         "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000_000_000,
         "d" | "day" | "days" => 86_400_000_000_000,
-        "" => return Err("missing unit after the period number, like `s` in `30s`"),
-        _ => return Err("unknown period unit; use us, ms, s, min, hour or day"),
+        "" => {
+            return Err((
+                unit_at,
+                "missing unit after the period number, like `s` in `30s`".into(),
+            ));
+        }
+        _ => {
+            // the Greek small letter mu looks like the micro sign µ
+            let hint = if unit.starts_with('\u{3bc}') {
+                " (`μ` here is the Greek letter mu, not the micro sign `µ`)"
+            } else {
+                ""
+            };
+            let mut shown: String = unit.chars().take(16).collect();
+            if shown.len() < unit.len() {
+                shown.push('…');
+            }
+            return Err((
+                unit_at,
+                format!("unknown period unit {shown:?}{hint}; use {UNITS}").into(),
+            ));
+        }
     };
     let nanos = unit_nanos
         .checked_mul(u128::from(mult))
         .filter(|n| *n <= u128::from(u64::MAX))
-        .ok_or("the period is too long")?;
+        .ok_or((0, "the period is too long".into()))?;
     Ok(Duration::from_nanos(nanos as u64))
 }
 

@@ -69,6 +69,7 @@ fn check(input: &str) {
         }
         Err(e) => {
             assert!(e.position() <= input.len(), "{input:?}: {e}");
+            assert!(input.is_char_boundary(e.position()), "{input:?}: {e}");
             assert!(e.to_string().contains("invalid rate"), "{e}");
         }
     }
@@ -79,8 +80,83 @@ fn check(input: &str) {
                 assert_eq!(rate.to_string().parse::<Rate>(), Ok(rate), "{input:?}");
             }
         }
-        Err(e) => assert!(e.position() <= input.len(), "{input:?}: {e}"),
+        Err(e) => {
+            assert!(e.position() <= input.len(), "{input:?}: {e}");
+            assert!(input.is_char_boundary(e.position()), "{input:?}: {e}");
+        }
     }
+}
+
+#[test]
+fn a_count_too_large_says_so_and_gives_the_maximum() {
+    for input in [
+        "18446744073709551616/s",
+        " 99999999999999999999 per day",
+        "18_446_744_073_709_551_616/min",
+    ] {
+        let e = input.parse::<Rate>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("too large"), "{msg}");
+        assert!(msg.contains("18446744073709551615"), "{msg}");
+        assert!(!msg.contains("whole number"), "{msg}");
+        assert_eq!(
+            e.position(),
+            input.len() - input.trim_start().len(),
+            "{msg}"
+        );
+    }
+    // the largest count parses (a quota takes less, and build() says so)
+    assert_eq!(
+        "18446744073709551615/s".parse::<Rate>().unwrap().count(),
+        u64::MAX
+    );
+    let e = Rate::parse_list("10/min; 18446744073709551616/day").unwrap_err();
+    assert_eq!(e.position(), 8);
+    assert!(e.to_string().contains("too large"), "{e}");
+    // not a number at all is still a different error
+    let e = "ten/s".parse::<Rate>().unwrap_err();
+    assert!(e.to_string().contains("whole number"), "{e}");
+}
+
+#[test]
+fn an_unknown_unit_lists_every_accepted_unit_and_points_at_it() {
+    let accepted = [
+        "us", "µs", "usec", "micros", "ms", "msec", "millis", "s", "sec", "secs", "m", "min",
+        "mins", "h", "hr", "hrs", "d", "day", "days",
+    ];
+    for (input, at) in [
+        ("10/μs", 3), // Greek mu, not the micro sign
+        ("10/5μs", 4),
+        ("10 per 5 μs", 9),
+        ("10/ｓ", 3),
+        ("10/é", 3),
+        ("10/fortnight", 3),
+        ("10/2 lightyears", 5),
+    ] {
+        let e = input.parse::<Rate>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("unknown period unit"), "{msg}");
+        for unit in accepted {
+            assert!(msg.contains(unit), "{input:?}: {unit:?} missing from {msg}");
+        }
+        assert_eq!(e.position(), at, "{input:?}: {msg}");
+        assert!(input.is_char_boundary(e.position()));
+        // every accepted unit parses
+        for unit in accepted {
+            let ok = format!("10/{unit}");
+            assert!(ok.parse::<Rate>().is_ok(), "{ok}");
+        }
+    }
+    let e = "10/μs".parse::<Rate>().unwrap_err();
+    assert!(e.to_string().contains("Greek"), "{e}");
+    // the error quotes a long unit only in part
+    let long = format!("1/{}", "x".repeat(10_000));
+    let e = long.parse::<Rate>().unwrap_err();
+    assert!(
+        e.to_string().contains("\"xxxxxxxxxxxxxxxx…\""),
+        "{}",
+        &e.to_string()[..200]
+    );
 }
 
 proptest! {
@@ -123,4 +199,81 @@ proptest! {
         prop_assert_eq!(text.parse::<Rate>(), Ok(rate), "{}", text);
         prop_assert_eq!(Rate::parse_list(&format!("{text}; {text}")), Ok(vec![rate, rate]));
     }
+}
+
+fn names(lim: &tower_redis_ratelimit::RateLimiter) -> Vec<&str> {
+    lim.quota_names().iter().map(|n| n.as_ref()).collect()
+}
+
+/// A parsed list goes straight into the builder; every rate is a GCRA quota
+/// named after it, and all of them apply.
+#[tokio::test]
+async fn a_parsed_list_goes_straight_into_the_builder_and_every_rate_applies() {
+    use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, RateLimiter, Strategy};
+
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("10/min; 1000/day").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(names(&lim), ["gcra-10-per-60s", "gcra-1000-per-86400s"]);
+    let d = lim.check("k").await.unwrap();
+    assert!(d.allowed);
+    assert_eq!((d.quotas[0].remaining, d.quotas[1].remaining), (9, 999));
+
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .quotas(Rate::parse_list("2/min, 3/day").unwrap())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        assert!(lim.check("k").await.unwrap().allowed);
+    }
+    let d = lim.check("k").await.unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.quota.as_ref(), "gcra-2-per-60s");
+    clock.advance(Duration::from_secs(60));
+    assert!(lim.check("k").await.unwrap().allowed);
+    clock.advance(Duration::from_secs(60));
+    let d = lim.check("k").await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+    assert_eq!(d.quota.as_ref(), "gcra-3-per-86400s");
+
+    // a bare rate is a GCRA quota, and mixes with quotas
+    assert_eq!(
+        Quota::from(Rate::per_second(5)),
+        Quota::gcra(Rate::per_second(5))
+    );
+    assert_eq!(Quota::from(Rate::per_second(5)).strategy(), Strategy::Gcra);
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(Rate::per_second(5))
+        .quota(Quota::fixed_window(Rate::per_second(5)))
+        .build()
+        .unwrap();
+    assert_eq!(lim.quota_names().len(), 2);
+
+    // rates that differ only below a millisecond get distinct names
+    let lim = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("1/1500us; 1/1ms; 1/1001us").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(
+        names(&lim),
+        ["gcra-1-per-1500us", "gcra-1-per-1ms", "gcra-1-per-1001us"]
+    );
+    // the same rate twice is a clear error
+    let e = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quotas(Rate::parse_list("10/min; 10/60s").unwrap())
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "quota[1].name");
+    assert!(
+        e.to_string().contains("the same strategy and rate twice"),
+        "{e}"
+    );
 }

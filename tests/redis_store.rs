@@ -277,3 +277,108 @@ async fn an_enormous_cost_is_denied_without_retry_and_consumes_nothing() {
         }
     }
 }
+
+/// A cost above a quota's capacity is denied before any store call: nothing
+/// is read or written (no EVALSHA, no key), so a huge cost costs nothing.
+#[tokio::test]
+async fn a_cost_above_capacity_is_denied_without_a_store_call() {
+    let server = RedisServer::start();
+    let memory = MemoryStore::new();
+    let mut configs: Vec<(String, Vec<Quota>, u64, String)> = Strategy::ALL
+        .iter()
+        .map(|s| {
+            let q = match s {
+                Strategy::Concurrency => Quota::concurrency(5),
+                s => Quota::new(*s, Rate::per_minute(5)),
+            };
+            let binding = q.quota_name();
+            (s.as_str().to_owned(), vec![q], 5, binding)
+        })
+        .collect();
+    configs.push((
+        "multi".to_owned(),
+        vec![
+            Quota::gcra(Rate::per_minute(100)).name("big"),
+            Quota::sliding_window_log(Rate::per_minute(5)).name("small"),
+        ],
+        5,
+        "small".to_owned(),
+    ));
+    for (name, quotas, capacity, binding) in &configs {
+        let limiters = [
+            ("redis", redis_limiter(&server, name, quotas.clone())),
+            (
+                "memory",
+                RateLimiter::builder()
+                    .store(memory.clone())
+                    .prefix(name.as_str())
+                    .quotas(quotas.clone())
+                    .build()
+                    .unwrap(),
+            ),
+        ];
+        for (store, lim) in &limiters {
+            for cost in [capacity + 1, 1_000_000, u64::MAX] {
+                let d = lim.check_n("k", cost).await.unwrap();
+                let what = format!("{store} {name} cost {cost}: {d:?}");
+                assert!(!d.allowed, "{what}");
+                assert_eq!(d.retry_after, None, "{what}");
+                assert_eq!(d.quota.as_ref(), binding.as_str(), "{what}");
+                assert_eq!(d.limit, *capacity, "{what}");
+                // the state was not read
+                assert_eq!((d.remaining, d.reset_after), (0, Duration::ZERO), "{what}");
+                assert!(d.lease.is_none() && d.delay.is_none(), "{what}");
+                assert_eq!(d.quotas.len(), quotas.len(), "{what}");
+                for (q, spec) in d.quotas.iter().zip(quotas) {
+                    assert_eq!(q.allowed, cost <= spec.limit(), "{what}");
+                    assert_eq!(q.retry_after, None, "{what}");
+                }
+            }
+        }
+    }
+    assert_eq!(server.command_calls("evalsha").await, 0);
+    assert_eq!(server.command_calls("eval").await, 0);
+    let mut conn = server.conn().await;
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(keys, 0);
+    assert!(memory.is_empty());
+    // a cost that fits still goes to the store
+    let lim = redis_limiter(
+        &server,
+        "fits",
+        vec![Quota::sliding_window_log(Rate::per_minute(5))],
+    );
+    assert!(lim.check_n("k", 5).await.unwrap().allowed);
+    // (the first EVALSHA meets NOSCRIPT, loads and runs again)
+    assert!(server.command_calls("evalsha").await > 0);
+}
+
+#[test]
+fn sorted_set_strategies_have_a_bounded_capacity() {
+    let max = Quota::MAX_SORTED_SET_LIMIT;
+    let build = |q: Quota| {
+        RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(Quota::gcra(Rate::per_second(1)))
+            .quota(q)
+            .build()
+    };
+    for q in [
+        Quota::sliding_window_log(Rate::per_hour(max + 1)),
+        Quota::concurrency(max + 1),
+        Quota::sliding_window_log(Rate::per_day(1 << 40)),
+    ] {
+        let e = build(q.clone()).unwrap_err();
+        assert_eq!(e.field(), "quota[1].rate.count", "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&max.to_string()), "{msg}");
+        if q.strategy() == Strategy::SlidingWindowLog {
+            assert!(msg.contains("SlidingWindowCounter"), "{msg}");
+        }
+    }
+    assert!(build(Quota::sliding_window_log(Rate::per_hour(max))).is_ok());
+    assert!(build(Quota::concurrency(max)).is_ok());
+    // other strategies keep O(1) state and take far larger counts
+    assert!(build(Quota::sliding_window_counter(Rate::per_hour(max * 100))).is_ok());
+    assert!(build(Quota::gcra(Rate::per_hour(max * 100))).is_ok());
+}

@@ -11,6 +11,9 @@ use crate::decision::Lease;
 
 /// How many operations on a shard between sweeps of its expired keys.
 const SWEEP_EVERY: u32 = 1024;
+/// A shard's map is shrunk after a sweep when its live keys fill less than a
+/// quarter of its capacity, down to twice its live keys but not below this.
+const MIN_SHARD_CAPACITY: usize = 64;
 
 /// An in-process store with exactly the semantics of [`RedisStore`](crate::RedisStore).
 ///
@@ -18,7 +21,9 @@ const SWEEP_EVERY: u32 = 1024;
 /// fallback of the middleware's fallback failure policy. State is
 /// sharded behind short-lived mutexes (never held across an `.await`), and
 /// expired keys are swept as the store is used, so memory stays bounded by the
-/// number of keys active within their windows.
+/// number of keys active within their windows: a shard left mostly empty by a
+/// sweep shrinks, so a burst of distinct keys does not keep its peak memory
+/// ([`capacity`](Self::capacity) shows it).
 ///
 /// Its clock is tokio's monotonic `Instant`, so `tokio::time::pause()` and
 /// `advance()` control it in tests; a [`ManualClock`](crate::ManualClock) on
@@ -42,6 +47,18 @@ struct Inner {
 struct Shard {
     map: HashMap<String, Entry>,
     ops: u32,
+}
+
+impl Shard {
+    /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
+    /// (a burst of distinct keys must not hold its peak memory for ever).
+    fn sweep(&mut self, now: i64) {
+        self.map.retain(|_, e| e.expires_at > now);
+        let (len, capacity) = (self.map.len(), self.map.capacity());
+        if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
+            self.map.shrink_to((len * 2).max(MIN_SHARD_CAPACITY));
+        }
+    }
 }
 
 impl Default for MemoryStore {
@@ -79,16 +96,29 @@ impl MemoryStore {
         self.inner.shards.iter().map(|s| lock(s).map.len()).sum()
     }
 
+    /// How many keys the store's maps can hold without allocating: the sum of
+    /// its shards' capacities. For tests and monitoring: it follows the number
+    /// of live keys down as well as up, since a sweep that leaves a shard
+    /// mostly empty gives the memory back.
+    pub fn capacity(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| lock(s).map.capacity())
+            .sum()
+    }
+
     /// Whether the store holds no keys.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Removes every expired key now (it also happens as the store is used).
+    /// Removes every expired key now (it also happens as the store is used),
+    /// and gives back the memory of shards left mostly empty.
     pub fn sweep(&self) {
         let now = self.now_us();
         for s in self.inner.shards.iter() {
-            lock(s).map.retain(|_, e| e.expires_at > now);
+            lock(s).sweep(now);
         }
     }
 
@@ -108,7 +138,7 @@ impl MemoryStore {
         shard.ops += 1;
         if shard.ops >= SWEEP_EVERY {
             shard.ops = 0;
-            shard.map.retain(|_, e| e.expires_at > now);
+            shard.sweep(now);
         }
         let map = &mut shard.map;
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {

@@ -91,7 +91,8 @@ pub(crate) struct Call<'a> {
     /// Pre-encoded script arguments of the quotas (Redis only).
     pub(crate) quota_args: &'a [Vec<u8>],
     pub(crate) cost: u64,
-    /// Manual clock reading; `None`: the store's clock.
+    /// Manual clock reading (any value, 0 included, up to
+    /// [`ManualClock::MAX`](crate::ManualClock::MAX)); `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (sliding log entries, leases).
     pub(crate) nonce: &'a str,

@@ -15,6 +15,10 @@ use crate::decision::Lease;
 use crate::error::StoreError;
 use crate::store::algo::Raw;
 
+/// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
+/// in microseconds (see `lua/prelude.lua`).
+const SERVER_CLOCK: &str = "T";
+
 /// A deadpool pool of multiplexed (shareable) Redis connections.
 pub(crate) trait Pooled: Send + Sync + 'static {
     /// The shareable connection; clones use the same socket(s).
@@ -241,9 +245,14 @@ impl<P: Pooled> Shared<P> {
         cmd.arg("EVALSHA")
             .arg(call.script.sha.as_str())
             .arg(call.keys.len())
-            .arg(call.keys)
-            .arg(call.now_us.unwrap_or(0))
-            .arg(call.cost);
+            .arg(call.keys);
+        // ARGV[1]: the manual time (any integer, 0 included), or `T` for
+        // Redis's own clock (lua/prelude.lua)
+        match call.now_us {
+            Some(us) => cmd.arg(us),
+            None => cmd.arg(SERVER_CLOCK),
+        };
+        cmd.arg(call.cost);
         for a in call.quota_args {
             cmd.arg(a.as_slice());
         }

@@ -83,6 +83,7 @@ macro_rules! store_suite_tests {
             concurrency_never_exceeds_its_limit_in_flight,
             all_keys_are_gone_once_their_windows_pass,
             fixed_window_on_the_store_clock_starts_at_the_first_hit,
+            a_manual_clock_at_zero_or_far_ahead_is_manual_time,
             $($extra,)*
         );
     };
@@ -339,8 +340,9 @@ pub(crate) async fn fixed_window_admits_limit_then_waits_for_the_window_end(h: &
     denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
     clock.advance(us(1));
     allowed(&lim.check("k").await.unwrap(), 4, ms(10_000));
-    // a cost that can never fit: denied, nothing consumed, no retry time
-    denied(&lim.check_n("k", 6).await.unwrap(), 4, None);
+    // a cost that can never fit: denied without reading the state (so
+    // remaining 0), nothing consumed, no retry time
+    denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
     allowed(&lim.check_n("k", 4).await.unwrap(), 0, ms(10_000));
     // peek: cost 0 consumes nothing
     let p = lim.peek("other").await.unwrap();
@@ -789,6 +791,111 @@ pub(crate) async fn fixed_window_on_the_store_clock_starts_at_the_first_hit(h: &
         get.arg(&lim.storage_keys("k")[0]);
         if let Some(count) = h.redis::<u64>(get).await {
             assert_eq!(count, 3, "{}", h.name());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Manual clock readings anywhere in range
+// ---------------------------------------------------------------------------
+
+/// A decision without its random lease id.
+fn comparable(d: &Decision) -> String {
+    let quotas: Vec<_> = d
+        .quotas
+        .iter()
+        .map(|q| {
+            (
+                q.allowed,
+                q.remaining,
+                q.reset_after,
+                q.retry_after,
+                q.name.clone(),
+            )
+        })
+        .collect();
+    format!(
+        "allowed {} remaining {} reset {:?} retry {:?} delay {:?} quota {} lease {} {quotas:?}",
+        d.allowed,
+        d.remaining,
+        d.reset_after,
+        d.retry_after,
+        d.delay,
+        d.quota,
+        d.lease.is_some()
+    )
+}
+
+/// A few calls on a manual clock starting at `start`, advancing it.
+async fn clock_script(
+    h: &impl Harness,
+    prefix: &str,
+    quotas: Vec<Quota>,
+    start: Duration,
+) -> Vec<String> {
+    let clock = ManualClock::new(start);
+    let lim = h.limiter(prefix, quotas, clock.clone().into());
+    let mut out = Vec::new();
+    let mut step = async |cost: u64, advance: Duration| {
+        let d = lim
+            .check_n("k", cost)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {prefix} at {:?}: {e}", h.name(), clock.now()));
+        out.push(comparable(&d));
+        clock.advance(advance);
+    };
+    step(1, us(1)).await; // 0 then 1 on Redis: the state written at 0 is read at 1
+    step(1, Duration::ZERO).await;
+    step(1, us(1)).await;
+    step(2, ms(3_000)).await;
+    step(1, ms(10_000)).await;
+    step(1, Duration::ZERO).await;
+    step(0, Duration::ZERO).await;
+    out
+}
+
+/// A manual clock at 0 or 1 µs (or very late) is a manual time like any other,
+/// on every strategy and on several quotas at once: the decisions are those
+/// of the same calls at T0 (shifted to keep the aligned windows' phase).
+pub(crate) async fn a_manual_clock_at_zero_or_far_ahead_is_manual_time(h: &impl Harness) {
+    let period = Duration::from_secs(10);
+    let mut configs: Vec<(String, Vec<Quota>)> = Strategy::ALL
+        .iter()
+        .map(|s| (s.as_str().to_owned(), vec![quota(*s, 2, period)]))
+        .collect();
+    configs.push((
+        "multi".to_owned(),
+        vec![
+            Quota::fixed_window(Rate::new(2, period)).name("a"),
+            Quota::gcra(Rate::new(3, period)).name("b"),
+        ],
+    ));
+    configs.push((
+        "fw-multi".to_owned(),
+        vec![
+            Quota::fixed_window(Rate::new(2, period)).name("a"),
+            Quota::fixed_window(Rate::new(3, period)).name("b"),
+        ],
+    ));
+    let late = ManualClock::MAX - Duration::from_secs(3_600);
+    for start in [Duration::ZERO, us(1), us(1 << 52), late] {
+        for (name, quotas) in &configs {
+            let phase = us((start.as_micros() % period.as_micros()) as u64);
+            let want = clock_script(
+                h,
+                &format!("clk-ref-{name}-{}", start.as_micros()),
+                quotas.clone(),
+                T0 + phase,
+            )
+            .await;
+            let got = clock_script(
+                h,
+                &format!("clk-{name}-{}", start.as_micros()),
+                quotas.clone(),
+                start,
+            )
+            .await;
+            assert_eq!(got, want, "{}: {name} starting at {start:?}", h.name());
         }
     }
 }
