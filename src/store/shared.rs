@@ -132,11 +132,17 @@ impl<P: Pooled> Shared<P> {
     }
 
     /// Takes a connection out of the pool for `slot`, unless another task just did.
-    async fn refill(&self, slot: &Slot<P>) -> Result<Arc<Held<P>>, StoreError> {
+    async fn refill(&self, slot: &Slot<P>, started: Instant) -> Result<Arc<Held<P>>, StoreError> {
         // One task per slot refills it; the others wait for its result.
         let _refill = slot.refill.lock().await;
         if let Some(h) = read(&slot.held) {
             return Ok(h);
+        }
+        // A call whose budget ran out while it waited (the refill before it
+        // timed out: Redis is unreachable) must not open a connection only to
+        // abandon it: a wave of calls makes one attempt, not one per call.
+        if started.elapsed() >= self.timeout {
+            return Err(StoreError::Timeout(self.timeout));
         }
         let (object, conn) = self.pool.get(self.timeout).await?;
         let held = Arc::new(Held {
@@ -159,14 +165,41 @@ impl<P: Pooled> Shared<P> {
         }
     }
 
+    /// Turns a failed call on `held` into a store error, forgetting the
+    /// connection if it broke or went silent.
+    ///
+    /// A timed-out connection is dropped too: a socket whose packets are lost
+    /// stays silent long after the network heals (TCP backs off its
+    /// retransmissions for seconds to minutes), and every call queued behind
+    /// it would time out meanwhile. Of a wave of calls that time out on one
+    /// connection, the first forgets it and the next call takes a fresh one;
+    /// the others find it already gone.
     fn failed(&self, held: &Arc<Held<P>>, e: RedisError) -> StoreError {
         if e.is_timeout() {
+            self.discard(held);
             return StoreError::Timeout(self.timeout);
         }
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.discard(held);
         }
         StoreError::Redis(e)
+    }
+
+    /// [`within`](Self::within) for work on `held`: a timeout forgets the connection.
+    async fn within_on<T, F>(
+        &self,
+        held: &Arc<Held<P>>,
+        started: Instant,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let result = self.within(started, f).await;
+        if let Err(StoreError::Timeout(_)) = result {
+            self.discard(held);
+        }
+        result
     }
 
     /// Runs `req` on a shared connection within the timeout, loading `script`
@@ -188,13 +221,16 @@ impl<P: Pooled> Shared<P> {
             Some(h) => (h, false),
             // slow paths are boxed to keep every caller's future small
             None => (
-                Box::pin(self.within(started, self.refill(slot))).await?,
+                Box::pin(self.within(started, self.refill(slot, started))).await?,
                 true,
             ),
         };
         let mut conn = held.conn.clone();
         let result = if fresh || !P::SELF_TIMED {
-            Box::pin(self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })).await?
+            Box::pin(self.within_on(&held, started, async {
+                Ok(req.run::<T, _>(&mut conn).await)
+            }))
+            .await?
         } else {
             req.run::<T, _>(&mut conn).await
         };
@@ -203,7 +239,7 @@ impl<P: Pooled> Shared<P> {
                 // Redis restarted, failed over or flushed its scripts: nothing
                 // ran, so load the script (on every primary in a cluster) and
                 // run again. Of many calls that met NOSCRIPT together, one loads.
-                Box::pin(self.within(started, async {
+                Box::pin(self.within_on(&held, started, async {
                     let mut must_load = false;
                     loop {
                         {
