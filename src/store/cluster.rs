@@ -49,6 +49,10 @@ impl Pooled for Pool {
     fn discard(object: Self::Object) {
         drop(deadpool_redis::cluster::Connection::take(object));
     }
+
+    fn max_size(&self) -> usize {
+        self.status().max_size
+    }
 }
 
 impl std::fmt::Debug for RedisClusterStore {
@@ -71,7 +75,11 @@ impl RedisClusterStore {
         }
     }
 
-    /// Bounds every store call, taking a connection included.
+    /// Bounds every store call, taking a connection included. Default
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
+    /// drops its connection (the next call takes a fresh one from the pool).
+    /// Zero is rejected by [`build`](crate::RateLimiterBuilder::build)
+    /// (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {

@@ -50,6 +50,10 @@ impl Pooled for Pool {
     fn discard(object: Self::Object) {
         drop(deadpool_redis::Connection::take(object));
     }
+
+    fn max_size(&self) -> usize {
+        self.status().max_size
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -75,17 +79,22 @@ impl RedisStore {
     }
 
     /// Bounds every store call, taking a connection included. Default
-    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
+    /// drops its connection (a silent socket is replaced from the pool by the
+    /// next call). Zero is rejected by
+    /// [`build`](crate::RateLimiterBuilder::build) (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
-        let connections = self.inner.connections();
+        let connections = self.inner.requested();
         Self {
             inner: Arc::new(Shared::new(self.inner.pool.clone(), connections, timeout)),
         }
     }
 
     /// How many pooled connections to multiplex calls over (default 1, at
-    /// least 1, at most the pool's `max_size`). One connection pipelines a
+    /// most the pool's `max_size`; 0 is rejected by
+    /// [`build`](crate::RateLimiterBuilder::build), `store.connections`).
+    /// One connection pipelines a
     /// few hundred thousand calls a second; more help only when Redis has
     /// spare cores for I/O threads.
     #[must_use]

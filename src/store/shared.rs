@@ -12,7 +12,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use super::script::LimiterScript;
 use super::{Call, Outcome, QuotaOutcome};
 use crate::decision::Lease;
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 use crate::store::algo::Raw;
 
 /// A deadpool pool of multiplexed (shareable) Redis connections.
@@ -32,6 +32,9 @@ pub(crate) trait Pooled: Send + Sync + 'static {
 
     /// Drops a broken connection instead of handing it back to the pool.
     fn discard(object: Self::Object);
+
+    /// The most connections the pool may hold.
+    fn max_size(&self) -> usize;
 }
 
 /// The shared state of a Redis-backed store.
@@ -39,6 +42,8 @@ pub(crate) struct Shared<P: Pooled> {
     pub(crate) pool: P,
     slots: Box<[Slot<P>]>,
     next: AtomicUsize,
+    /// The number of connections asked for (0 is rejected by [`Shared::validate`]).
+    requested: usize,
     pub(crate) timeout: Duration,
     /// Serialises script loads after `NOSCRIPT`.
     loading: tokio::sync::Mutex<()>,
@@ -101,6 +106,7 @@ impl<P: Pooled> Shared<P> {
                 })
                 .collect(),
             next: AtomicUsize::new(0),
+            requested: connections,
             timeout,
             loading: tokio::sync::Mutex::new(()),
             loads: AtomicU64::new(0),
@@ -109,6 +115,42 @@ impl<P: Pooled> Shared<P> {
 
     pub(crate) fn connections(&self) -> usize {
         self.slots.len()
+    }
+
+    /// The number of connections asked for (the slots are at least one).
+    pub(crate) fn requested(&self) -> usize {
+        self.requested
+    }
+
+    /// Rejects a configuration under which every call would fail; `store`
+    /// names the store's type in the messages.
+    pub(crate) fn validate(&self, store: &str) -> Result<(), ConfigError> {
+        if self.timeout.is_zero() {
+            return Err(ConfigError::new(
+                "store.timeout",
+                format!(
+                    "must be greater than zero, or every call times out at once; \
+                     use {store}::timeout(Duration::from_millis(100)) (the default) or more"
+                ),
+            ));
+        }
+        if self.requested == 0 {
+            return Err(ConfigError::new(
+                "store.connections",
+                format!(
+                    "must be at least 1: calls are multiplexed over this many pooled \
+                     connections; use {store}::connections(1) (the default)"
+                ),
+            ));
+        }
+        if self.pool.max_size() == 0 {
+            return Err(ConfigError::new(
+                "store.pool.max_size",
+                "the deadpool pool may hold no connection, so every call would fail; \
+                 create it with a max_size of at least 1 (e.g. PoolConfig::new(4))",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `f` within what is left of the call's time budget.
