@@ -1,11 +1,15 @@
 //! Store settings under which every call would fail are rejected by
-//! `build()` with a `ConfigError` naming the field, on every store.
-//! (Nothing here connects: building a pool or a limiter opens no socket.)
+//! `build()` with a `ConfigError` naming the field, on every store; stores
+//! built from URLs need no second crate. (Only the `from_url` test against a
+//! private redis-server connects: building a pool or a limiter opens no socket.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
+mod common;
+
+use common::RedisServer;
 use tower_redis_ratelimit::{ConfigError, Quota, Rate, RateLimiter, RedisStore, Store};
 
 /// Never dialled: pools connect lazily and these limiters are never used.
@@ -85,6 +89,39 @@ async fn the_smallest_working_redis_settings_are_accepted() {
     build(RedisStore::new(pool(4)).connections(4)).unwrap();
 }
 
+#[test]
+fn a_redis_store_from_a_bad_url_is_a_config_error_that_does_not_echo_the_password() {
+    for url in [
+        "",
+        "not a url",
+        "http://127.0.0.1/",
+        "redis://:s3cret@[::1/",
+    ] {
+        let e = RedisStore::from_url(url).unwrap_err();
+        assert_eq!(e.field(), "store.url", "{url:?}: {e}");
+        assert!(e.to_string().contains("redis://"), "{url:?}: {e}");
+        assert!(!e.to_string().contains("s3cret"), "{url:?}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_redis_store_from_a_url_needs_no_second_crate() {
+    let server = RedisServer::start();
+    let lim = build(RedisStore::from_url(&server.url()).unwrap()).unwrap();
+    let d = lim.check("k").await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 9);
+    // decided by that Redis (the first EVALSHA meets NOSCRIPT, the script is loaded, the second runs)
+    assert_eq!(server.command_calls("evalsha").await, 2);
+    // the re-exported deadpool-redis builds pools the store accepts
+    let mut cfg = tower_redis_ratelimit::deadpool_redis::Config::from_url(server.url());
+    cfg.pool = Some(tower_redis_ratelimit::deadpool_redis::PoolConfig::new(2));
+    let pool = cfg
+        .create_pool(Some(tower_redis_ratelimit::deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    build(RedisStore::new(pool)).unwrap();
+}
+
 #[cfg(feature = "cluster")]
 mod cluster {
     use super::*;
@@ -113,6 +150,19 @@ mod cluster {
             "store.pool.max_size",
             "max_size of at least 1",
         );
+    }
+
+    #[test]
+    fn a_cluster_store_from_no_or_bad_urls_is_a_config_error() {
+        let e = RedisClusterStore::from_urls(Vec::<String>::new()).unwrap_err();
+        assert_eq!(e.field(), "store.urls", "{e}");
+        assert!(e.to_string().contains("seed node"), "{e}");
+        let e = RedisClusterStore::from_urls(["redis://127.0.0.1:7000/", "nope://:s3cret@x"])
+            .unwrap_err();
+        assert_eq!(e.field(), "store.urls", "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        RedisClusterStore::from_urls(["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"])
+            .unwrap();
     }
 
     #[tokio::test]
