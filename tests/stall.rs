@@ -1,7 +1,7 @@
 //! A Redis whose connection stalls (packets dropped, not refused): every call
 //! ends within the store's timeout, the silent connection is replaced once,
 //! and decisions come from Redis again as soon as the network heals, without
-//! waiting for the old connection.
+//! waiting for the old connection. On a single node and on a Redis Cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,22 +75,40 @@ async fn a_stalled_connection_is_replaced_and_decisions_resume_when_the_network_
         .build()
         .unwrap();
 
+    stall_and_heal(&server, &proxy, &lim, true).await;
+}
+
+/// Stalls the proxy under `lim`'s only connection, fires waves of calls,
+/// heals the network and checks decisions come from Redis again at once.
+/// `count_connections`: whether the proxy's connection count is exact (one
+/// per store connection, as for a single node).
+async fn stall_and_heal(
+    server: &RedisServer,
+    proxy: &StallProxy,
+    lim: &RateLimiter,
+    count_connections: bool,
+) {
     let d = lim.check("k").await.unwrap();
     assert_eq!(d.remaining, LIMIT - 1);
-    assert_eq!(proxy.connections(), 1);
+    let connected = proxy.connections();
+    if count_connections {
+        assert_eq!(connected, 1);
+    }
 
     proxy.stall();
     let (waves, calls) = (3, 20);
-    stalled_waves(&lim, waves, calls).await;
+    stalled_waves(lim, waves, calls).await;
     // The first wave's timeouts drop the silent connection once; each later
     // wave tries about one new connection (its handshake goes unanswered
     // too), not one per call. (Slack for calls of a wave that start a few
     // milliseconds apart on a loaded machine.)
-    let opened = proxy.connections() - 1;
-    assert!(
-        opened <= 2 * waves,
-        "{opened} connections opened for {waves} waves of {calls} calls"
-    );
+    let opened = proxy.connections() - connected;
+    if count_connections {
+        assert!(
+            opened <= 2 * waves,
+            "{opened} connections opened for {waves} waves of {calls} calls"
+        );
+    }
 
     proxy.resume();
     let healed = Instant::now();
@@ -112,14 +130,16 @@ async fn a_stalled_connection_is_replaced_and_decisions_resume_when_the_network_
     );
     // A real decision, counted by Redis (the stalled calls never reached it).
     assert!(d.allowed);
-    assert_eq!(redis_count(&server, &lim, "k").await, 2);
+    assert_eq!(redis_count(server, lim, "k").await, 2);
     assert_eq!(d.remaining, LIMIT - 2);
     // Later calls share the new connection.
     for i in 3..=10 {
         let d = lim.check("k").await.unwrap();
         assert_eq!(d.remaining, LIMIT - i);
     }
-    assert_eq!(proxy.connections(), before + 1);
+    if count_connections {
+        assert_eq!(proxy.connections(), before + 1);
+    }
     eprintln!(
         "{opened} connection attempts during the stall; decisions from Redis again \
          {recovered:?} after the network healed"
@@ -131,5 +151,62 @@ async fn a_stalled_connection_is_replaced_and_decisions_resume_when_the_network_
     proxy.resume_all();
     let d = lim.check("k").await.unwrap();
     assert!(d.allowed);
-    assert_eq!(proxy.connections(), before + 1);
+}
+
+/// A one-node Redis Cluster reached only through a proxy: the node announces
+/// the proxy's port, so the cluster client's every connection goes through it.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_cluster_connection_is_replaced_and_decisions_resume_when_the_network_heals() {
+    use tower_redis_ratelimit::RedisClusterStore;
+
+    let server = RedisServer::builder()
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .start();
+    let proxy = StallProxy::start(server.port());
+    let mut conn = server.conn().await;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16_383)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if common::info_field(&info, "cluster_state") == Some("ok") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "one-node cluster not ok: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cfg = deadpool_redis::cluster::Config::from_urls(vec![proxy.url()]);
+    cfg.pool = Some(deadpool_redis::PoolConfig::new(4));
+    let pool = cfg
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let lim = RateLimiter::builder()
+        .store(RedisClusterStore::new(pool).timeout(TIMEOUT))
+        .prefix("stall-cluster")
+        .quota(Quota::fixed_window(Rate::per_hour(LIMIT)))
+        .build()
+        .unwrap();
+    stall_and_heal(&server, &proxy, &lim, false).await;
 }
