@@ -51,3 +51,10 @@ pub use rate::Rate;
 pub use store::RedisClusterStore;
 pub use store::{MemoryStore, RedisStore, Store};
 pub use strategy::Strategy;
+
+/// The `deadpool-redis` this crate is built with: build a
+/// [`RedisStore`]'s pool with it (or use [`RedisStore::from_url`]) and
+/// the versions always match.
+pub use deadpool_redis;
+/// The `redis` crate this crate is built with (error types, commands).
+pub use redis;

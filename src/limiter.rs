@@ -423,6 +423,7 @@ impl RateLimiterBuilder {
                 "no store configured; call .store(RedisStore::new(pool)) or .store(MemoryStore::new())",
             )
         })?;
+        store.validate()?;
         let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
         validate_prefix(&prefix)?;
         if self.quotas.is_empty() {

@@ -91,6 +91,7 @@ impl KeyExtractor for Path {
 /// layer wrapped around the whole router from outside, which runs before
 /// routing.
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MatchedPath;
 

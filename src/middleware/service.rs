@@ -148,6 +148,7 @@ where
 /// A rate-limited gRPC service keeps its name, so it can be added to a tonic
 /// server on its own: `Server::builder().add_service(RateLimit::new(svc, limiter, key::PeerIp))`.
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl<S: tonic::server::NamedService> tonic::server::NamedService for RateLimit<S> {
     const NAME: &'static str = S::NAME;
 }

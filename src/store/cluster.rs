@@ -7,7 +7,7 @@ use deadpool_redis::cluster::Pool;
 use redis::cluster_async::ClusterConnection;
 
 use super::shared::{Pooled, Shared, pool_error};
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 
 /// A store in a Redis Cluster, reached through a `deadpool_redis::cluster::Pool`.
 ///
@@ -20,6 +20,15 @@ use crate::error::StoreError;
 ///
 /// ```no_run
 /// use tower_redis_ratelimit::RedisClusterStore;
+///
+/// let store = RedisClusterStore::from_urls(["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"])?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Or over a pool of your own, built with the re-exported `deadpool_redis`:
+///
+/// ```no_run
+/// use tower_redis_ratelimit::{RedisClusterStore, deadpool_redis};
 ///
 /// let urls = vec!["redis://127.0.0.1:7000/".to_owned(), "redis://127.0.0.1:7001/".to_owned()];
 /// let pool = deadpool_redis::cluster::Config::from_urls(urls)
@@ -49,6 +58,10 @@ impl Pooled for Pool {
     fn discard(object: Self::Object) {
         drop(deadpool_redis::cluster::Connection::take(object));
     }
+
+    fn max_size(&self) -> usize {
+        self.status().max_size
+    }
 }
 
 impl std::fmt::Debug for RedisClusterStore {
@@ -71,7 +84,47 @@ impl RedisClusterStore {
         }
     }
 
-    /// Bounds every store call, taking a connection included.
+    /// A store over a new pool (deadpool's default size, Tokio runtime) for
+    /// the cluster reached through the seed nodes `urls`, e.g.
+    /// `["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"]`. Nothing
+    /// connects until the first call.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for the field `store.urls` if there is no URL or
+    /// one does not parse.
+    pub fn from_urls<I>(urls: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        if urls.is_empty() {
+            return Err(ConfigError::new(
+                "store.urls",
+                "no seed node; give at least one, e.g. [\"redis://127.0.0.1:7000/\"]",
+            ));
+        }
+        deadpool_redis::cluster::Config::from_urls(urls)
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .map(Self::new)
+            .map_err(|e| {
+                // The URLs may hold a password: they are not repeated here.
+                ConfigError::new(
+                    "store.urls",
+                    format!(
+                        "not usable Redis Cluster URLs ({e}); expected \
+                         redis://[[user]:password@]host[:port] for each seed node"
+                    ),
+                )
+            })
+    }
+
+    /// Bounds every store call, taking a connection included. Default
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
+    /// drops its connection (the next call takes a fresh one from the pool).
+    /// Zero is rejected by [`build`](crate::RateLimiterBuilder::build)
+    /// (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {

@@ -24,7 +24,7 @@ pub use self::cluster::RedisClusterStore;
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 use crate::decision::Lease;
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
 use algo::Raw;
 
@@ -129,6 +129,17 @@ impl From<Raw> for QuotaOutcome {
 }
 
 impl Backend {
+    /// Rejects a store configured so that every call would fail
+    /// (a zero timeout, no connections, a pool of size 0).
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            Backend::Redis(s) => s.inner.validate("RedisStore"),
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.inner.validate("RedisClusterStore"),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
             Backend::Redis(s) => s.inner.decide(call).await,

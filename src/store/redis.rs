@@ -7,7 +7,7 @@ use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 
 use super::shared::{Pooled, Shared, pool_error};
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 
 /// A store in one Redis server, reached through a `deadpool_redis::Pool`.
 ///
@@ -24,9 +24,21 @@ use crate::error::StoreError;
 /// ```no_run
 /// use tower_redis_ratelimit::RedisStore;
 ///
-/// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1/")
-///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-/// let store = RedisStore::new(pool).timeout(std::time::Duration::from_millis(50));
+/// let store = RedisStore::from_url("redis://127.0.0.1/")?
+///     .timeout(std::time::Duration::from_millis(50));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Or over a pool of your own, built with the `deadpool_redis` this crate
+/// re-exports (so its version always matches):
+///
+/// ```no_run
+/// use tower_redis_ratelimit::{RedisStore, deadpool_redis};
+///
+/// let mut cfg = deadpool_redis::Config::from_url("redis://127.0.0.1/");
+/// cfg.pool = Some(deadpool_redis::PoolConfig::new(8));
+/// let pool = cfg.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+/// let store = RedisStore::new(pool);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -49,6 +61,10 @@ impl Pooled for Pool {
 
     fn discard(object: Self::Object) {
         drop(deadpool_redis::Connection::take(object));
+    }
+
+    fn max_size(&self) -> usize {
+        self.status().max_size
     }
 }
 
@@ -74,18 +90,47 @@ impl RedisStore {
         }
     }
 
+    /// A store over a new pool (deadpool's default size, Tokio runtime) for
+    /// the Redis at `url`, e.g. `redis://127.0.0.1/`,
+    /// `redis://:password@host:6380/2` or `rediss://host/` (TLS needs a
+    /// TLS feature of `redis`). Nothing connects until the first call.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for the field `store.url` if the URL does not parse.
+    pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        deadpool_redis::Config::from_url(url)
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .map(Self::new)
+            .map_err(|e| {
+                // The URL may hold a password: it is not repeated here.
+                ConfigError::new(
+                    "store.url",
+                    format!(
+                        "not a usable Redis URL ({e}); expected \
+                         redis://[[user]:password@]host[:port][/db]"
+                    ),
+                )
+            })
+    }
+
     /// Bounds every store call, taking a connection included. Default
-    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
+    /// drops its connection (a silent socket is replaced from the pool by the
+    /// next call). Zero is rejected by
+    /// [`build`](crate::RateLimiterBuilder::build) (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
-        let connections = self.inner.connections();
+        let connections = self.inner.requested();
         Self {
             inner: Arc::new(Shared::new(self.inner.pool.clone(), connections, timeout)),
         }
     }
 
     /// How many pooled connections to multiplex calls over (default 1, at
-    /// least 1, at most the pool's `max_size`). One connection pipelines a
+    /// most the pool's `max_size`; 0 is rejected by
+    /// [`build`](crate::RateLimiterBuilder::build), `store.connections`).
+    /// One connection pipelines a
     /// few hundred thousand calls a second; more help only when Redis has
     /// spare cores for I/O threads.
     #[must_use]

@@ -12,7 +12,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use super::script::LimiterScript;
 use super::{Call, Outcome, QuotaOutcome};
 use crate::decision::Lease;
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 use crate::store::algo::Raw;
 
 /// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
@@ -36,6 +36,9 @@ pub(crate) trait Pooled: Send + Sync + 'static {
 
     /// Drops a broken connection instead of handing it back to the pool.
     fn discard(object: Self::Object);
+
+    /// The most connections the pool may hold.
+    fn max_size(&self) -> usize;
 }
 
 /// The shared state of a Redis-backed store.
@@ -43,6 +46,8 @@ pub(crate) struct Shared<P: Pooled> {
     pub(crate) pool: P,
     slots: Box<[Slot<P>]>,
     next: AtomicUsize,
+    /// The number of connections asked for (0 is rejected by [`Shared::validate`]).
+    requested: usize,
     pub(crate) timeout: Duration,
     /// Serialises script loads after `NOSCRIPT`.
     loading: tokio::sync::Mutex<()>,
@@ -105,6 +110,7 @@ impl<P: Pooled> Shared<P> {
                 })
                 .collect(),
             next: AtomicUsize::new(0),
+            requested: connections,
             timeout,
             loading: tokio::sync::Mutex::new(()),
             loads: AtomicU64::new(0),
@@ -113,6 +119,42 @@ impl<P: Pooled> Shared<P> {
 
     pub(crate) fn connections(&self) -> usize {
         self.slots.len()
+    }
+
+    /// The number of connections asked for (the slots are at least one).
+    pub(crate) fn requested(&self) -> usize {
+        self.requested
+    }
+
+    /// Rejects a configuration under which every call would fail; `store`
+    /// names the store's type in the messages.
+    pub(crate) fn validate(&self, store: &str) -> Result<(), ConfigError> {
+        if self.timeout.is_zero() {
+            return Err(ConfigError::new(
+                "store.timeout",
+                format!(
+                    "must be greater than zero, or every call times out at once; \
+                     use {store}::timeout(Duration::from_millis(100)) (the default) or more"
+                ),
+            ));
+        }
+        if self.requested == 0 {
+            return Err(ConfigError::new(
+                "store.connections",
+                format!(
+                    "must be at least 1: calls are multiplexed over this many pooled \
+                     connections; use {store}::connections(1) (the default)"
+                ),
+            ));
+        }
+        if self.pool.max_size() == 0 {
+            return Err(ConfigError::new(
+                "store.pool.max_size",
+                "the deadpool pool may hold no connection, so every call would fail; \
+                 create it with a max_size of at least 1 (e.g. PoolConfig::new(4))",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `f` within what is left of the call's time budget.
@@ -136,11 +178,17 @@ impl<P: Pooled> Shared<P> {
     }
 
     /// Takes a connection out of the pool for `slot`, unless another task just did.
-    async fn refill(&self, slot: &Slot<P>) -> Result<Arc<Held<P>>, StoreError> {
+    async fn refill(&self, slot: &Slot<P>, started: Instant) -> Result<Arc<Held<P>>, StoreError> {
         // One task per slot refills it; the others wait for its result.
         let _refill = slot.refill.lock().await;
         if let Some(h) = read(&slot.held) {
             return Ok(h);
+        }
+        // A call whose budget ran out while it waited (the refill before it
+        // timed out: Redis is unreachable) must not open a connection only to
+        // abandon it: a wave of calls makes one attempt, not one per call.
+        if started.elapsed() >= self.timeout {
+            return Err(StoreError::Timeout(self.timeout));
         }
         let (object, conn) = self.pool.get(self.timeout).await?;
         let held = Arc::new(Held {
@@ -163,14 +211,41 @@ impl<P: Pooled> Shared<P> {
         }
     }
 
+    /// Turns a failed call on `held` into a store error, forgetting the
+    /// connection if it broke or went silent.
+    ///
+    /// A timed-out connection is dropped too: a socket whose packets are lost
+    /// stays silent long after the network heals (TCP backs off its
+    /// retransmissions for seconds to minutes), and every call queued behind
+    /// it would time out meanwhile. Of a wave of calls that time out on one
+    /// connection, the first forgets it and the next call takes a fresh one;
+    /// the others find it already gone.
     fn failed(&self, held: &Arc<Held<P>>, e: RedisError) -> StoreError {
         if e.is_timeout() {
+            self.discard(held);
             return StoreError::Timeout(self.timeout);
         }
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.discard(held);
         }
         StoreError::Redis(e)
+    }
+
+    /// [`within`](Self::within) for work on `held`: a timeout forgets the connection.
+    async fn within_on<T, F>(
+        &self,
+        held: &Arc<Held<P>>,
+        started: Instant,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let result = self.within(started, f).await;
+        if let Err(StoreError::Timeout(_)) = result {
+            self.discard(held);
+        }
+        result
     }
 
     /// Runs `req` on a shared connection within the timeout, loading `script`
@@ -192,13 +267,16 @@ impl<P: Pooled> Shared<P> {
             Some(h) => (h, false),
             // slow paths are boxed to keep every caller's future small
             None => (
-                Box::pin(self.within(started, self.refill(slot))).await?,
+                Box::pin(self.within(started, self.refill(slot, started))).await?,
                 true,
             ),
         };
         let mut conn = held.conn.clone();
         let result = if fresh || !P::SELF_TIMED {
-            Box::pin(self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })).await?
+            Box::pin(self.within_on(&held, started, async {
+                Ok(req.run::<T, _>(&mut conn).await)
+            }))
+            .await?
         } else {
             req.run::<T, _>(&mut conn).await
         };
@@ -207,7 +285,7 @@ impl<P: Pooled> Shared<P> {
                 // Redis restarted, failed over or flushed its scripts: nothing
                 // ran, so load the script (on every primary in a cluster) and
                 // run again. Of many calls that met NOSCRIPT together, one loads.
-                Box::pin(self.within(started, async {
+                Box::pin(self.within_on(&held, started, async {
                     let mut must_load = false;
                     loop {
                         {
