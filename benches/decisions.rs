@@ -160,9 +160,15 @@ where
     }
 }
 
+/// A quota never exhausted by the run: the sorted-set strategies hold at most
+/// `Quota::MAX_SORTED_SET_LIMIT` per key, which the run stays below (20
+/// requests per key by default; concurrency leases are released at once).
 fn quota(strategy: Strategy) -> Quota {
     match strategy {
-        Strategy::Concurrency => Quota::concurrency(HUGE),
+        Strategy::Concurrency => Quota::concurrency(Quota::MAX_SORTED_SET_LIMIT),
+        Strategy::SlidingWindowLog => {
+            Quota::sliding_window_log(Rate::per_minute(Quota::MAX_SORTED_SET_LIMIT))
+        }
         s => Quota::new(s, Rate::per_minute(HUGE)),
     }
 }
