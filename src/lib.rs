@@ -58,3 +58,9 @@ pub use strategy::Strategy;
 pub use deadpool_redis;
 /// The `redis` crate this crate is built with (error types, commands).
 pub use redis;
+
+/// The README's code blocks, compiled (and, where they need no server, run)
+/// as doctests, so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
