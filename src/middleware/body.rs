@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -28,7 +28,21 @@ pin_project! {
     /// the failure is logged, the lease expires after its lease timeout, and
     /// the last frame is handed out all the same. A body dropped before its
     /// end (a client that went away) releases its lease in a spawned task.
-    pub struct ResponseBody<B> {
+    ///
+    /// A body whose first frame is also its last (axum's `String`, `Json`,
+    /// `Full` bodies: most responses) is released before the response is
+    /// returned, its one frame ready: the server writes head and body at
+    /// once. A streaming body (its end known only after more frames) waits
+    /// for the release before its last frame, so the server writes that frame
+    /// apart from the rest; without `TCP_NODELAY` on the connection, Nagle's
+    /// algorithm and the client's delayed ACK can hold those last bytes back
+    /// for some 40 ms. Serve with `TCP_NODELAY` (with axum:
+    /// `listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); })`, from
+    /// `axum::serve::ListenerExt`).
+    pub struct ResponseBody<B>
+    where
+        B: Body,
+    {
         #[pin]
         kind: Kind<B>,
         lease: Option<LeaseGuard>,
@@ -41,16 +55,41 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B> {
+    enum Kind<B>
+    where
+        B: Body,
+    {
         Inner { #[pin] body: B },
+        // A lease-holding body whose first frame `ResponseFuture` polled
+        // before returning the response (boxed to be polled there and moved
+        // into the response), that frame (or error) still to hand out.
+        Primed { body: Pin<Box<B>>, first: Exclusive<Option<Result<Frame<B::Data>, B::Error>>> },
         Full { data: Option<Bytes> },
     }
 }
 
-impl<B> ResponseBody<B> {
+impl<B: Body> ResponseBody<B> {
     pub(crate) fn inner(body: B, lease: Option<LeaseGuard>) -> Self {
         Self {
             kind: Kind::Inner { body },
+            lease,
+            releasing: None,
+            last: None,
+        }
+    }
+
+    /// A body whose `first` frame (or error) was polled already; `lease`
+    /// still held (the first frame was not the last one) or not.
+    pub(crate) fn primed(
+        body: Pin<Box<B>>,
+        first: Option<Result<Frame<B::Data>, B::Error>>,
+        lease: Option<LeaseGuard>,
+    ) -> Self {
+        Self {
+            kind: Kind::Primed {
+                body,
+                first: Exclusive::new(first),
+            },
             lease,
             releasing: None,
             last: None,
@@ -81,33 +120,17 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
+        let mut state = Ending {
+            lease: this.lease,
+            releasing: this.releasing,
+            last: this.last,
+        };
         match this.kind.project() {
-            KindProj::Inner { mut body } => loop {
-                if let Some(release) = this.releasing {
-                    ready!(Pin::new(release).poll(cx));
-                    *this.releasing = None;
-                    return Poll::Ready(this.last.take().map(Ok));
-                }
-                let frame = ready!(body.as_mut().poll_frame(cx));
-                let last = match frame {
-                    Some(Ok(frame)) if body.is_end_stream() => Some(frame),
-                    Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
-                    None => None,
-                    Some(Err(error)) => {
-                        // A failed body: the work is over; released in the background.
-                        drop(this.lease.take());
-                        return Poll::Ready(Some(Err(error)));
-                    }
-                };
-                // The end of the body: the work is done. Release the lease
-                // first, then hand out the last frame.
-                match this.lease.take() {
-                    Some(lease) => {
-                        *this.releasing = Some(lease.release());
-                        *this.last = last;
-                    }
-                    None => return Poll::Ready(last.map(Ok)),
-                }
+            KindProj::Inner { body } => state.poll_frame(body, cx),
+            KindProj::Primed { body, first } => match first.get_mut().take() {
+                // Not the last frame, or its lease is released already.
+                Some(first) => Poll::Ready(Some(first)),
+                None => state.poll_frame(body.as_mut(), cx),
             },
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
@@ -120,37 +143,114 @@ where
         }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
+            Kind::Primed { body, first } => first.with(Option::is_none) && body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => {
-                let inner = body.size_hint();
-                let Some(last) = self.last.as_ref().and_then(Frame::data_ref) else {
-                    return inner;
-                };
-                // the held-back frame is still to come
-                let len = last.len() as u64;
-                let mut hint = SizeHint::new();
-                hint.set_lower(inner.lower().saturating_add(len));
-                if let Some(upper) = inner.upper() {
-                    hint.set_upper(upper.saturating_add(len));
-                }
-                hint
+        let (inner, first) = match &self.kind {
+            Kind::Inner { body } => (body.size_hint(), 0),
+            Kind::Primed { body, first } => {
+                let first = first.with(|f| data_len(f.as_ref().and_then(|f| f.as_ref().ok())));
+                (body.size_hint(), first)
             }
             Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+                return SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64));
+            }
+        };
+        // The frames held back are still to come.
+        let len = first.saturating_add(data_len(self.last.as_ref()));
+        if len == 0 {
+            return inner;
+        }
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(len));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(len));
+        }
+        hint
+    }
+}
+
+/// The lease-holding end of an inner body: its last frame is handed out once
+/// the lease is released.
+struct Ending<'a> {
+    lease: &'a mut Option<LeaseGuard>,
+    releasing: &'a mut Option<Release>,
+    last: &'a mut Option<Frame<Bytes>>,
+}
+
+impl Ending<'_> {
+    fn poll_frame<B>(
+        &mut self,
+        mut body: Pin<&mut B>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>>
+    where
+        B: Body<Data = Bytes>,
+    {
+        loop {
+            if let Some(release) = self.releasing {
+                ready!(Pin::new(release).poll(cx));
+                *self.releasing = None;
+                return Poll::Ready(self.last.take().map(Ok));
+            }
+            let frame = ready!(body.as_mut().poll_frame(cx));
+            let last = match frame {
+                Some(Ok(frame)) if body.is_end_stream() => Some(frame),
+                Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
+                None => None,
+                Some(Err(error)) => {
+                    // A failed body: the work is over; released in the background.
+                    drop(self.lease.take());
+                    return Poll::Ready(Some(Err(error)));
+                }
+            };
+            // The end of the body: the work is done. Release the lease
+            // first, then hand out the last frame.
+            match self.lease.take() {
+                Some(lease) => {
+                    *self.releasing = Some(lease.release());
+                    *self.last = last;
+                }
+                None => return Poll::Ready(last.map(Ok)),
             }
         }
     }
 }
 
-impl<B> fmt::Debug for ResponseBody<B> {
+/// The length of a held-back frame's data (0 for trailers or none).
+fn data_len<D: Buf>(frame: Option<&Frame<D>>) -> u64 {
+    frame
+        .and_then(Frame::data_ref)
+        .map_or(0, |d| d.remaining() as u64)
+}
+
+/// A value in a `Mutex` only so that the body holding it is `Sync` whenever
+/// the value is `Send`: it is reached through `&mut self`, or read for a
+/// moment through `&self` (never contended, never held across an await).
+struct Exclusive<T>(Mutex<T>);
+
+impl<T> Exclusive<T> {
+    fn new(value: T) -> Self {
+        Self(Mutex::new(value))
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Inner { .. } => "inner",
+            Kind::Primed { .. } => "primed",
             Kind::Full { .. } => "full",
         };
         f.debug_struct("ResponseBody")
