@@ -41,7 +41,7 @@ else
     if c > 0 then reset = left end
     if cost <= n then retry = left end
     if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
     end
   else
     if apply and cost > 0 then
@@ -50,7 +50,7 @@ else
       else
         redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
       end
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000)))
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000) + GRACE))
     end
     ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
     if c + cost > 0 then reset = left end

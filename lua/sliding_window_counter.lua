@@ -33,13 +33,13 @@ if cost > n or used + cost > n then
   end
   if c > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 else
   ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
   if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if apply and cost > 0 then
     redis.call('HSET', key, 'w', fmt('%.0f', w), 'c', fmt('%.0f', c + cost), 'p', fmt('%.0f', p))
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 end

@@ -16,7 +16,7 @@ if cost > n or c + cost > n then
     retry = zscore_at(key, c + cost - n - 1) + period - now
   end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 else
   if cost > 0 then
@@ -25,7 +25,7 @@ else
     if apply then
       zadd_members(key, now, nonce, cost)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
     end
   end
   ok, rem, retry, delay = 1, n - c - cost, -1, 0

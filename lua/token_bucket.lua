@@ -19,7 +19,7 @@ if cost > burst or cost > t then
   if cost <= burst then retry = s + (cost - t) * interval - now end
   if t < burst then reset = s + (burst - t) * interval - now end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 else
   local left = t - cost
@@ -27,6 +27,6 @@ else
   if left < burst then reset = s + (burst - left) * interval - now end
   if apply and cost > 0 then
     redis.call('HSET', key, 't', fmt('%.0f', left), 's', fmt('%.0f', s))
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000)))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 end
