@@ -71,6 +71,7 @@ macro_rules! event {
 }
 
 mod body;
+mod check;
 mod config;
 mod deny_cache;
 mod future;
@@ -80,12 +81,14 @@ mod outcome;
 mod policy;
 mod response;
 mod service;
+mod stats;
 
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::HeaderStyle;
-pub use self::layer::{RateLimitLayer, Stats};
+pub use self::layer::RateLimitLayer;
 pub use self::outcome::RateLimitOutcome;
 pub use self::policy::{FailurePolicy, MissingKey};
 pub use self::response::{problem_json, text_plain};
 pub use self::service::RateLimit;
+pub use self::stats::Stats;
