@@ -10,7 +10,9 @@
 //!   in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
 //!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`]
-//!   replaces; gRPC requests get a trailers-only `RESOURCE_EXHAUSTED` instead;
+//!   replaces; gRPC calls (HTTP/2 with `content-type: application/grpc*`, or
+//!   every request of a layer set to [`grpc(true)`](RateLimitLayer::grpc))
+//!   get a trailers-only `RESOURCE_EXHAUSTED` instead;
 //! - **store failure**: the [`FailurePolicy`] decides (allow by default).
 //!
 //! Every request the inner service sees carries one [`RateLimitOutcome`]
@@ -70,6 +72,21 @@ macro_rules! event {
     ($level:ident, $($arg:tt)+) => {};
 }
 
+// One concern per module:
+// - layer.rs: the builder (`RateLimitLayer`), options resolved once into
+//   config.rs's `Config`, shared by every service of the layer;
+// - service.rs: `RateLimit::call`: bypass? → check → future;
+// - check.rs: one request's decision: key → deny cache → store call →
+//   failure policy → `Verdict` (plans: the quotas chosen per request there;
+//   shadow mode: a "would have denied" verdict and outcome);
+// - future.rs: `ResponseFuture`: verdict → (delay) → inner call → headers;
+// - body.rs: `ResponseBody` and the lease released when it ends (settling a
+//   reservation after the response would hook in here and in future.rs,
+//   once the response head is out);
+// - headers.rs, response.rs: what the answers carry; policy.rs:
+//   `FailurePolicy`, `MissingKey`; outcome.rs: `RateLimitOutcome`;
+//   stats.rs: counters (metrics: one labelled counter per outcome);
+//   deny_cache.rs: denials answered without a store call.
 mod body;
 mod check;
 mod config;
