@@ -75,22 +75,63 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The boxed cause of a [`StoreError`]: the error of the Redis client or of
+/// its connection pool, reachable through [`Error::source`](std::error::Error::source).
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A store could not give a decision.
 ///
 /// Under the middleware this is handled by the
 /// [failure policy](crate::FailurePolicy) rather than surfaced to the client.
+///
+/// The Redis client's own error is not part of this type's shape: it is the
+/// [`source`](std::error::Error::source) of a [`Redis`](Self::Redis) or
+/// [`Pool`](Self::Pool) error, which can be downcast to inspect it:
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// use tower_redis_ratelimit::StoreError;
+///
+/// fn is_out_of_memory(e: &StoreError) -> bool {
+///     e.source()
+///         .and_then(|s| s.downcast_ref::<tower_redis_ratelimit::redis::RedisError>())
+///         .is_some_and(|e| e.code() == Some("OOM"))
+/// }
+/// # let _ = is_out_of_memory;
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The store did not answer within its timeout. The call may or may not
     /// have been applied; it is never replayed.
     Timeout(Duration),
-    /// Redis (or the connection pool) returned an error.
-    Redis(redis::RedisError),
-    /// No connection could be taken from the pool.
-    Pool(String),
+    /// Redis returned an error, or the connection to it failed (its cause,
+    /// the client's error, is the [`source`](std::error::Error::source)).
+    Redis(Source),
+    /// No connection could be taken from the pool (the pool's error is the
+    /// [`source`](std::error::Error::source)).
+    Pool(Source),
     /// The store answered with something this crate does not understand.
     Protocol(String),
+}
+
+impl StoreError {
+    /// Whether the store did not answer within its timeout (the call may
+    /// have been applied).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, StoreError::Timeout(_))
+    }
+
+    /// A Redis (or connection) error.
+    pub(crate) fn redis(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Redis(Box::new(e))
+    }
+
+    /// A connection pool error.
+    pub(crate) fn pool(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Pool(Box::new(e))
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -107,14 +148,36 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            StoreError::Redis(e) => Some(e),
-            _ => None,
+            StoreError::Redis(e) | StoreError::Pool(e) => Some(&**e),
+            StoreError::Timeout(_) | StoreError::Protocol(_) => None,
         }
     }
 }
 
-impl From<redis::RedisError> for StoreError {
-    fn from(e: redis::RedisError) -> Self {
-        StoreError::Redis(e)
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn store_error_keeps_the_client_error_as_its_source_only() {
+        fn shareable<T: std::error::Error + Send + Sync + 'static>() {}
+        shareable::<StoreError>();
+
+        let e = StoreError::redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection refused",
+        )));
+        assert!(e.to_string().starts_with("rate limit store error: "), "{e}");
+        assert!(e.to_string().contains("connection refused"), "{e}");
+        let source = e.source().expect("a Redis error has its source");
+        assert!(source.downcast_ref::<redis::RedisError>().is_some());
+        assert!(!e.is_timeout());
+
+        let t = StoreError::Timeout(Duration::from_millis(100));
+        assert!(t.is_timeout());
+        assert!(t.source().is_none());
+        assert_eq!(t.to_string(), "rate limit store timed out after 100ms");
     }
 }

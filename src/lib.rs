@@ -28,6 +28,7 @@
 
 mod clock;
 mod decision;
+mod digest;
 mod error;
 pub mod key;
 mod limiter;

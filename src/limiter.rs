@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease, QuotaDecision};
+use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
 use crate::store::script::LimiterScript;
@@ -326,17 +325,6 @@ fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
         return std::borrow::Cow::Borrowed(s);
     }
     std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
-}
-
-/// The first 128 bits of SHA-256, in hex: a stable digest that does not reveal its input.
-pub(crate) fn hash_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(32);
-    for b in &digest[..16] {
-        use fmt::Write;
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 fn new_instance_id() -> u64 {

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::{Rate, Strategy};
+use crate::rate::{MAX_COUNT, Rate};
+use crate::strategy::Strategy;
 
 /// Default lease timeout of a [`Quota::concurrency`] quota.
 pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -11,8 +12,6 @@ pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest period accepted (one year): keeps every timestamp computation
 /// exact in Redis's Lua numbers.
 const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
-/// Largest count or burst accepted.
-pub(crate) const MAX_COUNT: u64 = 1 << 40;
 
 /// One limit: a [`Strategy`] applied at a [`Rate`], with an optional burst and name.
 ///

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use crate::error::ParseRateError;
 
+/// Largest count (or burst) a quota accepts: a rate may hold more, and
+/// [`RateLimiterBuilder::build`](crate::RateLimiterBuilder::build) rejects it.
+pub(crate) const MAX_COUNT: u64 = 1 << 40;
+
 /// A number of requests per period, e.g. 60 per minute.
 ///
 /// ```
@@ -165,7 +169,7 @@ fn parse_one(s: &str, at: usize) -> Result<Rate, ParseRateError> {
                 format!(
                     "the count is too large: at most {} (and a quota takes at most {})",
                     u64::MAX,
-                    crate::quota::MAX_COUNT
+                    MAX_COUNT
                 ),
             )
         } else {

@@ -592,6 +592,10 @@ async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
                 .expect_err(&format!("{strategy} admitted {key} out of memory"));
             assert!(matches!(e, StoreError::Redis(_)), "{strategy}: {e:?}");
             assert!(e.to_string().contains("OOM"), "{e}");
+            // the client's error is reachable as the source, not in the type
+            let source = std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<tower_redis_ratelimit::redis::RedisError>());
+            assert_eq!(source.and_then(|r| r.code()), Some("OOM"), "{e:?}");
             row.push(match r {
                 Ok(d) => format!("{key}: allowed={}", d.allowed),
                 Err(e) => format!("{key}: Err({e})"),

@@ -169,6 +169,7 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
             matches!(r, Err(tower_redis_ratelimit::StoreError::Timeout(_))),
             "{r:?}"
         );
+        assert!(r.is_err_and(|e| e.is_timeout()));
         worst = worst.max(took);
     }
     assert!(

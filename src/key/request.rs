@@ -60,7 +60,7 @@ impl Header {
 impl KeyExtractor for Header {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         let value = parts.headers.get(&self.name)?;
-        let digest = crate::limiter::hash_hex(value.as_bytes());
+        let digest = crate::digest::hash_hex(value.as_bytes());
         Some(format!("hdr:{}:{digest}", self.name).into_bytes())
     }
 
@@ -144,7 +144,7 @@ mod tests {
         let hex = key.strip_prefix("hdr:x-api-key:").unwrap();
         assert_eq!(hex.len(), 32);
         assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_eq!(hex, crate::limiter::hash_hex(secret.as_bytes()));
+        assert_eq!(hex, crate::digest::hash_hex(secret.as_bytes()));
     }
 
     #[test]

@@ -14,12 +14,11 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
-use super::config::{Config, Verdict};
+use super::check::{CheckFuture, Verdict};
+use super::config::Config;
 use super::headers::RateHeaders;
 use super::outcome::RateLimitOutcome;
 use super::response;
-
-pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).

@@ -2,18 +2,18 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use tower_layer::Layer;
 
-use super::config::{Config, Counters, Failure};
+use super::config::Config;
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
-use super::headers::{HeaderStyle, Policy};
-use super::policy::{FailurePolicy, MissingKey};
+use super::headers::HeaderStyle;
+use super::policy::{Failure, FailurePolicy, MissingKey};
 use super::service::RateLimit;
+use super::stats::Stats;
 use crate::decision::Decision;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
@@ -76,22 +76,8 @@ impl RateLimitLayer {
     /// [`timeout`](crate::RedisStore::timeout), 100 ms by default); beyond it
     /// the [failure policy](Self::on_store_error) applies.
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
-        let policy = Arc::new(Policy::new(&limiter));
         Self {
-            config: Arc::new(Config {
-                limiter,
-                extractor: Arc::new(extractor),
-                style: HeaderStyle::default(),
-                failure: Failure::Open,
-                cost: None,
-                bypass: None,
-                missing: MissingKey::default(),
-                deny: None,
-                deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
-                grpc: None,
-                policy,
-                counters: Arc::new(Counters::default()),
-            }),
+            config: Arc::new(Config::new(limiter, extractor)),
         }
     }
 
@@ -107,13 +93,7 @@ impl RateLimitLayer {
 
     /// What to do when the store fails or times out (default [`FailurePolicy::Open`]).
     pub fn on_store_error(self, policy: FailurePolicy) -> Self {
-        self.with(|c| {
-            c.failure = match policy {
-                FailurePolicy::Open => Failure::Open,
-                FailurePolicy::Closed => Failure::Closed,
-                FailurePolicy::Fallback(store) => Failure::Fallback(c.limiter.with_store(store)),
-            }
-        })
+        self.with(|c| c.failure = Failure::resolve(policy, &c.limiter))
     }
 
     /// The weight of a request (default 1). A cost of 0 only reports the
@@ -203,6 +183,13 @@ impl RateLimitLayer {
     }
 }
 
+impl<S> RateLimit<S> {
+    /// A [`RateLimitLayer`] (which has the configuration methods).
+    pub fn layer(limiter: RateLimiter, extractor: impl KeyExtractor) -> RateLimitLayer {
+        RateLimitLayer::new(limiter, extractor)
+    }
+}
+
 impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
@@ -225,30 +212,5 @@ impl fmt::Debug for RateLimitLayer {
             .field("deny_cache", &c.deny_cache)
             .field("grpc", &c.grpc)
             .finish()
-    }
-}
-
-/// A snapshot of a layer's counters (since it was built).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Requests denied by the store (not counting deny-cache answers).
-    pub denied: u64,
-    /// Requests denied from the local deny cache, without a store call.
-    pub deny_cache_hits: u64,
-    /// Store calls that failed or timed out.
-    pub store_errors: u64,
-    /// Decisions made by the [`FailurePolicy::Fallback`] store.
-    pub fallback_decisions: u64,
-}
-
-impl Stats {
-    pub(crate) fn read(c: &Counters) -> Self {
-        Self {
-            denied: c.denied.load(Ordering::Relaxed),
-            deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
-            store_errors: c.store_errors.load(Ordering::Relaxed),
-            fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
-        }
     }
 }

@@ -10,7 +10,9 @@
 //!   in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
 //!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`]
-//!   replaces; gRPC requests get a trailers-only `RESOURCE_EXHAUSTED` instead;
+//!   replaces; gRPC calls (HTTP/2 with `content-type: application/grpc*`, or
+//!   every request of a layer set to [`grpc(true)`](RateLimitLayer::grpc))
+//!   get a trailers-only `RESOURCE_EXHAUSTED` instead;
 //! - **store failure**: the [`FailurePolicy`] decides (allow by default).
 //!
 //! Every request the inner service sees carries one [`RateLimitOutcome`]
@@ -70,7 +72,23 @@ macro_rules! event {
     ($level:ident, $($arg:tt)+) => {};
 }
 
+// One concern per module:
+// - layer.rs: the builder (`RateLimitLayer`), options resolved once into
+//   config.rs's `Config`, shared by every service of the layer;
+// - service.rs: `RateLimit::call`: bypass? → check → future;
+// - check.rs: one request's decision: key → deny cache → store call →
+//   failure policy → `Verdict` (plans: the quotas chosen per request there;
+//   shadow mode: a "would have denied" verdict and outcome);
+// - future.rs: `ResponseFuture`: verdict → (delay) → inner call → headers;
+// - body.rs: `ResponseBody` and the lease released when it ends (settling a
+//   reservation after the response would hook in here and in future.rs,
+//   once the response head is out);
+// - headers.rs, response.rs: what the answers carry; policy.rs:
+//   `FailurePolicy`, `MissingKey`; outcome.rs: `RateLimitOutcome`;
+//   stats.rs: counters (metrics: one labelled counter per outcome);
+//   deny_cache.rs: denials answered without a store call.
 mod body;
+mod check;
 mod config;
 mod deny_cache;
 mod future;
@@ -80,12 +98,14 @@ mod outcome;
 mod policy;
 mod response;
 mod service;
+mod stats;
 
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::HeaderStyle;
-pub use self::layer::{RateLimitLayer, Stats};
+pub use self::layer::RateLimitLayer;
 pub use self::outcome::RateLimitOutcome;
 pub use self::policy::{FailurePolicy, MissingKey};
 pub use self::response::{problem_json, text_plain};
 pub use self::service::RateLimit;
+pub use self::stats::Stats;

@@ -7,6 +7,7 @@ use http::StatusCode;
 use http::request::Parts;
 
 use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
 use crate::store::MemoryStore;
 
 /// What the middleware does when the store fails: an error, or no answer
@@ -33,6 +34,25 @@ pub enum FailurePolicy {
     /// Decide with the same quotas in this in-process store (each instance
     /// then enforces the limits on its own).
     Fallback(MemoryStore),
+}
+
+/// The failure policy, resolved against the limiter.
+#[derive(Clone, Debug)]
+pub(crate) enum Failure {
+    Open,
+    Closed,
+    Fallback(RateLimiter),
+}
+
+impl Failure {
+    /// `policy` for `limiter`: a fallback store decides with its quotas.
+    pub(crate) fn resolve(policy: FailurePolicy, limiter: &RateLimiter) -> Self {
+        match policy {
+            FailurePolicy::Open => Failure::Open,
+            FailurePolicy::Closed => Failure::Closed,
+            FailurePolicy::Fallback(store) => Failure::Fallback(limiter.with_store(store)),
+        }
+    }
 }
 
 /// What the middleware does with a request whose key extractor found no key

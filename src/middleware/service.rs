@@ -7,17 +7,16 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::config::{Config, Counters, boxed_in_place};
+use super::check::{Check, check};
+use super::config::Config;
 use super::future::ResponseFuture;
-use super::headers::RateHeaders;
-use super::layer::{RateLimitLayer, Stats};
 use super::outcome::RateLimitOutcome;
-use super::policy::Resolved;
-use super::response;
+use super::stats::Stats;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 
-/// Rate-limits the requests to `S`; built by [`RateLimitLayer`].
+/// Rate-limits the requests to `S`; built by [`RateLimitLayer`](crate::RateLimitLayer)
+/// (or [`RateLimit::layer`], which returns one).
 ///
 /// `poll_ready` only forwards to `S`: no rate-limit state lives in the
 /// service, so axum's clone-per-request is harmless and every clone shares
@@ -29,15 +28,12 @@ pub struct RateLimit<S> {
 }
 
 impl<S> RateLimit<S> {
-    /// Wraps `inner` with the defaults of [`RateLimitLayer::new`].
+    /// Wraps `inner` with the defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new).
     pub fn new(inner: S, limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
-        Self::from_config(inner, RateLimitLayer::new(limiter, extractor).config)
+        Self::from_config(inner, Arc::new(Config::new(limiter, extractor)))
     }
 
-    /// A [`RateLimitLayer`] (which has the configuration methods).
-    pub fn layer(limiter: RateLimiter, extractor: impl KeyExtractor) -> RateLimitLayer {
-        RateLimitLayer::new(limiter, extractor)
-    }
+    // `RateLimit::layer` is in layer.rs, with the builder it returns.
 
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
@@ -102,46 +98,30 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let config = &self.config;
         let (mut parts, body) = request.into_parts();
-        if config.bypass.as_ref().is_some_and(|bypass| bypass(&parts)) {
+        if self
+            .config
+            .bypass
+            .as_ref()
+            .is_some_and(|bypass| bypass(&parts))
+        {
             parts.extensions.insert(RateLimitOutcome::Bypassed);
             return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
         }
-        let key = match config.extractor.extract(&parts) {
-            Some(key) => key,
-            None => match config.missing.resolve(&parts) {
-                Resolved::Key(key) => key,
-                Resolved::Skip => {
-                    parts.extensions.insert(RateLimitOutcome::Skipped);
-                    return ResponseFuture::passthrough(
-                        self.inner.call(Request::from_parts(parts, body)),
-                    );
-                }
-                Resolved::Reject(status) => {
-                    return ResponseFuture::answered(response::rejected(config, &parts, status));
-                }
-            },
-        };
-        let cost = config.cost.as_ref().map_or(1, |cost| cost(&parts));
-        if let Some(cache) = &config.deny_cache
-            && let Some(decision) = cache.lookup(&config.limiter, &key, cost)
-        {
-            Counters::bump(&config.counters.deny_cache_hits);
-            event!(trace, quota = %decision.quota, "rate limited (deny cache)");
-            let headers = RateHeaders::new(config.style, &decision, &config.policy);
-            return ResponseFuture::answered(response::denied(config, &parts, &decision, headers));
+        match check(&self.config, &parts) {
+            Check::Skip => {
+                parts.extensions.insert(RateLimitOutcome::Skipped);
+                ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
+            }
+            Check::Answer(response) => ResponseFuture::answered(response),
+            Check::Store(check) => {
+                // Hand the service that was driven to readiness to the future, keep a clone.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let request = Request::from_parts(parts, body);
+                ResponseFuture::checking(check, inner, request, self.config.clone())
+            }
         }
-        let check = boxed_in_place(|| config.clone().decide(key, cost));
-        // Hand the service that was driven to readiness to the future, keep a clone.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::checking(
-            check,
-            inner,
-            Request::from_parts(parts, body),
-            config.clone(),
-        )
     }
 }
 

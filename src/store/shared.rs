@@ -228,7 +228,7 @@ impl<P: Pooled> Shared<P> {
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.discard(held);
         }
-        StoreError::Redis(e)
+        StoreError::redis(e)
     }
 
     /// [`within`](Self::within) for work on `held`: a timeout forgets the connection.
@@ -409,7 +409,7 @@ pub(crate) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
 /// A deadpool error as a store error.
 pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> StoreError {
     match e {
-        deadpool_redis::PoolError::Backend(e) => StoreError::Redis(e),
-        other => StoreError::Pool(other.to_string()),
+        deadpool_redis::PoolError::Backend(e) => StoreError::redis(e),
+        other => StoreError::pool(other),
     }
 }

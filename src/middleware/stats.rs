@@ -1,0 +1,85 @@
+//! [`Stats`]: what a layer counted, and the throttle of its store-failure
+//! warnings.
+//!
+//! Every outcome the middleware counts is one field of [`Counters`] (bumped
+//! where the outcome is decided, in `check.rs`), read as a [`Stats`]
+//! snapshot. Labelled metrics (one counter per outcome, labelled with the
+//! limiter's and the quota's names, never the user's key) belong here too.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// A snapshot of a layer's counters (since it was built).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Requests denied by the store (not counting deny-cache answers).
+    pub denied: u64,
+    /// Requests denied from the local deny cache, without a store call.
+    pub deny_cache_hits: u64,
+    /// Store calls that failed or timed out.
+    pub store_errors: u64,
+    /// Decisions made by the [`FailurePolicy::Fallback`](crate::FailurePolicy::Fallback) store.
+    pub fallback_decisions: u64,
+}
+
+impl Stats {
+    pub(crate) fn read(c: &Counters) -> Self {
+        Self {
+            denied: c.denied.load(Ordering::Relaxed),
+            deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
+            store_errors: c.store_errors.load(Ordering::Relaxed),
+            fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The live counters of one layer, shared by every service it builds.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) denied: AtomicU64,
+    pub(crate) deny_cache_hits: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) fallback_decisions: AtomicU64,
+    /// When the last store-failure warning was logged (ms since `WARN_EPOCH`, plus one).
+    last_warning_ms: AtomicU64,
+    /// Store failures not logged since the last warning.
+    unlogged_failures: AtomicU64,
+    /// Whether a request without a key has been logged (once per layer).
+    missing_key_logged: AtomicBool,
+}
+
+/// The time base of the warning throttle.
+static WARN_EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// At most one store-failure warning per this interval and layer: an outage
+/// must not flood the log with one line per request.
+const WARN_INTERVAL_MS: u64 = 1_000;
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this is the layer's first request without a key (logged, once).
+    pub(crate) fn first_missing_key(&self) -> bool {
+        !self.missing_key_logged.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether to log this store failure now; if so, how many went unlogged before it.
+    pub(crate) fn failure_to_log(&self) -> Option<u64> {
+        let now = WARN_EPOCH.elapsed().as_millis() as u64 + 1;
+        let last = self.last_warning_ms.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= WARN_INTERVAL_MS)
+            && self
+                .last_warning_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.unlogged_failures.swap(0, Ordering::Relaxed));
+        }
+        self.unlogged_failures.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
