@@ -51,7 +51,7 @@ pub use rate::Rate;
 #[cfg(feature = "cluster")]
 pub use store::RedisClusterStore;
 pub use store::{MemoryStore, RedisStore, Store};
-pub use strategy::Strategy;
+pub use strategy::{ParseStrategyError, Strategy};
 
 /// The `deadpool-redis` this crate is built with: build a
 /// [`RedisStore`]'s pool with it (or use [`RedisStore::from_url`]) and

@@ -289,7 +289,7 @@ impl RateLimiter {
                     .quotas
                     .iter()
                     .zip(keys)
-                    .filter(|(q, _)| q.strategy == Strategy::Concurrency)
+                    .filter(|(q, _)| q.spec().holds_leases)
                     .map(|(_, k)| k)
                     .collect();
                 (!conc.is_empty()).then_some(Lease {
@@ -442,7 +442,7 @@ impl RateLimiterBuilder {
         }
         // Script arguments after `now` and `cost`, encoded once (see lua/single.lua, lua/multi.lua).
         let quota_args: Vec<Vec<u8>> = match specs.as_slice() {
-            [q] if q.strategy == Strategy::FixedWindow => vec![q.limit, q.period_us],
+            [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
             [q] => vec![q.limit, q.period_us, q.burst, q.interval_us],
             many => many
                 .iter()
@@ -460,12 +460,7 @@ impl RateLimiterBuilder {
         .into_iter()
         .map(|v| v.to_string().into_bytes())
         .collect();
-        let needs_nonce = specs.iter().any(|q| {
-            matches!(
-                q.strategy,
-                Strategy::SlidingWindowLog | Strategy::Concurrency
-            )
-        });
+        let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
         let strategies: Vec<Strategy> = specs.iter().map(|q| q.strategy).collect();
         let script = Arc::new(LimiterScript::for_quotas(&strategies));
         Ok(RateLimiter {

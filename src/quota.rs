@@ -165,39 +165,25 @@ impl Quota {
                 format!("must be at most {MAX_COUNT}"),
             ));
         }
-        if count > Self::MAX_SORTED_SET_LIMIT {
-            match self.strategy {
-                Strategy::SlidingWindowLog => {
-                    return Err(ConfigError::new(
-                        field("rate.count"),
-                        format!(
-                            "sliding-window-log keeps one entry per request: at most {} per window, \
-                             got {count}; use SlidingWindowCounter (O(1) memory) for larger counts",
-                            Self::MAX_SORTED_SET_LIMIT
-                        ),
-                    ));
-                }
-                Strategy::Concurrency => {
-                    return Err(ConfigError::new(
-                        field("rate.count"),
-                        format!(
-                            "concurrency keeps one entry per lease: at most {} in flight, got {count}",
-                            Self::MAX_SORTED_SET_LIMIT
-                        ),
-                    ));
-                }
-                _ => {}
-            }
+        let spec = self.strategy.spec();
+        if let Some(bound) = &spec.count_bound
+            && count > bound.max
+        {
+            let reason = bound.reason.replace("{max}", &bound.max.to_string());
+            let hint = if bound.suggest_counter {
+                "; use SlidingWindowCounter (O(1) memory) for larger counts"
+            } else {
+                ""
+            };
+            return Err(ConfigError::new(
+                field("rate.count"),
+                format!("{} {reason}, got {count}{hint}", spec.name),
+            ));
         }
         let period_us = u64::try_from(self.rate.period().as_micros()).unwrap_or(u64::MAX);
         if period_us == 0 {
-            let what = if self.strategy == Strategy::Concurrency {
-                "lease_timeout"
-            } else {
-                "rate.period"
-            };
             return Err(ConfigError::new(
-                field(what),
+                field(spec.period_field),
                 "must be at least 1 microsecond",
             ));
         }
@@ -207,9 +193,9 @@ impl Quota {
                 "must be at most 366 days",
             ));
         }
-        let burst = match (self.burst, self.strategy) {
-            (None, _) => count,
-            (Some(b), Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra) => {
+        let burst = match self.burst {
+            None => count,
+            Some(b) if spec.takes_burst => {
                 if b == 0 {
                     return Err(ConfigError::new(field("burst"), "must be at least 1"));
                 }
@@ -221,10 +207,20 @@ impl Quota {
                 }
                 b
             }
-            (Some(_), s) => {
+            Some(_) => {
+                let mut takers: Vec<&str> = Strategy::ALL
+                    .iter()
+                    .filter(|s| s.spec().takes_burst)
+                    .map(|s| s.as_str())
+                    .collect();
+                let last = takers.pop().unwrap_or_default();
                 return Err(ConfigError::new(
                     field("burst"),
-                    format!("{s} has no burst; use token-bucket, leaky-bucket or gcra"),
+                    format!(
+                        "{} has no burst; use {} or {last}",
+                        self.strategy,
+                        takers.join(", ")
+                    ),
                 ));
             }
         };
@@ -313,9 +309,10 @@ pub(crate) struct QuotaSpec {
 impl QuotaSpec {
     /// The capacity a single request's cost is compared with.
     pub(crate) fn capacity(&self) -> u64 {
-        match self.strategy {
-            Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => self.burst,
-            _ => self.limit,
+        if self.spec().takes_burst {
+            self.burst
+        } else {
+            self.limit
         }
     }
 }

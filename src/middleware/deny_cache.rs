@@ -11,7 +11,6 @@ use std::time::Duration;
 use crate::clock::duration_us;
 use crate::decision::Decision;
 use crate::limiter::RateLimiter;
-use crate::strategy::Strategy;
 
 const SHARDS: usize = 16;
 
@@ -114,7 +113,7 @@ impl DenyCache {
 
     /// Remembers a denial made at `now` for a request of `cost`, if it can
     /// be trusted until its `retry_after`: not when a
-    /// [`Concurrency`](Strategy::Concurrency) quota denied it (a lease may be
+    /// [`Concurrency`](crate::Strategy::Concurrency) quota denied it (a lease may be
     /// released any moment), nor when the request can never fit.
     pub(crate) fn insert(
         &self,
@@ -130,12 +129,13 @@ impl DenyCache {
         if decision.allowed || retry.is_zero() || cost == 0 {
             return;
         }
-        let concurrency_denied = decision
-            .quotas
-            .iter()
-            .enumerate()
-            .any(|(i, q)| !q.allowed && limiter.strategy_at(i) == Some(Strategy::Concurrency));
-        if concurrency_denied {
+        let uncacheable = decision.quotas.iter().enumerate().any(|(i, q)| {
+            !q.allowed
+                && limiter
+                    .strategy_at(i)
+                    .is_some_and(|s| !s.spec().denials_cacheable)
+        });
+        if uncacheable {
             return;
         }
         let entry = Entry {

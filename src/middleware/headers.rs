@@ -8,7 +8,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::Decision;
 use crate::limiter::RateLimiter;
-use crate::strategy::Strategy;
+use crate::strategy::HeaderPolicy;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -94,16 +94,16 @@ impl Policy {
                 s.push_str(", ");
             }
             push_sf_string(&mut s, &q.name);
-            let _ = match q.strategy {
-                Strategy::Concurrency => write!(s, ";q={};qu=\"concurrent-requests\"", q.limit),
-                Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => {
+            let _ = match q.spec().header {
+                HeaderPolicy::InFlight => write!(s, ";q={};qu=\"concurrent-requests\"", q.limit),
+                HeaderPolicy::Refill => {
                     // the time an empty bucket takes to refill: burst × period / count
                     let refill_us =
                         u128::from(q.period_us) * u128::from(q.burst) / u128::from(q.limit.max(1));
                     let w = refill_us.div_ceil(1_000_000).max(1);
                     write!(s, ";q={};w={w}", q.burst)
                 }
-                _ => write!(
+                HeaderPolicy::Window => write!(
                     s,
                     ";q={};w={}",
                     q.limit,
@@ -113,10 +113,7 @@ impl Policy {
         }
         Self {
             value: HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
-            timed: specs
-                .iter()
-                .map(|q| q.strategy != Strategy::Concurrency)
-                .collect(),
+            timed: specs.iter().map(|q| q.spec().header.timed()).collect(),
         }
     }
 }

@@ -5,9 +5,9 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::algo::{self, Entry, Raw};
 use super::{Call, Outcome, QuotaOutcome};
 use crate::decision::Lease;
+use crate::strategy::state::{self, Entry, Raw};
 
 /// How many operations on a shard between sweeps of its expired keys.
 const SWEEP_EVERY: u32 = 1024;
@@ -144,7 +144,7 @@ impl MemoryStore {
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
             let key = &call.keys[i];
             let (owned, mut slot) = map.remove_entry(key).unzip();
-            let raw = algo::run(&mut slot, &call.quotas[i], now, cost, call.nonce, apply);
+            let raw = state::run(&mut slot, &call.quotas[i], now, cost, call.nonce, apply);
             if let Some(e) = slot {
                 map.insert(owned.unwrap_or_else(|| key.clone()), e);
             }
@@ -178,7 +178,7 @@ impl MemoryStore {
         let mut shard = self.shard(&lease.base);
         for key in &lease.keys {
             let mut slot = shard.map.remove(key);
-            algo::release(&mut slot, &members);
+            state::remove_members(&mut slot, &members);
             if let Some(e) = slot {
                 shard.map.insert(key.clone(), e);
             }
@@ -210,12 +210,8 @@ mod tests {
     async fn expired_state_is_evicted_so_memory_returns_to_baseline() {
         let store = MemoryStore::with_shards(4);
         for strategy in Strategy::ALL {
-            let quota = match strategy {
-                Strategy::Concurrency => {
-                    Quota::concurrency(3).lease_timeout(Duration::from_secs(1))
-                }
-                s => Quota::new(s, Rate::per_second(3)),
-            };
+            // (a concurrency quota: 3 in flight, leases of 1 s)
+            let quota = Quota::new(strategy, Rate::per_second(3));
             let lim = RateLimiter::builder()
                 .store(store.clone())
                 .prefix(strategy.as_str())
@@ -253,10 +249,8 @@ mod tests {
     async fn exact_under_concurrency_from_many_limiters_on_one_store() {
         let store = MemoryStore::new();
         for strategy in Strategy::ALL {
-            let quota = match strategy {
-                Strategy::Concurrency => Quota::concurrency(100),
-                s => Quota::new(s, Rate::per_hour(100)),
-            };
+            // (a concurrency quota: 100 in flight, leases of an hour)
+            let quota = Quota::new(strategy, Rate::per_hour(100));
             let limiters: Vec<RateLimiter> = (0..8)
                 .map(|_| {
                     RateLimiter::builder()

@@ -9,7 +9,6 @@
 //! arithmetic: the Redis scripts in `lua/` and their Rust twins give
 //! identical decisions (checked by differential tests).
 
-pub(crate) mod algo;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod memory;
@@ -26,7 +25,7 @@ pub use self::redis::RedisStore;
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
-use algo::Raw;
+use crate::strategy::state::Raw;
 
 /// A backend a [`RateLimiter`](crate::RateLimiter) can keep its state in.
 ///

@@ -16,55 +16,38 @@ pub(crate) struct LimiterScript {
     pub(crate) sha: String,
 }
 
-const FIXED_WINDOW_FAST: &str = include_str!("../../lua/fixed_window_fast.lua");
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 const ZSET: &str = include_str!("../../lua/zset.lua");
-const TAT: &str = include_str!("../../lua/tat.lua");
 const SINGLE: &str = include_str!("../../lua/single.lua");
 const MULTI: &str = include_str!("../../lua/multi.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
 
-/// The block of code deciding for `s` (see `lua/prelude.lua`).
-fn strategy_block(s: Strategy) -> Vec<&'static str> {
-    match s {
-        Strategy::FixedWindow => vec![include_str!("../../lua/fixed_window.lua")],
-        Strategy::SlidingWindowLog => vec![include_str!("../../lua/sliding_window_log.lua")],
-        Strategy::SlidingWindowCounter => {
-            vec![include_str!("../../lua/sliding_window_counter.lua")]
-        }
-        Strategy::TokenBucket => vec![include_str!("../../lua/token_bucket.lua")],
-        Strategy::LeakyBucket => vec![include_str!("../../lua/leaky_bucket.lua"), TAT],
-        Strategy::Gcra => vec![include_str!("../../lua/gcra.lua"), TAT],
-        Strategy::Concurrency => vec![include_str!("../../lua/concurrency.lua")],
-    }
-}
-
 impl LimiterScript {
     /// The script for a limiter whose quotas use `strategies`, in order.
     pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
         let mut source = String::new();
-        if strategies == [Strategy::FixedWindow] {
-            source.push_str(FIXED_WINDOW_FAST);
+        if let [only] = strategies
+            && let Some(fast) = only.spec().lua.fast_path
+        {
+            source.push_str(fast);
         }
-        // Only fixed-window scripts can decide without Redis's TIME (see prelude.lua).
-        source.push_str(if strategies.iter().all(|s| *s == Strategy::FixedWindow) {
-            "local READS_TIME = false\n"
-        } else {
+        // Scripts whose strategies never read `now` on Redis's clock skip TIME
+        // (see prelude.lua).
+        source.push_str(if strategies.iter().any(|s| s.spec().lua.reads_time) {
             "local READS_TIME = true\n"
+        } else {
+            "local READS_TIME = false\n"
         });
         source.push_str(PRELUDE);
-        if strategies
-            .iter()
-            .any(|s| matches!(s, Strategy::SlidingWindowLog | Strategy::Concurrency))
-        {
+        if strategies.iter().any(|s| s.spec().lua.zset_helpers) {
             source.push_str(ZSET);
         }
         if let [only] = strategies {
             let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
             source.push_str(head);
             source.push_str("do\n");
-            for part in strategy_block(*only) {
+            for part in only.spec().lua.body {
                 source.push_str(part);
             }
             source.push_str("end\n");
@@ -80,7 +63,7 @@ impl LimiterScript {
                      local now = NOW\nlocal ok, rem, reset, retry, delay\ndo\n",
                     s.id()
                 ));
-                for part in strategy_block(s) {
+                for part in s.spec().lua.body {
                     source.push_str(part);
                 }
                 source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
@@ -107,15 +90,13 @@ mod tests {
             );
             let functions = script.source.matches("function(").count()
                 + script.source.matches("local function ").count();
-            let helpers = match s {
-                // zadd_members, zscore_at
-                Strategy::SlidingWindowLog | Strategy::Concurrency => 2,
-                _ => 0,
-            };
+            // zadd_members, zscore_at
+            let helpers = if s.spec().lua.zset_helpers { 2 } else { 0 };
             assert_eq!(functions, helpers, "{s}:\n{}", script.source);
         }
-        let multi = LimiterScript::for_quotas(&[Strategy::Gcra, Strategy::FixedWindow]);
-        assert!(multi.source.contains("S[6] = function("));
-        assert!(multi.source.contains("S[1] = function("));
+        let [a, b, ..] = Strategy::ALL;
+        let multi = LimiterScript::for_quotas(&[b, a]);
+        assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
+        assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
     }
 }

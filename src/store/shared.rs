@@ -13,7 +13,7 @@ use super::script::LimiterScript;
 use super::{Call, Outcome, QuotaOutcome};
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
-use crate::store::algo::Raw;
+use crate::strategy::state::Raw;
 
 /// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
 /// in microseconds (see `lua/prelude.lua`).

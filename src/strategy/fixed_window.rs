@@ -1,0 +1,67 @@
+//! [`Strategy::FixedWindow`](super::Strategy::FixedWindow): one counter per window, the
+//! window starting at the key's first hit (`lua/fixed_window.lua`).
+
+use super::state::{Entry, Params, Raw, Value};
+use super::{HeaderPolicy, Lua, StrategySpec};
+
+pub(super) const SPEC: StrategySpec = StrategySpec {
+    name: "fixed-window",
+    tag: "fw",
+    lua: Lua {
+        id: 1,
+        body: &[include_str!("../../lua/fixed_window.lua")],
+        fast_path: Some(include_str!("../../lua/fixed_window_fast.lua")),
+        zset_helpers: false,
+        reads_time: false,
+        reads_burst: false,
+    },
+    algorithm: decide,
+    takes_burst: false,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    denials_cacheable: true,
+    header: HeaderPolicy::Window,
+};
+
+fn decide(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    fixed_window(slot, q.n, q.period, now, cost)
+}
+
+fn fixed_window(
+    slot: &Option<Entry>,
+    n: i64,
+    period: i64,
+    now: i64,
+    cost: i64,
+) -> (Raw, Option<Value>) {
+    let (mut s, mut c) = match slot {
+        Some(Entry {
+            value: Value::Window { s, c },
+            ..
+        }) => (*s, *c),
+        _ => (now, 0),
+    };
+    if now >= s + period {
+        (s, c) = (now, 0);
+    }
+    let left = s + period - now;
+    if cost > n || c + cost > n {
+        let reset = if c > 0 { left } else { 0 };
+        let retry = if cost <= n { left } else { -1 };
+        return (Raw::deny(n - c, reset, retry), None);
+    }
+    let after = c + cost;
+    let reset = if after > 0 { left } else { 0 };
+    (
+        Raw::allow(n - after, reset, 0),
+        Some(Value::Window { s, c: after }),
+    )
+}

@@ -1,0 +1,37 @@
+//! [`Strategy::Gcra`](super::Strategy::Gcra): the generic cell rate algorithm, one
+//! timestamp per key (`lua/gcra.lua` then `lua/tat.lua`); an admitted
+//! request proceeds at once.
+
+use super::state::{Entry, Params, Raw, Value};
+use super::{HeaderPolicy, Lua, StrategySpec, tat};
+
+pub(super) const SPEC: StrategySpec = StrategySpec {
+    name: "gcra",
+    tag: "gcra",
+    lua: Lua {
+        id: 6,
+        body: &[include_str!("../../lua/gcra.lua"), tat::LUA],
+        fast_path: None,
+        zset_helpers: false,
+        reads_time: true,
+        reads_burst: true,
+    },
+    algorithm: decide,
+    takes_burst: true,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    denials_cacheable: true,
+    header: HeaderPolicy::Refill,
+};
+
+fn decide(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    tat::decide(slot, q, now, cost, false)
+}

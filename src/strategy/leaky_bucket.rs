@@ -1,0 +1,37 @@
+//! [`Strategy::LeakyBucket`](super::Strategy::LeakyBucket): GCRA admission on one timestamp
+//! (`lua/leaky_bucket.lua` then `lua/tat.lua`); an admitted request waits
+//! until its slot (`delay`).
+
+use super::state::{Entry, Params, Raw, Value};
+use super::{HeaderPolicy, Lua, StrategySpec, tat};
+
+pub(super) const SPEC: StrategySpec = StrategySpec {
+    name: "leaky-bucket",
+    tag: "lb",
+    lua: Lua {
+        id: 5,
+        body: &[include_str!("../../lua/leaky_bucket.lua"), tat::LUA],
+        fast_path: None,
+        zset_helpers: false,
+        reads_time: true,
+        reads_burst: true,
+    },
+    algorithm: decide,
+    takes_burst: true,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    denials_cacheable: true,
+    header: HeaderPolicy::Refill,
+};
+
+fn decide(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    tat::decide(slot, q, now, cost, true)
+}

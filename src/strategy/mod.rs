@@ -1,0 +1,301 @@
+//! [`Strategy`]: the algorithms a [`Quota`](crate::Quota) can use.
+//!
+//! Each strategy is one module here (`fixed_window.rs`, `gcra.rs`, …) whose
+//! [`StrategySpec`] answers every question the crate asks of a strategy, and
+//! one Lua file in `lua/`. [`Strategy::spec`] is the one table that maps a
+//! strategy to its module: the only list of strategies in the crate (see
+//! `CONTRIBUTING.md`, "Adding a strategy").
+
+use std::fmt;
+
+mod concurrency;
+mod fixed_window;
+mod gcra;
+mod leaky_bucket;
+mod sliding_window_counter;
+mod sliding_window_log;
+pub(crate) mod state;
+mod tat;
+mod token_bucket;
+
+use crate::quota::QuotaSpec;
+use state::Algorithm;
+
+/// The algorithm that enforces a [`Quota`](crate::Quota).
+///
+/// Every strategy is one atomic Lua script on Redis (see `lua/`) and the same
+/// algorithm in [`MemoryStore`](crate::MemoryStore); both compute in integer
+/// microseconds on the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// One counter per window; the window starts at the key's first hit.
+    /// Cheapest; allows up to twice the limit across a window boundary.
+    FixedWindow,
+    /// A sorted set of request timestamps: exact, at most `n` in any window of
+    /// length `period`, memory O(n) per key.
+    SlidingWindowLog,
+    /// Two counters (current and previous aligned window) weighted by the
+    /// overlap: O(1) memory. Never admits more than `n` within one aligned
+    /// window, hence at most `2n` in any sliding window of length `period`;
+    /// exact when traffic is spread evenly.
+    SlidingWindowCounter,
+    /// A bucket of `burst` tokens (default `n`) refilled with one token every
+    /// `period / n`.
+    TokenBucket,
+    /// A queue of `burst` slots (default `n`) draining one request every
+    /// `period / n`: requests are admitted with a [`delay`](crate::Decision::delay)
+    /// until their slot and denied when the queue is full (traffic shaping).
+    LeakyBucket,
+    /// Generic cell rate algorithm: token-bucket-equivalent policing stored as
+    /// one timestamp (as redis-cell).
+    Gcra,
+    /// At most `n` requests in flight per key: an admitted request holds a
+    /// [`Lease`](crate::Lease) until it is released or its timeout passes.
+    Concurrency,
+}
+
+impl Strategy {
+    /// All strategies, in a stable order (a test checks it against the table).
+    pub const ALL: [Strategy; 7] = [
+        Strategy::FixedWindow,
+        Strategy::SlidingWindowLog,
+        Strategy::SlidingWindowCounter,
+        Strategy::TokenBucket,
+        Strategy::LeakyBucket,
+        Strategy::Gcra,
+        Strategy::Concurrency,
+    ];
+
+    /// THE table: every fact about a strategy comes from its module's `SPEC`.
+    /// Adding a strategy adds one line here (and to [`ALL`](Self::ALL)).
+    pub(crate) const fn spec(self) -> &'static StrategySpec {
+        match self {
+            Strategy::FixedWindow => &fixed_window::SPEC,
+            Strategy::SlidingWindowLog => &sliding_window_log::SPEC,
+            Strategy::SlidingWindowCounter => &sliding_window_counter::SPEC,
+            Strategy::TokenBucket => &token_bucket::SPEC,
+            Strategy::LeakyBucket => &leaky_bucket::SPEC,
+            Strategy::Gcra => &gcra::SPEC,
+            Strategy::Concurrency => &concurrency::SPEC,
+        }
+    }
+
+    /// The kebab-case name, e.g. `fixed-window`.
+    pub const fn as_str(&self) -> &'static str {
+        self.spec().name
+    }
+
+    /// Short tag used in storage keys, so a strategy change never reads
+    /// another strategy's state.
+    pub(crate) const fn tag(&self) -> &'static str {
+        self.spec().tag
+    }
+
+    /// Numeric id understood by the Lua dispatcher (`lua/multi.lua`).
+    pub(crate) const fn id(&self) -> u8 {
+        self.spec().lua.id
+    }
+}
+
+/// Everything the crate asks of one strategy. Every field must be given (no
+/// defaults), so a new strategy answers every question.
+///
+/// Room for what comes next: how a strategy refunds on a settle call, and
+/// what its stored state means under new quotas, are further fields here.
+#[derive(Debug)]
+pub(crate) struct StrategySpec {
+    /// The kebab-case name ([`Strategy::as_str`], [`FromStr`](std::str::FromStr)).
+    pub(crate) name: &'static str,
+    /// The storage-key tag ([`Strategy::tag`]); distinct per strategy.
+    pub(crate) tag: &'static str,
+    /// The Redis side.
+    pub(crate) lua: Lua,
+    /// The memory side: the twin of the Lua body, over [`state::Entry`].
+    pub(crate) algorithm: Algorithm,
+    /// Whether [`Quota::burst`](crate::Quota::burst) applies; if so the burst,
+    /// not the rate's count, is the capacity a request's cost is compared with.
+    pub(crate) takes_burst: bool,
+    /// The largest rate count accepted at build, if the state grows with it.
+    pub(crate) count_bound: Option<CountBound>,
+    /// The configuration field the rate's period is, in build errors
+    /// (`rate.period`, or `lease_timeout`).
+    pub(crate) period_field: &'static str,
+    /// Whether a call needs a unique nonce (sorted-set members).
+    pub(crate) needs_nonce: bool,
+    /// Whether an admitted request holds a [`Lease`](crate::Lease) on the key
+    /// until it is released.
+    pub(crate) holds_leases: bool,
+    /// Whether a denial holds until its `retry_after` (the middleware's deny
+    /// cache may answer from it); not when a release can free a slot sooner.
+    pub(crate) denials_cacheable: bool,
+    /// The `RateLimit-Policy` parameters of a quota of this strategy.
+    pub(crate) header: HeaderPolicy,
+}
+
+/// A strategy's Lua: its body (`lua/<name>.lua`) and what it needs around it.
+#[derive(Debug)]
+pub(crate) struct Lua {
+    /// The id `lua/multi.lua` dispatches on; distinct per strategy.
+    pub(crate) id: u8,
+    /// The block deciding one quota, in parts concatenated in order (see
+    /// `lua/prelude.lua` for what a block reads and sets).
+    pub(crate) body: &'static [&'static str],
+    /// Code run first in a one-quota script, before the prelude (may return).
+    pub(crate) fast_path: Option<&'static str>,
+    /// Whether it calls the sorted-set helpers of `lua/zset.lua`.
+    pub(crate) zset_helpers: bool,
+    /// Whether it reads `now` on Redis's clock (the script then calls TIME).
+    pub(crate) reads_time: bool,
+    /// Whether a one-quota script reads burst and interval (else only the
+    /// rate's count and period are sent).
+    pub(crate) reads_burst: bool,
+}
+
+/// A bound on the rate's count, for strategies whose state holds one entry
+/// per unit of cost.
+#[derive(Debug)]
+pub(crate) struct CountBound {
+    /// The largest count accepted.
+    pub(crate) max: u64,
+    /// The build error's reason, before `, got <count>`.
+    pub(crate) reason: &'static str,
+    /// Whether the error points at the O(1) sliding window counter.
+    pub(crate) suggest_counter: bool,
+}
+
+/// How a quota appears in `RateLimit-Policy`, and whether its `RateLimit`
+/// item has a `t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeaderPolicy {
+    /// `q=<count>;w=<period in seconds>`, with `t`.
+    Window,
+    /// `q=<burst>;w=<seconds to refill the burst>`, with `t`.
+    Refill,
+    /// `q=<count>;qu="concurrent-requests"`, without `t`.
+    InFlight,
+}
+
+impl HeaderPolicy {
+    /// Whether the quota's `RateLimit` item has a `t` (reset).
+    pub(crate) const fn timed(self) -> bool {
+        match self {
+            HeaderPolicy::Window | HeaderPolicy::Refill => true,
+            HeaderPolicy::InFlight => false,
+        }
+    }
+}
+
+impl QuotaSpec {
+    /// The strategy's facts.
+    pub(crate) fn spec(&self) -> &'static StrategySpec {
+        self.strategy.spec()
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing a [`Strategy`] from an unknown name.
+///
+/// ```
+/// use tower_redis_ratelimit::Strategy;
+///
+/// assert_eq!("gcra".parse::<Strategy>(), Ok(Strategy::Gcra));
+/// let e = "gcar".parse::<Strategy>().unwrap_err();
+/// assert!(e.to_string().contains("token-bucket"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseStrategyError {
+    input: String,
+}
+
+impl ParseStrategyError {
+    /// The text that named no strategy.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+impl fmt::Display for ParseStrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown strategy {:?}; expected one of ", self.input)?;
+        for (i, s) in Strategy::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(s.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseStrategyError {}
+
+impl std::str::FromStr for Strategy {
+    type Err = ParseStrategyError;
+
+    /// Parses a kebab-case name, as [`as_str`](Strategy::as_str) gives it.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| ParseStrategyError { input: s.into() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    /// `ALL` lists every strategy once; names, tags and Lua ids are distinct,
+    /// and each name parses back. The compiler checks the table is exhaustive;
+    /// this checks `ALL` against it (a strategy missing from `ALL` would have a
+    /// spec no test or parser reaches).
+    #[test]
+    fn all_lists_each_strategy_of_the_table_once() {
+        let n = Strategy::ALL.len();
+        let distinct = |f: fn(&StrategySpec) -> String| {
+            Strategy::ALL
+                .iter()
+                .map(|s| f(s.spec()))
+                .collect::<HashSet<_>>()
+                .len()
+        };
+        assert_eq!(Strategy::ALL.iter().collect::<HashSet<_>>().len(), n);
+        assert_eq!(distinct(|s| s.name.into()), n);
+        assert_eq!(distinct(|s| s.tag.into()), n);
+        assert_eq!(distinct(|s| s.lua.id.to_string()), n);
+        for s in Strategy::ALL {
+            assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
+            // every variant is in ALL: this match has no wildcard, so a new
+            // variant fails to compile here until it is added to ALL below
+            let in_all = match s {
+                Strategy::FixedWindow
+                | Strategy::SlidingWindowLog
+                | Strategy::SlidingWindowCounter
+                | Strategy::TokenBucket
+                | Strategy::LeakyBucket
+                | Strategy::Gcra
+                | Strategy::Concurrency => Strategy::ALL.contains(&s),
+            };
+            assert!(in_all);
+        }
+    }
+
+    #[test]
+    fn parse_error_names_the_input_and_every_strategy() {
+        let e = "fixed_window".parse::<Strategy>().unwrap_err();
+        assert_eq!(e.input(), "fixed_window");
+        let msg = e.to_string();
+        assert!(msg.contains("\"fixed_window\""), "{msg}");
+        for s in Strategy::ALL {
+            assert!(msg.contains(s.as_str()), "{msg}");
+        }
+    }
+}

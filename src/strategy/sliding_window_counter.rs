@@ -1,0 +1,98 @@
+//! [`Strategy::SlidingWindowCounter`](super::Strategy::SlidingWindowCounter): the current and
+//! previous aligned windows' counts, weighted by the overlap
+//! (`lua/sliding_window_counter.lua`).
+
+use super::state::{Entry, Params, Raw, Value, floor_div};
+use super::{HeaderPolicy, Lua, StrategySpec};
+
+pub(super) const SPEC: StrategySpec = StrategySpec {
+    name: "sliding-window-counter",
+    tag: "swc",
+    lua: Lua {
+        id: 3,
+        body: &[include_str!("../../lua/sliding_window_counter.lua")],
+        fast_path: None,
+        zset_helpers: false,
+        reads_time: true,
+        reads_burst: true,
+    },
+    algorithm: decide,
+    takes_burst: false,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    denials_cacheable: true,
+    header: HeaderPolicy::Window,
+};
+
+fn decide(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    sliding_counter(slot, q.n, q.period, now, cost)
+}
+
+fn sliding_counter(
+    slot: &Option<Entry>,
+    n: i64,
+    period: i64,
+    now: i64,
+    cost: i64,
+) -> (Raw, Option<Value>) {
+    let mut w = floor_div(now, period);
+    let (c, p) = match slot {
+        Some(Entry {
+            value: Value::Counter { w: sw, c, p },
+            ..
+        }) => {
+            if *sw == w {
+                (*c, *p)
+            } else if *sw == w - 1 {
+                (0, *c)
+            } else if *sw > w {
+                w = *sw;
+                (*c, *p)
+            } else {
+                (0, 0)
+            }
+        }
+        _ => (0, 0),
+    };
+    let e = (now - w * period).max(0);
+    let est = (p as f64 * ((period - e) as f64 / period as f64)).floor() as i64;
+    let used = c + est;
+    let reset_of = |cur: i64| {
+        if cur > 0 {
+            (w + 2) * period - now
+        } else if p > 0 {
+            (w + 1) * period - now
+        } else {
+            0
+        }
+    };
+    if cost > n || used + cost > n {
+        let retry = if cost > n {
+            -1
+        } else {
+            let a = n - cost - c;
+            if a >= 0 {
+                let emin = period + 1 - ((a + 1) as f64 * period as f64 / p as f64).ceil() as i64;
+                emin - e
+            } else {
+                let emin = (period + 1
+                    - ((n - cost + 1) as f64 * period as f64 / c as f64).ceil() as i64)
+                    .max(0);
+                (w + 1) * period - now + emin
+            }
+        };
+        return (Raw::deny((n - used).max(0), reset_of(c), retry), None);
+    }
+    (
+        Raw::allow(n - used - cost, reset_of(c + cost), 0),
+        Some(Value::Counter { w, c: c + cost, p }),
+    )
+}

@@ -1,0 +1,148 @@
+//! The memory side shared by every strategy: a key's state ([`Entry`]), a
+//! strategy's answer ([`Raw`]), and [`run`], which applies a strategy's
+//! [`Algorithm`] to one key as its Lua block does in Redis.
+//!
+//! Each algorithm (in its strategy's module) is a line-by-line twin of its
+//! script in `lua/` (same integer microsecond arithmetic, same floating-point
+//! steps where the script uses them), so both stores give identical
+//! decisions; the differential tests hold them to it.
+
+use crate::quota::QuotaSpec;
+
+/// A strategy's answer, in the scripts' units: see `lua/prelude.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raw {
+    pub(crate) ok: bool,
+    pub(crate) remaining: i64,
+    pub(crate) reset: i64,
+    /// -1: never.
+    pub(crate) retry: i64,
+    pub(crate) delay: i64,
+}
+
+impl Raw {
+    pub(crate) fn allow(remaining: i64, reset: i64, delay: i64) -> Self {
+        Raw {
+            ok: true,
+            remaining,
+            reset,
+            retry: -1,
+            delay,
+        }
+    }
+    pub(crate) fn deny(remaining: i64, reset: i64, retry: i64) -> Self {
+        Raw {
+            ok: false,
+            remaining,
+            reset,
+            retry,
+            delay: 0,
+        }
+    }
+}
+
+/// The state one storage key holds: the shapes the Lua bodies store.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    /// A window's start and count.
+    Window { s: i64, c: i64 },
+    /// Request times, ascending (a sorted set of times).
+    Log(Vec<i64>),
+    /// An aligned window, its count and the previous window's count.
+    Counter { w: i64, c: i64, p: i64 },
+    /// Tokens and the time they were counted at.
+    Bucket { t: i64, s: i64 },
+    /// A theoretical arrival time.
+    Tat(i64),
+    /// (expiry, member), ascending by expiry (a sorted set of members).
+    Leases(Vec<(i64, String)>),
+}
+
+/// A key's state and when it expires (its TTL).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Entry {
+    pub(crate) value: Value,
+    pub(crate) expires_at: i64,
+}
+
+/// A quota's numbers, as the scripts read them (microseconds).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    /// The rate's count.
+    pub(crate) n: i64,
+    /// The rate's period.
+    pub(crate) period: i64,
+    /// The burst (equal to `n` for strategies without one).
+    pub(crate) burst: i64,
+    /// `ceil(period / n)`.
+    pub(crate) interval: i64,
+}
+
+/// A strategy's memory algorithm: decides a request of `cost` at `now` on a
+/// key's live state (`None`: no state), as its Lua block does. It may update
+/// `slot` as the script's reads do (dropping expired entries); it returns its
+/// answer and the state to write if the request is allowed and applied.
+pub(crate) type Algorithm = fn(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    nonce: &str,
+) -> (Raw, Option<Value>);
+
+/// Evaluates one quota on one key's state, as the script's strategy block does.
+pub(crate) fn run(
+    slot: &mut Option<Entry>,
+    q: &QuotaSpec,
+    now: i64,
+    cost: i64,
+    nonce: &str,
+    apply: bool,
+) -> Raw {
+    if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
+        *slot = None;
+    }
+    let params = Params {
+        n: q.limit as i64,
+        period: q.period_us as i64,
+        burst: q.burst as i64,
+        interval: q.interval_us as i64,
+    };
+    let write = apply && cost > 0;
+    let (raw, new) = (q.spec().algorithm)(slot, params, now, cost, nonce);
+    if raw.ok
+        && write
+        && let Some(value) = new
+    {
+        *slot = Some(Entry {
+            value,
+            expires_at: now + ttl_us(raw.reset),
+        });
+    }
+    raw
+}
+
+/// Removes `members` from a sorted set of members, as `ZREM` does (a key
+/// left empty is gone).
+pub(crate) fn remove_members(slot: &mut Option<Entry>, members: &[String]) {
+    if let Some(Entry {
+        value: Value::Leases(l),
+        ..
+    }) = slot
+    {
+        l.retain(|(_, m)| !members.contains(m));
+        if l.is_empty() {
+            *slot = None;
+        }
+    }
+}
+
+/// The TTL Redis would hold, in microseconds: whole milliseconds rounded up, at least 1.
+pub(crate) fn ttl_us(reset: i64) -> i64 {
+    (reset.max(1) + 999) / 1000 * 1000
+}
+
+/// Lua's `math.floor(a / b)` on integers.
+pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b)
+}

@@ -1,0 +1,55 @@
+//! The theoretical-arrival-time algorithm shared by the GCRA and the leaky
+//! bucket (`lua/tat.lua`): they differ only in whether an admitted request
+//! waits for its slot.
+
+use super::state::{Entry, Params, Raw, Value, floor_div};
+
+/// The Lua block, after the strategy's `local queue = …` line.
+pub(super) const LUA: &str = include_str!("../../lua/tat.lua");
+
+/// One string, the TAT: a request of `cost` pushes it by `cost * interval`
+/// and is allowed if it stays at most `burst * interval` ahead of now. With
+/// `queue` an admitted request is told to wait until its slot (`delay`).
+pub(super) fn decide(
+    slot: &Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    queue: bool,
+) -> (Raw, Option<Value>) {
+    let Params {
+        burst, interval, ..
+    } = q;
+    let tat = match slot {
+        Some(Entry {
+            value: Value::Tat(t),
+            ..
+        }) => (*t).max(now),
+        _ => now,
+    };
+    let tau = burst * interval;
+    // (a cost above the burst is checked first: cost * interval could overflow)
+    let new_tat = if cost > burst {
+        i64::MAX
+    } else {
+        tat + cost * interval
+    };
+    if cost > burst || new_tat - now > tau {
+        let retry = if cost <= burst {
+            new_tat - tau - now
+        } else {
+            -1
+        };
+        let remaining = floor_div(now + tau - tat, interval);
+        return (Raw::deny(remaining, tat - now, retry), None);
+    }
+    let delay = if queue && cost > 0 { tat - now } else { 0 };
+    (
+        Raw::allow(
+            floor_div(now + tau - new_tat, interval),
+            new_tat - now,
+            delay,
+        ),
+        Some(Value::Tat(new_tat)),
+    )
+}
