@@ -189,7 +189,7 @@ impl Quota {
         }
         if period_us > MAX_PERIOD_US {
             return Err(ConfigError::new(
-                field("rate.period"),
+                field(spec.period_field),
                 "must be at most 366 days",
             ));
         }
@@ -346,6 +346,10 @@ mod tests {
             (
                 Quota::gcra(Rate::new(1, Duration::from_secs(400 * 86_400))),
                 "quota[0].rate.period",
+            ),
+            (
+                Quota::concurrency(1).lease_timeout(Duration::from_secs(400 * 86_400)),
+                "quota[0].lease_timeout",
             ),
         ];
         for (q, field) in cases {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -41,6 +42,10 @@ struct Inner {
     hasher: RandomState,
     start: tokio::time::Instant,
     start_us: i64,
+    /// The latest manual-clock time a decision was made at (`i64::MIN`:
+    /// none): an explicit [`MemoryStore::sweep`] sweeps at that time, since
+    /// entries written on a manual clock expire in manual time.
+    manual_now: AtomicI64,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +92,7 @@ impl MemoryStore {
                 hasher: RandomState::new(),
                 start: tokio::time::Instant::now(),
                 start_us,
+                manual_now: AtomicI64::new(i64::MIN),
             }),
         }
     }
@@ -115,8 +121,17 @@ impl MemoryStore {
 
     /// Removes every expired key now (it also happens as the store is used),
     /// and gives back the memory of shards left mostly empty.
+    ///
+    /// "Now" is the store's clock, or, once a limiter on a
+    /// [`ManualClock`](crate::ManualClock) has decided with this store, the
+    /// latest manual time it decided at (its entries expire in manual time).
     pub fn sweep(&self) {
-        let now = self.now_us();
+        let manual = self.inner.manual_now.load(Ordering::Relaxed);
+        let now = if manual == i64::MIN {
+            self.now_us()
+        } else {
+            manual
+        };
         for s in self.inner.shards.iter() {
             lock(s).sweep(now);
         }
@@ -132,7 +147,14 @@ impl MemoryStore {
     }
 
     pub(crate) fn decide(&self, call: Call<'_>) -> Outcome {
-        let now = call.now_us.map_or_else(|| self.now_us(), |n| n as i64);
+        let now = match call.now_us {
+            Some(manual) => {
+                let manual = manual as i64;
+                self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
+                manual
+            }
+            None => self.now_us(),
+        };
         let cost = call.cost as i64;
         let mut shard = self.shard(call.base);
         shard.ops += 1;
@@ -205,6 +227,32 @@ mod tests {
 
     use super::*;
     use crate::{Quota, Rate, RateLimiter, Strategy};
+
+    #[tokio::test]
+    async fn an_explicit_sweep_keeps_the_live_state_of_a_manual_clock() {
+        let store = MemoryStore::with_shards(2);
+        // An hour after its epoch: far behind the store's own (Unix) clock.
+        let clock = crate::ManualClock::new(Duration::from_secs(3_600));
+        let lim = RateLimiter::builder()
+            .store(store.clone())
+            .clock(clock.clone())
+            .quota(Quota::fixed_window(Rate::per_hour(3)))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            assert!(lim.check("k").await.unwrap().allowed);
+        }
+        store.sweep();
+        assert_eq!(store.len(), 1, "the window is still open in manual time");
+        assert!(!lim.check("k").await.unwrap().allowed);
+        // The store learns the manual time from decisions: one at a later time
+        // lets a sweep drop the ended window.
+        clock.advance(Duration::from_secs(3_600));
+        assert!(lim.check("other").await.unwrap().allowed);
+        store.sweep();
+        assert_eq!(store.len(), 1, "only the new key is live in manual time");
+        assert!(lim.check("k").await.unwrap().allowed);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn expired_state_is_evicted_so_memory_returns_to_baseline() {
