@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 use std::sync::Once;
 use std::time::Duration;
 
-use tracing_subscriber::filter::{LevelFilter, filter_fn};
+use tracing_subscriber::filter::{LevelFilter, dynamic_filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, Registry};
 
@@ -48,7 +48,9 @@ pub(crate) struct Capture {
 impl Capture {
     /// Everything captured so far.
     pub(crate) fn text(&self) -> String {
-        BUFFER.with(|b| String::from_utf8_lossy(b.borrow().as_deref().unwrap_or_default()).into_owned())
+        BUFFER.with(|b| {
+            String::from_utf8_lossy(b.borrow().as_deref().unwrap_or_default()).into_owned()
+        })
     }
 
     /// The captured lines that contain `needle`.
@@ -92,10 +94,11 @@ impl std::io::Write for ThreadBuffer {
 fn install() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
-        // Asked on every event (never cached as "not interested"): whether
-        // the emitting thread is capturing.
+        // Asked on every event: whether the emitting thread is capturing. (A
+        // dynamic filter: a plain `filter_fn` is asked once per callsite and
+        // its answer cached, whichever thread asked.)
         let only_capturing_threads =
-            filter_fn(|meta| LevelFilter::DEBUG >= *meta.level() && capturing());
+            dynamic_filter_fn(|meta, _| LevelFilter::DEBUG >= *meta.level() && capturing());
         let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(|| ThreadBuffer)

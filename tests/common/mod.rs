@@ -3,6 +3,7 @@
 //! - [`redis`]: [`RedisServer`], a private `redis-server` process;
 //! - [`cluster`]: [`RedisCluster`], a private Redis Cluster of such servers;
 //! - [`proxy`]: [`StallProxy`], a TCP proxy that can stall like a lossy network;
+//! - [`http`]: driving the middleware in process (axum `oneshot`);
 //! - [`memory`]: limiters on the memory store with a manual clock, for tests
 //!   whose subject is not the store;
 //! - `logs` (with the `tracing` feature): capturing a test's log lines.
@@ -24,6 +25,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub(crate) mod cluster;
+pub(crate) mod http;
 #[cfg(feature = "tracing")]
 pub(crate) mod logs;
 pub(crate) mod memory;
