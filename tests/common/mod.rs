@@ -41,3 +41,26 @@ pub(crate) use self::redis::{RedisServer, RedisServerBuilder, info_field, parse_
 /// fail open and make exact counts flaky. Tests that are not about timeouts
 /// use it; timeouts have tests of their own.
 pub(crate) const GENEROUS: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How much later than its bound a timed call may end on a loaded 2-core
+/// machine (two suites at once): scheduling slack, not a part of the bound.
+pub(crate) const MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Checks `key` until the store answers (within 10 s), for the first call
+/// of a test whose store timeout is short: it connects and loads the
+/// script, which a loaded machine may not finish within that timeout.
+pub(crate) async fn warm_up(
+    limiter: &tower_redis_ratelimit::RateLimiter,
+    key: &str,
+) -> tower_redis_ratelimit::Decision {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match limiter.check(key).await {
+            Ok(decision) => return decision,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "the store did not answer within 10 s: {e}"
+            ),
+        }
+    }
+}
