@@ -498,30 +498,6 @@ async fn a_pool_drained_by_the_app_bounds_the_wait_then_the_policy_applies() {
     limiting_resumes(&app, 5, "/fresh").await;
 }
 
-/// A `tracing` writer into a shared buffer.
-#[cfg(feature = "tracing")]
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-#[cfg(feature = "tracing")]
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-#[cfg(feature = "tracing")]
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 async fn config_set_maxmemory(server: &RedisServer, bytes: u64) {
     let () = redis::cmd("CONFIG")
         .arg("SET")
@@ -532,22 +508,11 @@ async fn config_set_maxmemory(server: &RedisServer, bytes: u64) {
         .unwrap();
 }
 
-// current_thread: the log capture below is this thread's default subscriber.
+// current_thread: the log capture below captures this thread's events.
 #[tokio::test(flavor = "current_thread")]
 async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
     #[cfg(feature = "tracing")]
-    let captured = Captured::default();
-    #[cfg(feature = "tracing")]
-    let _log = {
-        use tracing_subscriber::util::SubscriberInitExt;
-        let writer = captured.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-            .finish()
-            .set_default()
-    };
+    let log = common::logs::capture();
     let server = RedisServer::builder()
         .args(["--maxmemory-policy", "noeviction"])
         .start();
@@ -629,11 +594,11 @@ async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
     }
     #[cfg(feature = "tracing")]
     {
-        let log = captured.text();
         let line = log
-            .lines()
-            .find(|l| l.contains("FailurePolicy::Closed"))
-            .unwrap_or_else(|| panic!("no warning logged: {log}"));
+            .lines_with("FailurePolicy::Closed")
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no warning logged: {}", log.text()));
         eprintln!("OOM, logged: {line}");
         assert!(line.contains("WARN"), "{line}");
         assert!(

@@ -1,5 +1,7 @@
-//! The middleware driven in process (axum `oneshot`, `MockConnectInfo`),
-//! against a private redis-server (or, for paused-time tests, the memory store).
+//! The middleware driven in process (axum `oneshot`, `MockConnectInfo`) on
+//! the memory store under a manual clock or paused tokio time: its subject is
+//! the middleware, not the store. What needs a Redis that fails (down, hung)
+//! or counts Redis commands is in `tests/middleware_redis.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,98 +17,33 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::routing::get;
 use bytes::Bytes;
-use common::RedisServer;
+use common::http::{PEER, get_req, header, make_app, peer, send, text};
+use common::memory::clock as hour;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_redis_ratelimit::{
-    Decision, FailurePolicy, HeaderStyle, ManualClock, MemoryStore, MissingKey, Quota, Rate,
-    RateLimitLayer, RateLimiter, RedisStore, key, problem_json,
+    Decision, HeaderStyle, ManualClock, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer,
+    RateLimiter, key, problem_json,
 };
 
-const PEER: ([u8; 4], u16) = ([203, 0, 113, 7], 40_000);
-
-/// The peer IP from axum's connect info, real or mocked (what `key::PeerIp` reads).
-fn peer(parts: &Parts) -> Option<String> {
-    let e = &parts.extensions;
-    e.get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
-        .or_else(|| e.get::<MockConnectInfo<SocketAddr>>().map(|m| m.0))
-        .map(|a| a.ip().to_string())
+/// A limiter on a memory store of its own, under a manual clock.
+fn memory_limiter(prefix: &str, quota: Quota) -> RateLimiter {
+    common::memory::limiter(&hour(), prefix, [quota])
 }
 
-/// A store timeout no loaded test machine reaches: a timed-out call would
-/// fail open and make exact counts flaky. Timeouts have their own tests.
-const GENEROUS: Duration = Duration::from_secs(10);
-
-fn redis_limiter(server: &RedisServer, prefix: &str, quota: Quota) -> RateLimiter {
-    RateLimiter::builder()
-        .store(RedisStore::new(server.pool(4)).timeout(GENEROUS))
-        .prefix(prefix)
-        .quota(quota)
-        .build()
-        .unwrap()
-}
-
-fn clocked_limiter(server: &RedisServer, clock: &ManualClock, quotas: Vec<Quota>) -> RateLimiter {
-    RateLimiter::builder()
-        .store(RedisStore::new(server.pool(4)).timeout(GENEROUS))
-        .prefix("clocked")
-        .clock(clock.clone())
-        .quotas(quotas)
-        .build()
-        .unwrap()
-}
-
-fn hour() -> ManualClock {
-    ManualClock::new(Duration::from_secs(3_600))
-}
-
-/// `GET /` answers the remaining quota the handler sees; `/health` is a plain route.
-fn make_app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(|decision: Option<axum::Extension<Decision>>| async move {
-                match decision {
-                    Some(axum::Extension(d)) => format!("remaining={}", d.remaining),
-                    None => "no decision".to_owned(),
-                }
-            }),
-        )
-        .route("/health", get(|| async { "ok" }))
-        .layer(layer)
-        .layer(MockConnectInfo(SocketAddr::from(PEER)))
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Response<Body> {
-    app.clone().oneshot(req).await.unwrap()
-}
-
-fn get_req(path: &str) -> Request<Body> {
-    Request::get(path).body(Body::empty()).unwrap()
-}
-
-async fn text(res: Response<Body>) -> String {
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
-fn header<'a>(res: &'a Response<Body>, name: &str) -> Option<&'a str> {
-    res.headers().get(name).map(|v| v.to_str().unwrap())
+fn clocked_limiter(clock: &ManualClock, quotas: Vec<Quota>) -> RateLimiter {
+    common::memory::limiter(clock, "clocked", quotas)
 }
 
 #[tokio::test]
 async fn allowed_requests_carry_ietf_headers_and_the_handler_sees_the_decision() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let limiter = memory_limiter(
         "ietf",
         Quota::fixed_window(Rate::per_minute(3)).name("minute"),
     );
@@ -127,11 +64,9 @@ async fn allowed_requests_carry_ietf_headers_and_the_handler_sees_the_decision()
 
 #[tokio::test]
 async fn denials_are_429_with_retry_after_rounded_up_and_the_same_headers() {
-    let redis = RedisServer::start();
     let clock = hour();
     // one request every 2.5 s: a denial right after waits 2.5 s -> "3"
     let limiter = clocked_limiter(
-        &redis,
         &clock,
         vec![
             Quota::gcra(Rate::new(2, Duration::from_secs(5)))
@@ -170,7 +105,6 @@ async fn denials_are_429_with_retry_after_rounded_up_and_the_same_headers() {
 
 #[tokio::test]
 async fn every_header_style() {
-    let redis = RedisServer::start();
     let clock = hour();
     for (i, style) in [
         HeaderStyle::Ietf,
@@ -182,7 +116,6 @@ async fn every_header_style() {
     .enumerate()
     {
         let limiter = clocked_limiter(
-            &redis,
             &clock,
             vec![
                 Quota::fixed_window(Rate::per_minute(1)).name("minute"),
@@ -233,9 +166,7 @@ async fn every_header_style() {
 
 #[tokio::test]
 async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let limiter = memory_limiter(
         "cost",
         Quota::fixed_window(Rate::per_minute(10)).name("minute"),
     );
@@ -286,11 +217,12 @@ async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
 
 #[tokio::test]
 async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let store = MemoryStore::new();
+    let limiter = common::memory::limiter_on(
+        &store,
+        &hour(),
         "missing",
-        Quota::fixed_window(Rate::per_minute(1)).name("minute"),
+        [Quota::fixed_window(Rate::per_minute(1)).name("minute")],
     );
     // no connect info at all: a misconfigured server
     let bare = |layer: RateLimitLayer| {
@@ -302,7 +234,7 @@ async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
     let app = bare(RateLimitLayer::new(limiter.clone(), peer));
     let res = send(&app, get_req("/")).await;
     assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(redis.dbsize().await, 0, "no store call");
+    assert!(store.is_empty(), "no store call");
 
     let app = bare(
         RateLimitLayer::new(limiter.clone(), peer)
@@ -332,9 +264,7 @@ async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
 
 #[tokio::test]
 async fn the_deny_response_can_be_replaced_and_still_gets_the_headers() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let limiter = memory_limiter(
         "problem",
         Quota::fixed_window(Rate::per_minute(1)).name("minute"),
     );
@@ -355,7 +285,7 @@ async fn the_deny_response_can_be_replaced_and_still_gets_the_headers() {
         "{body}"
     );
 
-    let limiter = redis_limiter(&redis, "teapot", Quota::fixed_window(Rate::per_minute(1)));
+    let limiter = memory_limiter("teapot", Quota::fixed_window(Rate::per_minute(1)));
     let app = make_app(RateLimitLayer::new(limiter, peer).deny_response(
         |_: &Parts, d: &Decision| {
             let mut res = Response::new(format!("slow down, {} left", d.remaining));
@@ -370,71 +300,10 @@ async fn the_deny_response_can_be_replaced_and_still_gets_the_headers() {
     assert_eq!(text(res).await, "slow down, 0 left");
 }
 
-/// Calls of every command except the INFO/CONFIG probes of the test itself.
-async fn redis_calls(redis: &RedisServer) -> u64 {
-    redis
-        .info_commandstats()
-        .await
-        .iter()
-        .filter(|(cmd, _)| !cmd.starts_with("info") && !cmd.starts_with("config"))
-        .map(|(_, calls)| calls)
-        .sum()
-}
-
-#[tokio::test]
-async fn the_deny_cache_cuts_redis_commands_under_a_flood_to_at_most_one_per_100_denials() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
-        "flood",
-        Quota::gcra(Rate::per_minute(5)).name("minute"),
-    );
-    let layer = RateLimitLayer::new(limiter, peer);
-    let app = make_app(layer.clone());
-    for _ in 0..5 {
-        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
-    }
-    let before = redis_calls(&redis).await;
-    let denials = 2_000;
-    for _ in 0..denials {
-        let res = send(&app, get_req("/")).await;
-        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
-        assert!((1..=12).contains(&retry), "{retry}");
-        assert!(res.headers().contains_key("ratelimit"));
-    }
-    let commands = redis_calls(&redis).await - before - 1; // minus the INFO itself
-    eprintln!("deny cache: {commands} Redis commands for {denials} denied requests");
-    assert!(
-        commands * 100 <= denials,
-        "{commands} Redis commands for {denials} denied requests"
-    );
-    let stats = layer.stats();
-    assert_eq!(stats.denied + stats.deny_cache_hits, denials);
-    assert!(stats.deny_cache_hits >= denials - 20, "{stats:?}");
-
-    // Without the cache, every denial is a store call.
-    let limiter = redis_limiter(&redis, "nocache", Quota::gcra(Rate::per_minute(5)));
-    let app = make_app(RateLimitLayer::new(limiter, peer).deny_cache(false));
-    for _ in 0..5 {
-        send(&app, get_req("/")).await;
-    }
-    let before = redis.command_calls("evalsha").await;
-    for _ in 0..100 {
-        assert_eq!(
-            send(&app, get_req("/")).await.status(),
-            StatusCode::TOO_MANY_REQUESTS
-        );
-    }
-    assert_eq!(redis.command_calls("evalsha").await - before, 100);
-}
-
 #[tokio::test]
 async fn the_deny_cache_lets_the_key_in_again_when_its_denial_ends() {
-    let redis = RedisServer::start();
     let clock = hour();
     let limiter = clocked_limiter(
-        &redis,
         &clock,
         vec![Quota::fixed_window(Rate::per_second(2)).name("second")],
     );
@@ -601,8 +470,7 @@ async fn until_free(limiter: &RateLimiter, key: &str, want: u64) {
 
 #[tokio::test]
 async fn a_concurrency_lease_is_released_when_a_streaming_body_is_dropped_mid_way() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(&redis, "conc", Quota::concurrency(1).name("inflight"));
+    let limiter = memory_limiter("conc", Quota::concurrency(1).name("inflight"));
     let senders = Arc::new(std::sync::Mutex::new(Vec::new()));
     let dropped = Arc::new(AtomicBool::new(false));
     let (s, d) = (senders.clone(), dropped.clone());
@@ -668,8 +536,7 @@ async fn a_concurrency_lease_is_released_when_a_streaming_body_is_dropped_mid_wa
 
 #[tokio::test]
 async fn a_concurrency_lease_is_released_when_the_response_future_is_dropped() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(&redis, "conc-drop", Quota::concurrency(1).name("inflight"));
+    let limiter = memory_limiter("conc-drop", Quota::concurrency(1).name("inflight"));
     let entered = Arc::new(tokio::sync::Notify::new());
     let calls = Arc::new(AtomicUsize::new(0));
     let (e, c) = (entered.clone(), calls.clone());
@@ -695,99 +562,8 @@ async fn a_concurrency_lease_is_released_when_the_response_future_is_dropped() {
 }
 
 #[tokio::test]
-async fn the_failure_policy_applies_when_redis_is_down() {
-    let mut redis = RedisServer::start();
-    let quota = || Quota::fixed_window(Rate::per_minute(2)).name("minute");
-    // Connections to a killed Redis are refused at once: no timeout needed.
-    let store = |redis: &RedisServer| RedisStore::new(redis.pool(2)).timeout(GENEROUS);
-    let limiter = |redis: &RedisServer| {
-        RateLimiter::builder()
-            .store(store(redis))
-            .prefix("failure")
-            .quota(quota())
-            .build()
-            .unwrap()
-    };
-    let open = RateLimitLayer::new(limiter(&redis), peer);
-    let closed = RateLimitLayer::new(limiter(&redis), peer).on_store_error(FailurePolicy::Closed);
-    let fallback = RateLimitLayer::new(limiter(&redis), peer)
-        .on_store_error(FailurePolicy::Fallback(MemoryStore::new()));
-    let (open_app, closed_app, fallback_app) = (
-        make_app(open.clone()),
-        make_app(closed.clone()),
-        make_app(fallback.clone()),
-    );
-    // While Redis is up, all three limit through it.
-    assert_eq!(send(&open_app, get_req("/")).await.status(), StatusCode::OK);
-    assert_eq!(redis.dbsize().await, 1);
-
-    redis.kill();
-    for _ in 0..5 {
-        let res = send(&open_app, get_req("/")).await;
-        assert_eq!(res.status(), StatusCode::OK, "fail open");
-        assert!(
-            !res.headers().contains_key("ratelimit"),
-            "no decision, no headers"
-        );
-        assert_eq!(text(res).await, "no decision");
-    }
-    assert_eq!(open.stats().store_errors, 5);
-
-    let res = send(&closed_app, get_req("/")).await;
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE, "fail closed");
-    assert_eq!(header(&res, "retry-after"), Some("1"));
-
-    let statuses: Vec<StatusCode> = {
-        let mut v = Vec::new();
-        for _ in 0..3 {
-            v.push(send(&fallback_app, get_req("/")).await.status());
-        }
-        v
-    };
-    assert_eq!(
-        statuses,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ],
-        "the memory store enforces the same quota"
-    );
-    assert_eq!(fallback.stats().fallback_decisions, 3);
-
-    // Back up: decisions come from Redis again.
-    redis.restart();
-    let res = send(&closed_app, get_req("/")).await;
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers().contains_key("ratelimit"));
-}
-
-#[tokio::test]
-async fn a_hung_redis_is_bounded_by_the_timeout() {
-    let redis = RedisServer::start();
-    let limiter = RateLimiter::builder()
-        .store(RedisStore::new(redis.pool(2)).timeout(Duration::from_secs(1)))
-        .prefix("hung")
-        .quota(Quota::fixed_window(Rate::per_minute(2)))
-        .build()
-        .unwrap();
-    let layer = RateLimitLayer::new(limiter, peer).on_store_error(FailurePolicy::Closed);
-    let app = make_app(layer.clone());
-    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
-    redis.pause();
-    let res = tokio::time::timeout(Duration::from_secs(10), send(&app, get_req("/")))
-        .await
-        .expect("the store's timeout ends the store call");
-    redis.resume();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(layer.stats().store_errors, 1);
-}
-
-#[tokio::test]
 async fn grpc_denials_are_trailers_only_resource_exhausted_with_rate_limit_metadata() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let limiter = memory_limiter(
         "grpc",
         Quota::fixed_window(Rate::per_minute(1)).name("minute"),
     );
@@ -816,9 +592,7 @@ async fn grpc_denials_are_trailers_only_resource_exhausted_with_rate_limit_metad
 
 #[tokio::test]
 async fn malformed_and_non_utf8_header_values_are_limited_not_rejected() {
-    let redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+    let limiter = memory_limiter(
         "bytes",
         Quota::fixed_window(Rate::per_minute(1)).name("minute"),
     );
@@ -849,20 +623,22 @@ async fn malformed_and_non_utf8_header_values_are_limited_not_rejected() {
         send(&app, get_req("/")).await.status(),
         StatusCode::UNAUTHORIZED
     );
-    // Every stored key is hashed or verbatim-safe: no braces steering the slot, nothing huge.
-    for (k, ttl) in redis.keys_with_ttl().await {
-        assert!(k.len() < 200, "{}", String::from_utf8_lossy(&k));
-        assert_eq!(k.iter().filter(|&&b| b == b'{').count(), 1);
-        assert!(ttl > 0);
+    // Every storage key is hashed or verbatim-safe: no braces steering the
+    // slot, nothing huge. (That Redis holds these keys with a TTL is
+    // `tests/middleware_redis.rs`.)
+    for key in [&b"\xff\xfe\xfd"[..], b"{slot}", b"a\tb", &[b'k'; 4_000][..]] {
+        for k in limiter.storage_keys(key) {
+            assert!(k.len() < 200, "{k}");
+            assert_eq!(k.matches('{').count(), 1, "{k}");
+        }
     }
 }
 
 #[tokio::test]
 async fn works_with_route_layer_and_per_route_layers() {
-    let redis = RedisServer::start();
     let layer = |prefix: &str| {
         RateLimitLayer::new(
-            redis_limiter(&redis, prefix, Quota::fixed_window(Rate::per_minute(1))),
+            memory_limiter(prefix, Quota::fixed_window(Rate::per_minute(1))),
             peer,
         )
     };
@@ -900,32 +676,9 @@ async fn works_with_route_layer_and_per_route_layers() {
 
 #[cfg(feature = "tracing")]
 #[tokio::test(flavor = "current_thread")]
-async fn denials_and_store_failures_are_traced() {
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let _guard = tracing_subscriber::fmt()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish()
-        .set_default();
-
-    let mut redis = RedisServer::start();
-    let limiter = redis_limiter(
-        &redis,
+async fn denials_are_traced_with_their_quota() {
+    let log = common::logs::capture();
+    let limiter = memory_limiter(
         "traced",
         Quota::fixed_window(Rate::per_minute(1)).name("minute"),
     );
@@ -935,29 +688,9 @@ async fn denials_and_store_failures_are_traced() {
         send(&app, get_req("/")).await.status(),
         StatusCode::TOO_MANY_REQUESTS
     );
-    redis.kill();
-    let limiter = redis_limiter(&redis, "traced2", Quota::fixed_window(Rate::per_minute(1)));
-    let app = make_app(RateLimitLayer::new(limiter, peer));
-    let started = std::time::Instant::now();
-    for _ in 0..200 {
-        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
-    }
-    let elapsed = started.elapsed();
-
-    let log = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    // an outage logs at most one warning a second, not one per request
-    let warnings = log.lines().filter(|l| l.contains("WARN")).count() as u64;
-    assert!(warnings >= 1, "{log}");
-    assert!(
-        warnings <= 1 + elapsed.as_secs(),
-        "{warnings} warnings in {elapsed:?}"
-    );
+    let log = log.text();
     assert!(
         log.contains("rate limited") && log.contains("quota=minute"),
-        "{log}"
-    );
-    assert!(
-        log.contains("WARN") && log.contains("FailurePolicy::Open"),
         "{log}"
     );
 }

@@ -603,29 +603,7 @@ async fn a_missing_peer_address_is_a_500_whose_body_names_the_fix() {
 #[cfg(feature = "tracing")]
 #[tokio::test(flavor = "current_thread")]
 async fn a_missing_key_is_logged_once_per_layer_at_error_level() {
-    use std::sync::{Arc, Mutex};
-
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let _guard = tracing_subscriber::fmt()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish()
-        .set_default();
+    let log = common::logs::capture();
 
     let clock = ManualClock::new(Duration::from_secs(3_600));
     let quota = || Quota::fixed_window(Rate::per_minute(1));
@@ -639,9 +617,8 @@ async fn a_missing_key_is_logged_once_per_layer_at_error_level() {
             assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
         }
     }
-    let log = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
-    assert_eq!(errors.len(), 2, "once per layer:\n{log}");
+    let errors = log.lines_with("ERROR");
+    assert_eq!(errors.len(), 2, "once per layer:\n{}", log.text());
     for e in errors {
         assert!(
             e.contains("into_make_service_with_connect_info::<SocketAddr>()"),

@@ -1,7 +1,8 @@
 //! Every request the inner service sees carries a `RateLimitOutcome`: a
 //! handler extracting `Extension<RateLimitOutcome>` answers 200 whatever the
 //! limiter did (decided, fell back, was bypassed, skipped the key, or could
-//! not reach its store). Against private redis-servers, one of them killed.
+//! not reach its store). On the memory store under a manual clock, except a
+//! store that fails, which is a private redis-server, killed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,11 +27,20 @@ use tower_redis_ratelimit::{
 /// connections at once: no timeout is involved in the failures here).
 const GENEROUS: Duration = Duration::from_secs(10);
 
+fn quota() -> Quota {
+    Quota::fixed_window(Rate::per_minute(5)).name("minute")
+}
+
+/// A limiter on `store` under a manual clock.
+fn memory_limiter(store: &MemoryStore, prefix: &str) -> RateLimiter {
+    common::memory::limiter_on(store, &common::memory::clock(), prefix, [quota()])
+}
+
 fn limiter(redis: &RedisServer, prefix: &str) -> RateLimiter {
     RateLimiter::builder()
         .store(RedisStore::new(redis.pool(2)).timeout(GENEROUS))
         .prefix(prefix)
-        .quota(Quota::fixed_window(Rate::per_minute(5)).name("minute"))
+        .quota(quota())
         .build()
         .unwrap()
 }
@@ -99,8 +109,10 @@ async fn get_text(app: &Router, path: &str) -> (StatusCode, String) {
 
 #[tokio::test]
 async fn a_decided_request_carries_its_decision_as_the_outcome() {
-    let redis = RedisServer::start();
-    let app = app(layer(limiter(&redis, "outcome-decided")));
+    let app = app(layer(memory_limiter(
+        &MemoryStore::new(),
+        "outcome-decided",
+    )));
     assert_eq!(
         get_text(&app, "/").await,
         (StatusCode::OK, "allowed remaining=4".to_owned())
@@ -113,8 +125,8 @@ async fn a_decided_request_carries_its_decision_as_the_outcome() {
 
 #[tokio::test]
 async fn bypassed_and_skipped_requests_carry_their_outcome() {
-    let redis = RedisServer::start();
-    let app = app(layer(limiter(&redis, "outcome-pass")));
+    let store = MemoryStore::new();
+    let app = app(layer(memory_limiter(&store, "outcome-pass")));
     assert_eq!(
         get_text(&app, "/health").await,
         (StatusCode::OK, "bypassed".to_owned())
@@ -123,7 +135,7 @@ async fn bypassed_and_skipped_requests_carry_their_outcome() {
         get_text(&app, "/anonymous").await,
         (StatusCode::OK, "skipped".to_owned())
     );
-    assert_eq!(redis.dbsize().await, 0, "no store call");
+    assert!(store.is_empty(), "no store call");
 }
 
 #[tokio::test]
@@ -166,7 +178,6 @@ async fn a_store_failure_under_the_fallback_policy_is_a_fallback_outcome_with_it
 async fn a_handler_extracting_the_decision_alone_still_fails_without_one_as_documented() {
     // `Extension<Decision>` is axum's required extractor: 500 without a
     // decision. The outcome (above) is the extractor that always works.
-    let redis = RedisServer::start();
     let app = Router::new()
         .route(
             "/health",
@@ -176,7 +187,10 @@ async fn a_handler_extracting_the_decision_alone_still_fails_without_one_as_docu
             "/",
             get(|Extension(d): Extension<Decision>| async move { d.remaining.to_string() }),
         )
-        .layer(layer(limiter(&redis, "outcome-decision")));
+        .layer(layer(memory_limiter(
+            &MemoryStore::new(),
+            "outcome-decision",
+        )));
     assert_eq!(get_text(&app, "/").await, (StatusCode::OK, "4".to_owned()));
     assert_eq!(
         get_text(&app, "/health").await.0,

@@ -151,7 +151,7 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
         .quota(Quota::gcra(Rate::per_second(1000)))
         .build()
         .unwrap();
-    assert!(lim.check("k").await.unwrap().allowed);
+    assert!(common::warm_up(&lim, "k").await.allowed);
     server.pause();
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -172,10 +172,8 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
         assert!(r.is_err_and(|e| e.is_timeout()));
         worst = worst.max(took);
     }
-    assert!(
-        worst < timeout + Duration::from_millis(150),
-        "worst {worst:?}"
-    );
+    // bounded by the timeout (the pause lasts until `resume`), give or take scheduling
+    assert!(worst < timeout + common::MARGIN, "worst {worst:?}");
     server.resume();
     // calls sent while paused were answered late and dropped; new ones succeed
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -199,22 +197,17 @@ async fn a_restarted_redis_is_reconnected_without_restarting_the_app() {
         .quota(Quota::fixed_window(Rate::per_minute(100)))
         .build()
         .unwrap();
-    assert!(lim.check("k").await.unwrap().allowed);
+    assert!(common::warm_up(&lim, "k").await.allowed);
     server.kill();
     let started = std::time::Instant::now();
     assert!(lim.check("k").await.is_err());
-    assert!(started.elapsed() < Duration::from_millis(600));
+    assert!(started.elapsed() < Duration::from_millis(500) + common::MARGIN);
     server.restart();
     // the broken connection is replaced and the script loaded again (NOSCRIPT)
-    let mut ok = false;
-    for _ in 0..5 {
-        if let Ok(d) = lim.check("k").await {
-            assert!(d.allowed);
-            ok = true;
-            break;
-        }
-    }
-    assert!(ok, "no recovery after restart");
+    assert!(
+        common::warm_up(&lim, "k").await.allowed,
+        "recovery after restart"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

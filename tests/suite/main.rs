@@ -1,0 +1,531 @@
+//! One suite of store semantics, run on every store: strategies with exact
+//! values under a manual clock, multi-quota atomicity, exactness under
+//! concurrency from many limiter instances, TTLs and expiry.
+//!
+//! Each test is written once, as an async function over a [`Harness`] inside
+//! [`store_suite!`], which also generates one `#[tokio::test]` per store: the
+//! module `on_memory` ([`MemoryStore`](tower_redis_ratelimit::MemoryStore)),
+//! `on_redis` (a private redis-server per test) and, with the `cluster` feature,
+//! `on_cluster` (a private 3-master Redis Cluster). A test cannot be defined
+//! without running on every store it applies to: defining it is listing it.
+//! Tests under `redis_keys` check the stored Redis keys themselves (TTLs),
+//! which the memory store does not have; its expiry is checked by
+//! `all_keys_are_gone_once_their_windows_pass` (swept keys) and by
+//! `tests/soak.rs`.
+
+#![deny(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+mod harness;
+mod helpers;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tower_redis_ratelimit::{Clock, ManualClock, Quota, Rate, RateLimiter, Strategy};
+
+use crate::harness::Harness;
+use crate::helpers::*;
+
+/// Defines the suite's tests (async functions over a `&impl Harness`) and
+/// one module of `#[tokio::test]`s per store, each test with a fresh harness.
+macro_rules! store_suite {
+    (
+        every_store { $( $(#[$m1:meta])* async fn $t1:ident($h1:ident: &impl Harness) $b1:block )* }
+        redis_keys { $( $(#[$m2:meta])* async fn $t2:ident($h2:ident: &impl Harness) $b2:block )* }
+    ) => {
+        $( $(#[$m1])* async fn $t1($h1: &impl Harness) $b1 )*
+        $( $(#[$m2])* async fn $t2($h2: &impl Harness) $b2 )*
+
+        store_suite!(@store on_memory, crate::harness::MemoryHarness::new(); $($t1)*);
+        store_suite!(@store on_redis, crate::harness::RedisHarness::start(); $($t1)* $($t2)*);
+        #[cfg(feature = "cluster")]
+        store_suite!(@store on_cluster, crate::harness::ClusterHarness::start(); $($t1)* $($t2)*);
+    };
+    (@store $store:ident, $harness:expr; $($t:ident)*) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $t() {
+                    let harness = $harness;
+                    super::$t(&harness).await;
+                }
+            )*
+        }
+    };
+}
+
+store_suite! {
+    // What every store does alike.
+    every_store {
+    async fn fixed_window_admits_limit_then_waits_for_the_window_end(h: &impl Harness) {
+        let q = Quota::fixed_window(Rate::new(5, Duration::from_secs(10)));
+        let (lim, clock) = manual(h, "fw", q);
+        for i in 0..5 {
+            allowed(&lim.check("k").await.unwrap(), 4 - i, ms(10_000));
+        }
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(10_000)));
+        clock.advance(ms(3_500));
+        let d = lim.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(6_500)));
+        assert_eq!(d.reset_after, ms(6_500));
+        clock.advance(ms(6_500) - us(1));
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        clock.advance(us(1));
+        allowed(&lim.check("k").await.unwrap(), 4, ms(10_000));
+        // a cost that can never fit: denied without reading the state (so
+        // remaining 0), nothing consumed, no retry time
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+        allowed(&lim.check_n("k", 4).await.unwrap(), 0, ms(10_000));
+        // peek: cost 0 consumes nothing
+        let p = lim.peek("other").await.unwrap();
+        allowed(&p, 5, Duration::ZERO);
+        allowed(&lim.peek("k").await.unwrap(), 0, ms(10_000));
+    }
+
+    async fn sliding_window_log_is_exact_over_any_window(h: &impl Harness) {
+        let q = Quota::sliding_window_log(Rate::new(5, Duration::from_secs(10)));
+        let (lim, clock) = manual(h, "swl", q);
+        allowed(&lim.check_n("k", 2).await.unwrap(), 3, ms(10_000));
+        clock.advance(ms(4_000));
+        allowed(&lim.check("k").await.unwrap(), 2, ms(10_000));
+        allowed(&lim.check_n("k", 2).await.unwrap(), 0, ms(10_000));
+        // the two entries at t=0 leave the window at t=10s
+        let d = lim.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(6_000)));
+        assert_eq!(d.reset_after, ms(10_000));
+        clock.advance(ms(6_000) - us(1));
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        // needing 3 free slots means waiting for the third-oldest entry (t=4s)
+        denied(
+            &lim.check_n("k", 3).await.unwrap(),
+            0,
+            Some(ms(4_000) + us(1)),
+        );
+        clock.advance(us(1));
+        allowed(&lim.check("k").await.unwrap(), 1, ms(10_000));
+        allowed(&lim.check("k").await.unwrap(), 0, ms(10_000));
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+        allowed(&lim.peek("k").await.unwrap(), 0, ms(10_000));
+    }
+
+    async fn sliding_window_counter_weights_the_previous_window(h: &impl Harness) {
+        let q = Quota::sliding_window_counter(Rate::new(5, Duration::from_secs(10)));
+        let (lim, clock) = manual(h, "swc", q);
+        // T0 is aligned to the 10 s windows
+        for i in 0..5 {
+            allowed(&lim.check("k").await.unwrap(), 4 - i, ms(20_000));
+        }
+        // the current window is full: wait for the next one, plus 1 µs for the
+        // previous window's weight to drop below 5
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(10_000) + us(1)));
+        clock.advance(ms(10_000));
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        clock.advance(ms(2_000));
+        // 2 s into the window: estimate = floor(5 * 0.8) = 4
+        allowed(&lim.check("k").await.unwrap(), 0, ms(18_000));
+        // next slot once floor(5 * (1 - e/10s)) <= 3, i.e. e > 2 s
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        clock.advance(ms(2_000));
+        allowed(&lim.check("k").await.unwrap(), 0, ms(16_000));
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+        // two windows later everything is forgotten
+        clock.advance(ms(20_000));
+        allowed(&lim.peek("k").await.unwrap(), 5, Duration::ZERO);
+    }
+
+    async fn token_bucket_refills_one_token_per_interval(h: &impl Harness) {
+        // 5 per 10 s: one token every 2 s, bucket of 5
+        let q = Quota::token_bucket(Rate::new(5, Duration::from_secs(10)));
+        let (lim, clock) = manual(h, "tb", q);
+        for i in 0..5 {
+            allowed(&lim.check("k").await.unwrap(), 4 - i, ms(2_000 * (i + 1)));
+        }
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(2_000)));
+        clock.advance(ms(1_500));
+        let d = lim.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(500)));
+        assert_eq!(d.reset_after, ms(8_500));
+        clock.advance(ms(500));
+        allowed(&lim.check("k").await.unwrap(), 0, ms(10_000));
+        clock.advance(ms(5_000)); // t = 7 s: two tokens since t = 2 s, next at 8 s
+        denied(&lim.check_n("k", 3).await.unwrap(), 2, Some(ms(1_000)));
+        allowed(&lim.check_n("k", 2).await.unwrap(), 0, ms(9_000));
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+        clock.advance(ms(60_000));
+        allowed(&lim.peek("k").await.unwrap(), 5, Duration::ZERO);
+    }
+
+    async fn gcra_spaces_requests_after_the_burst(h: &impl Harness) {
+        let q = Quota::gcra(Rate::new(5, Duration::from_secs(10)));
+        let (lim, clock) = manual(h, "gcra", q);
+        for i in 0..5 {
+            allowed(&lim.check("k").await.unwrap(), 4 - i, ms(2_000 * (i + 1)));
+        }
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(2_000)));
+        clock.advance(ms(2_000) - us(1));
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        clock.advance(us(1));
+        allowed(&lim.check("k").await.unwrap(), 0, ms(10_000));
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+
+        // burst 1: strictly one request per interval
+        let q = Quota::gcra(Rate::new(5, Duration::from_secs(10))).burst(1);
+        let (lim, clock) = manual(h, "gcra1", q);
+        allowed(&lim.check("k").await.unwrap(), 0, ms(2_000));
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(2_000)));
+        clock.advance(ms(1_000));
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(1_000)));
+        clock.advance(ms(1_000));
+        allowed(&lim.check("k").await.unwrap(), 0, ms(2_000));
+        let d = lim.check_n("k", 2).await.unwrap();
+        denied(&d, 0, None);
+        assert_eq!(d.limit, 1);
+    }
+
+    async fn leaky_bucket_queues_with_delays_and_denies_when_full(h: &impl Harness) {
+        // drains one request every 2 s; three may wait
+        let q = Quota::leaky_bucket(Rate::new(5, Duration::from_secs(10))).burst(3);
+        let (lim, clock) = manual(h, "lb", q);
+        for i in 0..3u64 {
+            let d = lim.check("k").await.unwrap();
+            allowed(&d, 2 - i, ms(2_000 * (i + 1)));
+            let want = (i > 0).then(|| ms(2_000 * i));
+            assert_eq!(d.delay, want, "{d:?}");
+        }
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(2_000)));
+        clock.advance(ms(2_000));
+        let d = lim.check("k").await.unwrap();
+        allowed(&d, 0, ms(6_000));
+        assert_eq!(d.delay, Some(ms(4_000)));
+        denied(&lim.check_n("k", 4).await.unwrap(), 0, None);
+    }
+
+    async fn concurrency_holds_leases_until_released_or_expired(h: &impl Harness) {
+        let q = Quota::concurrency(2).lease_timeout(Duration::from_secs(30));
+        let (lim, clock) = manual(h, "conc", q);
+        let a = lim.check("k").await.unwrap();
+        allowed(&a, 1, ms(30_000));
+        clock.advance(ms(1_000));
+        let b = lim.check("k").await.unwrap();
+        allowed(&b, 0, ms(30_000));
+        // the first lease expires 29 s from now
+        let d = lim.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(29_000)));
+        assert!(d.lease.is_none());
+        lim.release(a.lease.as_ref().unwrap()).await.unwrap();
+        lim.release(a.lease.as_ref().unwrap()).await.unwrap(); // twice is harmless
+        let c = lim.check("k").await.unwrap();
+        allowed(&c, 0, ms(30_000));
+        assert_ne!(
+            c.lease.as_ref().unwrap().id(),
+            b.lease.as_ref().unwrap().id()
+        );
+        // leases of a crashed holder expire after the timeout
+        clock.advance(ms(30_000));
+        allowed(&lim.check_n("k", 2).await.unwrap(), 0, ms(30_000));
+        denied(&lim.check_n("k", 3).await.unwrap(), 0, None);
+        // a peek takes no lease
+        assert!(lim.peek("k").await.unwrap().lease.is_none());
+    }
+
+    async fn a_clock_going_backwards_never_admits_more(h: &impl Harness) {
+        for q in [
+            Quota::fixed_window(Rate::per_second(3)),
+            Quota::sliding_window_log(Rate::per_second(3)),
+            Quota::sliding_window_counter(Rate::per_second(3)),
+            Quota::token_bucket(Rate::per_second(3)),
+            Quota::gcra(Rate::per_second(3)),
+            Quota::leaky_bucket(Rate::per_second(3)),
+            Quota::concurrency(3),
+        ] {
+            let (lim, clock) = manual(h, "back", q.clone());
+            clock.advance(ms(500));
+            for _ in 0..3 {
+                assert!(lim.check("k").await.unwrap().allowed, "{q:?}");
+            }
+            clock.set(T0);
+            let d = lim.check("k").await.unwrap();
+            assert!(!d.allowed, "{}: {q:?}: {d:?}", h.name());
+        }
+    }
+
+    async fn multi_quota_is_all_or_nothing(h: &impl Harness) {
+        let clock = ManualClock::new(Duration::from_secs(3_600));
+        let lim = h.limiter(
+            "multi",
+            vec![
+                Quota::fixed_window(Rate::per_minute(3)).name("minute"),
+                Quota::fixed_window(Rate::per_hour(5)).name("hour"),
+                Quota::concurrency(10).name("inflight"),
+            ],
+            clock.clone().into(),
+        );
+        let mut leases = Vec::new();
+        for i in 0..3 {
+            let d = lim.check("u").await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.quota.as_ref(), "minute");
+            assert_eq!(d.remaining, 2 - i);
+            assert_eq!(d.quotas.len(), 3);
+            leases.push(d.lease.unwrap());
+        }
+        let d = lim.check("u").await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.quota.as_ref(), "minute");
+        assert_eq!(d.retry_after, Some(Duration::from_secs(60)));
+        // the hour quota and the lease set were not touched by the denial
+        assert_eq!(d.quotas[1].remaining, 2);
+        assert!(d.quotas[1].allowed);
+        assert_eq!(d.quotas[2].remaining, 7);
+        clock.advance(Duration::from_secs(60));
+        // cost 3 fits the minute but not the hour: nothing is consumed anywhere
+        let d = lim.check_n("u", 3).await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.quota.as_ref(), "hour");
+        assert_eq!(d.retry_after, Some(Duration::from_secs(3_540)));
+        assert_eq!(d.quotas[0].remaining, 3);
+        let d = lim.check_n("u", 2).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.quota.as_ref(), "hour");
+        assert_eq!(d.remaining, 0);
+        for l in &leases {
+            lim.release(l).await.unwrap();
+        }
+        lim.reset("u").await.unwrap();
+        assert_eq!(lim.peek("u").await.unwrap().remaining, 3);
+    }
+
+    async fn exactly_the_limit_is_admitted_under_concurrency_from_many_instances(h: &impl Harness) {
+        for strategy in Strategy::ALL {
+            let prefix = format!("exact-{}", strategy.as_str());
+            let q = quota(strategy, 100, Duration::from_secs(3600));
+            let n = admitted(h, &prefix, vec![q], 8, 1000).await;
+            // Every strategy is exact here: a burst within one window. The sliding
+            // window counter's error bound (at most 2n per sliding window) only
+            // shows across an aligned-window boundary, and even then it never
+            // exceeds n within one aligned window.
+            assert_eq!(n, 100, "{}: {strategy}", h.name());
+        }
+    }
+
+    async fn a_multi_quota_limiter_is_exact_under_concurrency(h: &impl Harness) {
+        for strategy in Strategy::ALL {
+            // a second quota: all of one key's state is touched by one call (on a
+            // cluster, a CROSSSLOT error would show), and it is consumed exactly as often
+            let quotas = vec![
+                quota(strategy, 100, Duration::from_secs(3600)).name("a"),
+                Quota::fixed_window(Rate::per_hour(10_000)).name("b"),
+            ];
+            let prefix = format!("multi-exact-{}", strategy.as_str());
+            let n = admitted(h, &prefix, quotas.clone(), 4, 400).await;
+            assert_eq!(n, 100, "{}: {strategy}", h.name());
+            let lim = h.limiter(&prefix, quotas, Clock::Store);
+            let d = lim.peek("hot-key").await.unwrap();
+            assert_eq!(
+                d.quotas[1].remaining,
+                10_000 - 100,
+                "{}: {strategy}",
+                h.name()
+            );
+        }
+    }
+
+    async fn concurrency_never_exceeds_its_limit_in_flight(h: &impl Harness) {
+        let limiters: Vec<RateLimiter> = (0..8)
+            .map(|_| h.limiter("inflight", vec![Quota::concurrency(10)], Clock::Store))
+            .collect();
+        let in_flight = Arc::new(AtomicU64::new(0));
+        let peak = Arc::new(AtomicU64::new(0));
+        let served = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..400 {
+            let lim = limiters[i % 8].clone();
+            let (in_flight, peak, served) = (in_flight.clone(), peak.clone(), served.clone());
+            tasks.push(tokio::spawn(async move {
+                let d = lim.check("worker").await.unwrap();
+                if let Some(lease) = d.lease {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    served.fetch_add(1, Ordering::SeqCst);
+                    lim.release(&lease).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(peak.load(Ordering::SeqCst) <= 10);
+        assert!(served.load(Ordering::SeqCst) >= 10);
+        // every lease was released: the key is gone
+        assert_eq!(h.key_count("inflight").await, 0, "{}", h.name());
+    }
+
+    async fn all_keys_are_gone_once_their_windows_pass(h: &impl Harness) {
+        let period = Duration::from_millis(200);
+        for strategy in Strategy::ALL {
+            let lim = h.limiter("gone", vec![quota(strategy, 3, period)], Clock::Store);
+            for k in 0..20 {
+                lim.check_n(format!("k{k}"), 2).await.unwrap();
+            }
+        }
+        assert!(h.key_count("gone").await > 0);
+        // Keys expire (at most two 200 ms windows); poll against a deadline.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = h.key_count("gone").await;
+            if left == 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: {left} keys left",
+                h.name()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn fixed_window_on_the_store_clock_starts_at_the_first_hit(h: &impl Harness) {
+        let period = Duration::from_secs(60);
+        let single = h.limiter(
+            "fwclock",
+            vec![Quota::fixed_window(Rate::new(3, period))],
+            Clock::Store,
+        );
+        let multi = h.limiter(
+            "fwclock-multi",
+            vec![
+                Quota::fixed_window(Rate::new(3, period)).name("a"),
+                Quota::fixed_window(Rate::new(100, period)).name("b"),
+            ],
+            Clock::Store,
+        );
+        for lim in [single, multi] {
+            assert_eq!(lim.peek("k").await.unwrap().reset_after, Duration::ZERO);
+            for left in [2, 1, 0] {
+                let d = lim.check("k").await.unwrap();
+                assert!(d.allowed);
+                assert_eq!(d.remaining, left);
+                assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+            }
+            let d = lim.check("k").await.unwrap();
+            assert!(!d.allowed);
+            assert_eq!(d.remaining, 0);
+            assert_eq!(d.retry_after, Some(d.reset_after));
+            assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+            // the denial consumed nothing, and cost above the limit never fits
+            let d = lim.check_n("k", 4).await.unwrap();
+            assert_eq!((d.allowed, d.retry_after), (false, None));
+            assert_eq!(lim.peek("k").await.unwrap().remaining, 0);
+            // on Redis, the window is the key's TTL and the count is a plain counter
+            let mut get = redis::cmd("GET");
+            get.arg(&lim.storage_keys("k")[0]);
+            if let Some(count) = h.redis::<u64>(get).await {
+                assert_eq!(count, 3, "{}", h.name());
+            }
+        }
+    }
+
+    /// A manual clock at 0 or 1 µs (or very late) is a manual time like any other,
+    /// on every strategy and on several quotas at once: the decisions are those
+    /// of the same calls at T0 (shifted to keep the aligned windows' phase).
+    async fn a_manual_clock_at_zero_or_far_ahead_is_manual_time(h: &impl Harness) {
+        let period = Duration::from_secs(10);
+        let mut configs: Vec<(String, Vec<Quota>)> = Strategy::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), vec![quota(*s, 2, period)]))
+            .collect();
+        configs.push((
+            "multi".to_owned(),
+            vec![
+                Quota::fixed_window(Rate::new(2, period)).name("a"),
+                Quota::gcra(Rate::new(3, period)).name("b"),
+            ],
+        ));
+        configs.push((
+            "fw-multi".to_owned(),
+            vec![
+                Quota::fixed_window(Rate::new(2, period)).name("a"),
+                Quota::fixed_window(Rate::new(3, period)).name("b"),
+            ],
+        ));
+        let late = ManualClock::MAX - Duration::from_secs(3_600);
+        for start in [Duration::ZERO, us(1), us(1 << 52), late] {
+            for (name, quotas) in &configs {
+                let phase = us((start.as_micros() % period.as_micros()) as u64);
+                let want = clock_script(
+                    h,
+                    &format!("clk-ref-{name}-{}", start.as_micros()),
+                    quotas.clone(),
+                    T0 + phase,
+                )
+                .await;
+                let got = clock_script(
+                    h,
+                    &format!("clk-{name}-{}", start.as_micros()),
+                    quotas.clone(),
+                    start,
+                )
+                .await;
+                assert_eq!(got, want, "{}: {name} starting at {start:?}", h.name());
+            }
+        }
+    }
+    }
+
+    // The Redis keys themselves: stores whose keys are Redis keys (with TTLs).
+    redis_keys {
+    async fn every_key_written_has_a_ttl_no_longer_than_its_window(h: &impl Harness) {
+        let period = Duration::from_secs(60);
+        let mut written = Vec::new();
+        for strategy in Strategy::ALL {
+            let lim = h.limiter("ttl", vec![quota(strategy, 5, period)], Clock::Store);
+            for k in 0..3 {
+                let user = format!("user-{k}");
+                for _ in 0..7 {
+                    lim.check(&user).await.unwrap();
+                }
+                written.push((strategy, lim.storage_keys(&user).remove(0)));
+            }
+        }
+        // nothing else was stored
+        assert_eq!(h.key_count("ttl").await, 3 * Strategy::ALL.len() as u64);
+        for (strategy, key) in written {
+            let ttl = pttl(h, &key).await.expect("a Redis store");
+            let max = max_ttl_ms(strategy, 60_000);
+            assert!(ttl > 0 && ttl <= max, "{}: {key}: PTTL {ttl}", h.name());
+        }
+    }
+
+    async fn a_key_found_without_ttl_is_repaired_on_denial(h: &impl Harness) {
+        for strategy in Strategy::ALL {
+            let lim = h.limiter(
+                "repair",
+                vec![quota(strategy, 1, Duration::from_secs(60))],
+                Clock::Store,
+            );
+            assert!(lim.check("k").await.unwrap().allowed);
+            let key = lim.storage_keys("k").remove(0);
+            let mut persist = redis::cmd("PERSIST");
+            persist.arg(&key);
+            let removed: i64 = h.redis(persist).await.expect("a Redis store");
+            assert_eq!(removed, 1, "{strategy}: the key had a TTL to remove");
+            assert_eq!(pttl(h, &key).await, Some(-1));
+            assert!(!lim.check("k").await.unwrap().allowed);
+            let ttl = pttl(h, &key).await.unwrap();
+            let max = max_ttl_ms(strategy, 60_000);
+            assert!(
+                ttl > 0 && ttl <= max,
+                "{}: {strategy}: PTTL {ttl}",
+                h.name()
+            );
+        }
+    }
+    }
+}
