@@ -16,27 +16,27 @@ pub(crate) struct LimiterScript {
     pub(crate) sha: String,
 }
 
-const FIXED_WINDOW_FAST: &str = include_str!("../../lua/fixed_window_fast.lua");
-const PRELUDE: &str = include_str!("../../lua/prelude.lua");
-const ZSET: &str = include_str!("../../lua/zset.lua");
-const TAT: &str = include_str!("../../lua/tat.lua");
-const SINGLE: &str = include_str!("../../lua/single.lua");
-const MULTI: &str = include_str!("../../lua/multi.lua");
+const FIXED_WINDOW_FAST: &str = include_str!("../../../lua/fixed_window_fast.lua");
+const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+const ZSET: &str = include_str!("../../../lua/zset.lua");
+const TAT: &str = include_str!("../../../lua/tat.lua");
+const SINGLE: &str = include_str!("../../../lua/single.lua");
+const MULTI: &str = include_str!("../../../lua/multi.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
 
 /// The block of code deciding for `s` (see `lua/prelude.lua`).
 fn strategy_block(s: Strategy) -> Vec<&'static str> {
     match s {
-        Strategy::FixedWindow => vec![include_str!("../../lua/fixed_window.lua")],
-        Strategy::SlidingWindowLog => vec![include_str!("../../lua/sliding_window_log.lua")],
+        Strategy::FixedWindow => vec![include_str!("../../../lua/fixed_window.lua")],
+        Strategy::SlidingWindowLog => vec![include_str!("../../../lua/sliding_window_log.lua")],
         Strategy::SlidingWindowCounter => {
-            vec![include_str!("../../lua/sliding_window_counter.lua")]
+            vec![include_str!("../../../lua/sliding_window_counter.lua")]
         }
-        Strategy::TokenBucket => vec![include_str!("../../lua/token_bucket.lua")],
-        Strategy::LeakyBucket => vec![include_str!("../../lua/leaky_bucket.lua"), TAT],
-        Strategy::Gcra => vec![include_str!("../../lua/gcra.lua"), TAT],
-        Strategy::Concurrency => vec![include_str!("../../lua/concurrency.lua")],
+        Strategy::TokenBucket => vec![include_str!("../../../lua/token_bucket.lua")],
+        Strategy::LeakyBucket => vec![include_str!("../../../lua/leaky_bucket.lua"), TAT],
+        Strategy::Gcra => vec![include_str!("../../../lua/gcra.lua"), TAT],
+        Strategy::Concurrency => vec![include_str!("../../../lua/concurrency.lua")],
     }
 }
 
