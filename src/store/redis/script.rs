@@ -118,4 +118,80 @@ mod tests {
         assert!(multi.source.contains("S[6] = function("));
         assert!(multi.source.contains("S[1] = function("));
     }
+
+    /// The scripts written to `lua/generated/`: (file stem, what limiter, its strategies).
+    fn generated() -> Vec<(String, String, Vec<Strategy>)> {
+        let mut out: Vec<_> = Strategy::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), format!("one {s} quota"), vec![*s]))
+            .collect();
+        out.push((
+            "multi-all".to_owned(),
+            "one quota of every strategy; a limiter with several quotas\n\
+             -- runs this script less the S[<id>] functions of the strategies it does not\n\
+             -- use (and zset.lua if none keeps a sorted set)"
+                .to_owned(),
+            Strategy::ALL.to_vec(),
+        ));
+        out.push((
+            "multi-fixed-window".to_owned(),
+            "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
+            vec![Strategy::FixedWindow; 2],
+        ));
+        out
+    }
+
+    /// What a file in `lua/generated/` holds: a header, then the script exactly as sent.
+    fn render(what: &str, script: &LimiterScript) -> String {
+        format!(
+            "-- GENERATED FILE, do not edit. The script this crate sends to Redis for a\n\
+             -- limiter with {what}.\n\
+             -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the\n\
+             -- files in lua/; everything below this header is sent byte for byte\n\
+             -- (SCRIPT LOAD, then EVALSHA {sha}).\n\
+             -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts\n\
+             {source}",
+            sha = script.sha,
+            source = script.source,
+        )
+    }
+
+    /// `lua/generated/*.lua` are the scripts the crate sends (so a reviewer
+    /// reads exactly what runs in Redis); `UPDATE_GENERATED=1` rewrites them.
+    #[test]
+    fn generated_scripts_match_what_is_sent() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/generated");
+        let update = std::env::var_os("UPDATE_GENERATED").is_some_and(|v| v == "1");
+        let mut expected = std::collections::BTreeSet::new();
+        let mut stale = Vec::new();
+        for (stem, what, strategies) in generated() {
+            let text = render(&what, &LimiterScript::for_quotas(&strategies));
+            let path = dir.join(format!("{stem}.lua"));
+            expected.insert(format!("{stem}.lua"));
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, text).unwrap();
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+        }
+        // files no script is generated for any more
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.ends_with(".lua") && !expected.contains(&name) {
+                if update {
+                    std::fs::remove_file(&path).unwrap();
+                } else {
+                    stale.push(format!("{} (no longer generated)", path.display()));
+                }
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "lua/generated/ differs from the scripts the crate sends: {stale:#?}\n\
+             regenerate with: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts \
+             (then review and commit lua/generated/)"
+        );
+    }
 }
