@@ -2,7 +2,7 @@
 //!
 //! - [`RedisStore`] (here): one Redis server; `RedisClusterStore`
 //!   ([`cluster`], feature `cluster`): a Redis Cluster. A connection kind is
-//!   its store type and one [`Pooled`](conn::Pooled) implementation; a
+//!   its store type and one `conn::Pooled` implementation; a
 //!   Sentinel store would be a third, beside them.
 //! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
 //!   connections, time budgets, discarding broken or silent connections,
