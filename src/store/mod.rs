@@ -116,6 +116,8 @@ pub(crate) struct QuotaOutcome {
     pub(crate) delay: Duration,
 }
 
+/// A memory algorithm's answer as an outcome (Redis replies parse straight
+/// into outcomes, in `redis::protocol`).
 impl From<Raw> for QuotaOutcome {
     fn from(r: Raw) -> Self {
         let us = |v: i64| Duration::from_micros(v.max(0) as u64);

@@ -68,9 +68,10 @@ impl Prepared {
 
 /// One decision: one `EVALSHA` of the limiter's script.
 ///
-/// `KEYS`: one per quota. `ARGV`: the clock reading (the manual time, or `T`
-/// for Redis's clock), the cost, the prepared quota arguments, then the nonce
-/// when the call has one.
+/// `KEYS`: one per quota, all in one hash slot (a key checked in the same
+/// script, such as a penalty box, would follow them). `ARGV`: the clock
+/// reading (the manual time, or `T` for Redis's clock), the cost, the
+/// prepared quota arguments, then the nonce when the call has one.
 pub(crate) async fn decide<P: Pooled>(
     conns: &Connections<P>,
     prepared: &Prepared,
