@@ -11,8 +11,7 @@ use crate::decision::{Decision, Lease, QuotaDecision};
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
-use crate::store::script::LimiterScript;
-use crate::store::{Backend, Call, Outcome, QuotaOutcome, Store};
+use crate::store::{Backend, Bound, Call, Outcome, QuotaOutcome, Store};
 use crate::strategy::Strategy;
 
 /// Longest user key stored verbatim; longer keys are hashed.
@@ -49,14 +48,13 @@ pub struct RateLimiter {
 }
 
 struct Inner {
-    store: Backend,
+    /// The store, with what it prepared for these quotas.
+    store: Bound,
     prefix: String,
     quotas: Vec<QuotaSpec>,
     names: Vec<Arc<str>>,
     /// `:<quota>:<strategy>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
-    quota_args: Vec<Vec<u8>>,
-    script: Arc<LimiterScript>,
     clock: Clock,
     /// Whether decisions need a unique nonce (sorted-set strategies).
     needs_nonce: bool,
@@ -141,8 +139,6 @@ impl RateLimiter {
             base: &base,
             keys: &keys,
             quotas: &inner.quotas,
-            quota_args: &inner.quota_args,
-            script: &inner.script,
             cost,
             now_us: inner.clock.manual_now_us(),
             nonce: &nonce,
@@ -187,13 +183,11 @@ impl RateLimiter {
         let i = &*self.inner;
         RateLimiter {
             inner: Arc::new(Inner {
-                store: store.into_backend(),
+                store: store.into_backend().bind(&i.quotas),
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
                 key_suffixes: i.key_suffixes.clone(),
-                quota_args: i.quota_args.clone(),
-                script: i.script.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
                 instance: new_instance_id(),
@@ -440,33 +434,10 @@ impl RateLimiterBuilder {
             }
             specs.push(spec);
         }
-        // Script arguments after `now` and `cost`, encoded once (see lua/single.lua, lua/multi.lua).
-        let quota_args: Vec<Vec<u8>> = match specs.as_slice() {
-            [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
-            [q] => vec![q.limit, q.period_us, q.burst, q.interval_us],
-            many => many
-                .iter()
-                .flat_map(|q| {
-                    [
-                        u64::from(q.strategy.id()),
-                        q.limit,
-                        q.period_us,
-                        q.burst,
-                        q.interval_us,
-                    ]
-                })
-                .collect(),
-        }
-        .into_iter()
-        .map(|v| v.to_string().into_bytes())
-        .collect();
         let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
-        let strategies: Vec<Strategy> = specs.iter().map(|q| q.strategy).collect();
-        let script = Arc::new(LimiterScript::for_quotas(&strategies));
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                script,
-                store,
+                store: store.bind(&specs),
                 prefix,
                 names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
                 key_suffixes: specs
@@ -474,7 +445,6 @@ impl RateLimiterBuilder {
                     .map(|q| format!(":{}:{}", q.name, q.strategy.tag()))
                     .collect(),
                 quotas: specs,
-                quota_args,
                 clock: self.clock,
                 needs_nonce,
                 instance: new_instance_id(),

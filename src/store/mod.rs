@@ -8,20 +8,23 @@
 //! Every store runs the same algorithms with the same integer-microsecond
 //! arithmetic: the Redis scripts in `lua/` and their Rust twins give
 //! identical decisions (checked by differential tests).
+//!
+//! A limiter binds its store once, at build ([`Backend::bind`]): the store
+//! prepares what it needs for those quotas (a Redis store: its script and
+//! the encoded quota arguments). Each decision is then one [`Call`], the
+//! same for every store.
 
-#[cfg(feature = "cluster")]
-mod cluster;
 mod memory;
 mod redis;
-pub(crate) mod script;
-mod shared;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "cluster")]
-pub use self::cluster::RedisClusterStore;
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
+#[cfg(feature = "cluster")]
+pub use self::redis::cluster::RedisClusterStore;
+use self::redis::protocol;
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
@@ -78,17 +81,15 @@ pub(crate) enum Backend {
     Memory(MemoryStore),
 }
 
-/// One decision to make: the quota keys of one user key.
+/// One decision to make: the quota keys of one user key. The same for every
+/// store; what a store needs beyond it was prepared at [`bind`](Backend::bind).
 pub(crate) struct Call<'a> {
     /// The hash-tagged part shared by all keys, `{prefix:key}`.
     pub(crate) base: &'a str,
     /// One storage key per quota.
     pub(crate) keys: &'a [String],
+    /// The limiter's quotas, in the order of `keys`.
     pub(crate) quotas: &'a [QuotaSpec],
-    /// The limiter's script (Redis only).
-    pub(crate) script: &'a script::LimiterScript,
-    /// Pre-encoded script arguments of the quotas (Redis only).
-    pub(crate) quota_args: &'a [Vec<u8>],
     pub(crate) cost: u64,
     /// Manual clock reading (any value, 0 included, up to
     /// [`ManualClock::MAX`](crate::ManualClock::MAX)); `None`: the store's clock.
@@ -114,6 +115,8 @@ pub(crate) struct QuotaOutcome {
     pub(crate) delay: Duration,
 }
 
+/// A memory algorithm's answer as an outcome (Redis replies parse straight
+/// into outcomes, in `redis::protocol`).
 impl From<Raw> for QuotaOutcome {
     fn from(r: Raw) -> Self {
         let us = |v: i64| Duration::from_micros(v.max(0) as u64);
@@ -139,21 +142,57 @@ impl Backend {
         }
     }
 
+    /// Binds the store to one limiter's `quotas`: what the store needs for
+    /// every call of that limiter is prepared here, once.
+    pub(crate) fn bind(self, quotas: &[QuotaSpec]) -> Bound {
+        let redis = || Arc::new(protocol::Prepared::new(quotas));
+        match self {
+            Backend::Redis(s) => Bound::Redis(s, redis()),
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => Bound::Cluster(s, redis()),
+            Backend::Memory(s) => Bound::Memory(s),
+        }
+    }
+}
+
+/// A store bound to one limiter, with what it prepared for that limiter's
+/// quotas (opaque to the limiter). Dispatched without boxing.
+#[derive(Clone)]
+pub(crate) enum Bound {
+    Redis(RedisStore, Arc<protocol::Prepared>),
+    #[cfg(feature = "cluster")]
+    Cluster(RedisClusterStore, Arc<protocol::Prepared>),
+    Memory(MemoryStore),
+}
+
+impl std::fmt::Debug for Bound {
+    /// The store alone, as [`Backend`] shows it (the script is no news).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
+            #[cfg(feature = "cluster")]
+            Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
+            Bound::Memory(s) => f.debug_tuple("Memory").field(s).finish(),
+        }
+    }
+}
+
+impl Bound {
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
-            Backend::Redis(s) => s.inner.decide(call).await,
+            Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.decide(call).await,
-            Backend::Memory(s) => Ok(s.decide(call)),
+            Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
+            Bound::Memory(s) => Ok(s.decide(call)),
         }
     }
 
     pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => s.inner.release(lease).await,
+            Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.release(lease).await,
-            Backend::Memory(s) => {
+            Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
+            Bound::Memory(s) => {
                 s.release(lease);
                 Ok(())
             }
@@ -162,10 +201,10 @@ impl Backend {
 
     pub(crate) async fn reset(&self, base: &str, keys: &[String]) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => s.inner.reset(keys).await,
+            Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.reset(keys).await,
-            Backend::Memory(s) => {
+            Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
+            Bound::Memory(s) => {
                 s.reset(base, keys);
                 Ok(())
             }

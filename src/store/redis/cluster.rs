@@ -6,7 +6,7 @@ use std::time::Duration;
 use deadpool_redis::cluster::Pool;
 use redis::cluster_async::ClusterConnection;
 
-use super::shared::{Pooled, Shared, pool_error};
+use super::conn::{Connections, Pooled, pool_error};
 use crate::error::{ConfigError, StoreError};
 
 /// A store in a Redis Cluster, reached through a `deadpool_redis::cluster::Pool`.
@@ -39,7 +39,7 @@ use crate::error::{ConfigError, StoreError};
 #[derive(Clone)]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub struct RedisClusterStore {
-    pub(super) inner: Arc<Shared<Pool>>,
+    pub(in crate::store) inner: Arc<Connections<Pool>>,
 }
 
 impl Pooled for Pool {
@@ -80,7 +80,7 @@ impl RedisClusterStore {
     /// A store over `pool` with the [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
     pub fn new(pool: Pool) -> Self {
         Self {
-            inner: Arc::new(Shared::new(pool, 1, Self::DEFAULT_TIMEOUT)),
+            inner: Arc::new(Connections::new(pool, 1, Self::DEFAULT_TIMEOUT)),
         }
     }
 
@@ -128,7 +128,7 @@ impl RedisClusterStore {
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {
-            inner: Arc::new(Shared::new(self.inner.pool.clone(), 1, timeout)),
+            inner: Arc::new(Connections::new(self.inner.pool.clone(), 1, timeout)),
         }
     }
 

@@ -1,6 +1,10 @@
-//! What [`RedisStore`](crate::RedisStore) and `RedisClusterStore` share:
-//! multiplexed connections held out of a deadpool pool, one `EVALSHA` per
-//! decision, `NOSCRIPT` reloads, time budgets and broken-connection replacement.
+//! Connection health, shared by every Redis connection kind: multiplexed
+//! connections held out of a deadpool pool and shared by all calls, time
+//! budgets, replacement of broken or silent connections, and the `NOSCRIPT`
+//! reload. What is sent and how replies read is in [`protocol`](super::protocol).
+//!
+//! A connection kind (single node, Cluster; Sentinel would be a third) is one
+//! [`Pooled`] implementation next to its store type.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,14 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::script::LimiterScript;
-use super::{Call, Outcome, QuotaOutcome};
-use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
-use crate::strategy::state::Raw;
-
-/// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
-/// in microseconds (see `lua/prelude.lua`).
-const SERVER_CLOCK: &str = "T";
 
 /// A deadpool pool of multiplexed (shareable) Redis connections.
 pub(crate) trait Pooled: Send + Sync + 'static {
@@ -42,11 +39,11 @@ pub(crate) trait Pooled: Send + Sync + 'static {
 }
 
 /// The shared state of a Redis-backed store.
-pub(crate) struct Shared<P: Pooled> {
+pub(crate) struct Connections<P: Pooled> {
     pub(crate) pool: P,
     slots: Box<[Slot<P>]>,
     next: AtomicUsize,
-    /// The number of connections asked for (0 is rejected by [`Shared::validate`]).
+    /// The number of connections asked for (0 is rejected by [`Connections::validate`]).
     requested: usize,
     pub(crate) timeout: Duration,
     /// Serialises script loads after `NOSCRIPT`.
@@ -80,7 +77,7 @@ impl<P: Pooled> Drop for Held<P> {
     }
 }
 
-/// What [`Shared::query`] sends.
+/// What [`Connections::query`] sends.
 #[derive(Clone, Copy)]
 pub(crate) enum Request<'a> {
     Cmd(&'a redis::Cmd),
@@ -99,7 +96,7 @@ impl Request<'_> {
     }
 }
 
-impl<P: Pooled> Shared<P> {
+impl<P: Pooled> Connections<P> {
     pub(crate) fn new(pool: P, connections: usize, timeout: Duration) -> Self {
         Self {
             pool,
@@ -312,55 +309,6 @@ impl<P: Pooled> Shared<P> {
             (r, _) => r.map_err(|e| self.failed(&held, e)),
         }
     }
-
-    pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
-        let args = 6 + call.keys.len() + call.quota_args.len();
-        let bytes = 96
-            + call.keys.iter().map(String::len).sum::<usize>()
-            + call.quota_args.iter().map(Vec::len).sum::<usize>()
-            + call.nonce.len();
-        let mut cmd = redis::Cmd::with_capacity(args, bytes);
-        cmd.arg("EVALSHA")
-            .arg(call.script.sha.as_str())
-            .arg(call.keys.len())
-            .arg(call.keys);
-        // ARGV[1]: the manual time (any integer, 0 included), or `T` for
-        // Redis's own clock (lua/prelude.lua)
-        match call.now_us {
-            Some(us) => cmd.arg(us),
-            None => cmd.arg(SERVER_CLOCK),
-        };
-        cmd.arg(call.cost);
-        for a in call.quota_args {
-            cmd.arg(a.as_slice());
-        }
-        if !call.nonce.is_empty() {
-            cmd.arg(call.nonce);
-        }
-        let reply: Vec<u8> = self.query(Request::Cmd(&cmd), Some(call.script)).await?;
-        parse_reply(&reply, call.keys.len())
-    }
-
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        let members: Vec<String> = lease.members().collect();
-        if let [key] = lease.keys.as_slice() {
-            let mut cmd = redis::cmd("ZREM");
-            cmd.arg(key).arg(&members);
-            return self.query(Request::Cmd(&cmd), None).await;
-        }
-        // several concurrency quotas: their keys share one slot (hash tag)
-        let mut pipe = redis::pipe();
-        for key in &lease.keys {
-            pipe.cmd("ZREM").arg(key).arg(&members).ignore();
-        }
-        self.query(Request::Pipe(&pipe), None).await
-    }
-
-    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(keys);
-        self.query(Request::Cmd(&cmd), None).await
-    }
 }
 
 fn is_noscript(e: &RedisError) -> bool {
@@ -369,41 +317,6 @@ fn is_noscript(e: &RedisError) -> bool {
 
 fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
     lock.read().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Turns the script's reply, a string of space-separated integers, into an [`Outcome`].
-pub(crate) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreError> {
-    let bad = || {
-        StoreError::Protocol(format!(
-            "expected {} integers from the limiter script, got {:?}",
-            1 + 5 * quotas,
-            String::from_utf8_lossy(reply)
-        ))
-    };
-    let mut numbers = reply.split(|b| *b == b' ').map(|part| {
-        std::str::from_utf8(part)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-    });
-    let mut next = || numbers.next().flatten().ok_or_else(bad);
-    let allowed = next()? == 1;
-    let mut out = Vec::with_capacity(quotas);
-    for _ in 0..quotas {
-        out.push(QuotaOutcome::from(Raw {
-            ok: next()? == 1,
-            remaining: next()?,
-            reset: next()?,
-            retry: next()?,
-            delay: next()?,
-        }));
-    }
-    if numbers.next().is_some() {
-        return Err(bad());
-    }
-    Ok(Outcome {
-        allowed,
-        quotas: out,
-    })
 }
 
 /// A deadpool error as a store error.

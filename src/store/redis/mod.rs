@@ -1,4 +1,27 @@
-//! [`RedisStore`]: limiter state in one Redis server.
+//! The one home of the Redis protocol, for every connection kind.
+//!
+//! - [`RedisStore`] (here): one Redis server; `RedisClusterStore`
+//!   ([`cluster`], feature `cluster`): a Redis Cluster. A connection kind is
+//!   its store type and one `conn::Pooled` implementation; a
+//!   Sentinel store would be a third, beside them.
+//! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
+//!   connections, time budgets, discarding broken or silent connections,
+//!   reloading the script on `NOSCRIPT`.
+//! - [`script`]: a limiter's script, assembled from the files in `lua/`
+//!   (`lua/generated/` holds them as sent, checked by a test).
+//! - [`protocol`]: what is sent (`KEYS`/`ARGV` of a decision, the commands of
+//!   release and reset) and how the replies read, into the store's
+//!   [`Outcome`](super::Outcome). It shares no types with the memory store.
+//!
+//! Per limiter, at build, a Redis store prepares its script and the encoded
+//! quota arguments once ([`protocol::Prepared`]); every decision is then one
+//! `EVALSHA`, with no per-call script building or quota encoding.
+
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+pub(crate) mod conn;
+pub(crate) mod protocol;
+pub(crate) mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,7 +29,7 @@ use std::time::Duration;
 use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 
-use super::shared::{Pooled, Shared, pool_error};
+use self::conn::{Connections, Pooled, pool_error};
 use crate::error::{ConfigError, StoreError};
 
 /// A store in one Redis server, reached through a `deadpool_redis::Pool`.
@@ -43,7 +66,7 @@ use crate::error::{ConfigError, StoreError};
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    pub(super) inner: Arc<Shared<Pool>>,
+    pub(in crate::store) inner: Arc<Connections<Pool>>,
 }
 
 impl Pooled for Pool {
@@ -86,7 +109,7 @@ impl RedisStore {
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
     pub fn new(pool: Pool) -> Self {
         Self {
-            inner: Arc::new(Shared::new(pool, 1, Self::DEFAULT_TIMEOUT)),
+            inner: Arc::new(Connections::new(pool, 1, Self::DEFAULT_TIMEOUT)),
         }
     }
 
@@ -123,7 +146,11 @@ impl RedisStore {
     pub fn timeout(self, timeout: Duration) -> Self {
         let connections = self.inner.requested();
         Self {
-            inner: Arc::new(Shared::new(self.inner.pool.clone(), connections, timeout)),
+            inner: Arc::new(Connections::new(
+                self.inner.pool.clone(),
+                connections,
+                timeout,
+            )),
         }
     }
 
@@ -139,7 +166,7 @@ impl RedisStore {
         // out would time out every call that comes to it.
         let connections = connections.min(self.inner.pool.status().max_size.max(1));
         Self {
-            inner: Arc::new(Shared::new(
+            inner: Arc::new(Connections::new(
                 self.inner.pool.clone(),
                 connections,
                 self.inner.timeout,

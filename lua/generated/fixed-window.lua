@@ -1,0 +1,154 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with one fixed-window quota.
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA 9c16e3376b84f01e2c6d3c695d52c9920d6fdf91).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+-- FixedWindow fast path: one quota, Redis's clock, a cost that can fit. It runs
+-- before anything else in the script and defines no function, so a call costs
+-- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
+-- falls through to the general code.
+if ARGV[1] == 'T' then
+  local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  if cost > 0 and cost <= n then
+    local c = redis.call('INCRBY', key, ARGV[2])
+    local ttl
+    if c == cost then
+      ttl = math.ceil(tonumber(ARGV[4]) / 1000)
+      redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+    else
+      ttl = redis.call('PTTL', key)
+      if ttl < 0 then
+        -- repair a key found without a TTL
+        ttl = math.ceil(tonumber(ARGV[4]) / 1000)
+        redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+      end
+    end
+    if c > n then
+      redis.call('DECRBY', key, ARGV[2])
+      return string.format('0 0 %d %d %d 0', n - c + cost, ttl * 1000, ttl * 1000)
+    end
+    return string.format('1 1 %d %d -1 0', n - c, ttl * 1000)
+  end
+end
+local READS_TIME = false
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
+--
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
+-- All times are integer microseconds held in Lua numbers (exact below 2^53).
+--
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
+-- With apply = false nothing is consumed, but the numbers are those the
+-- request would get if it were; with apply = true an allowed request with
+-- cost > 0 is written. reset_after is also the key's TTL: after it the state
+-- is the same as no state.
+local MANUAL = ARGV[1] ~= 'T'
+-- The decision's time: the manual clock's, or Redis's own TIME, read once.
+-- READS_TIME (set before this file) is false only for fixed-window-only
+-- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
+local NOW = tonumber(ARGV[1])
+if not MANUAL then
+  if READS_TIME then
+    local t = redis.call('TIME')
+    NOW = t[1] * 1000000 + t[2]
+  else
+    NOW = nil
+  end
+end
+
+local fmt, ceil = string.format, math.ceil
+-- Redis expires keys on its own clock, which a manual clock need not follow:
+-- a simulation may move slower than real time. On a manual clock every TTL is
+-- GRACE ms longer, so Redis never forgets state that the manual time still
+-- needs (state kept past its time reads as no state: every strategy compares
+-- times). On Redis's clock TTLs are exact.
+local GRACE = 0
+if MANUAL then GRACE = 60000 end
+-- There are no helper functions here on purpose: Lua creates a closure for
+-- every function definition each time a script runs, which measurably slows
+-- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
+-- written out where they are used:
+--   integer to exact text (tostring may use exponents): fmt('%.0f', x)
+--   TTL in whole milliseconds, rounded up:              fmt('%.0f', ceil(us / 1000) + GRACE)
+--   a denied request writes nothing, but a key found without a TTL gets one:
+--     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, count, period,
+-- burst, interval (microseconds; a fixed window sends only count and period),
+-- then the nonce when the strategy needs one.
+-- The strategy's code is spliced in at the marker below, as a block: no
+-- function is created per call.
+-- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
+-- (one bulk string is much cheaper for clients to parse than an array).
+local key, n, period = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local burst, interval = tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, nonce, apply, now = tonumber(ARGV[2]), ARGV[7], true, NOW
+local ok, rem, reset, retry, delay
+do
+-- FixedWindow. The window starts at the key's first hit and lasts `period`.
+--
+-- On Redis's clock the key is a plain counter whose TTL is the rest of the
+-- window: GET and PTTL, then INCRBY (PEXPIRE on the first hit), with no TIME
+-- call; the one-quota case usually takes fixed_window_fast.lua instead. With a
+-- manual clock the key is a hash {s = window start, c = count} so that windows
+-- follow the manual time.
+if not MANUAL then
+  local ms = ceil(period / 1000)
+  local c = tonumber(redis.call('GET', key) or '0')
+  local ttl = 0
+  if c > 0 then
+    ttl = redis.call('PTTL', key)
+    if ttl == -1 then
+      -- repair a key found without a TTL
+      ttl = ms
+      redis.call('PEXPIRE', key, fmt('%.0f', ms))
+    end
+    if ttl < 0 then ttl = 0 end
+  end
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, ttl * 1000, -1, 0
+    if cost <= n then retry = ttl * 1000 end
+  else
+    if cost > 0 and c == 0 then ttl = ms end
+    if apply and cost > 0 then
+      redis.call('INCRBY', key, fmt('%.0f', cost))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, ttl * 1000, -1, 0
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if not s or not c or now >= s + period then
+    s, c = now, 0
+  end
+  local left = s + period - now
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, 0, -1, 0
+    if c > 0 then reset = left end
+    if cost <= n then retry = left end
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    end
+  else
+    if apply and cost > 0 then
+      if c == 0 then
+        redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
+      else
+        redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
+      end
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000) + GRACE))
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
+    if c + cost > 0 then reset = left end
+  end
+end
+end
+return fmt('%d %d %d %d %d %d', ok, ok, rem, reset, retry, delay)

@@ -1,0 +1,412 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with one quota of every strategy; a limiter with several quotas
+-- runs this script less the S[<id>] functions of the strategies it does not
+-- use (and zset.lua if none keeps a sorted set).
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA 443273851ac93b55f3e81edc15ed8c577dfde977).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+local READS_TIME = true
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
+--
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
+-- All times are integer microseconds held in Lua numbers (exact below 2^53).
+--
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
+-- With apply = false nothing is consumed, but the numbers are those the
+-- request would get if it were; with apply = true an allowed request with
+-- cost > 0 is written. reset_after is also the key's TTL: after it the state
+-- is the same as no state.
+local MANUAL = ARGV[1] ~= 'T'
+-- The decision's time: the manual clock's, or Redis's own TIME, read once.
+-- READS_TIME (set before this file) is false only for fixed-window-only
+-- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
+local NOW = tonumber(ARGV[1])
+if not MANUAL then
+  if READS_TIME then
+    local t = redis.call('TIME')
+    NOW = t[1] * 1000000 + t[2]
+  else
+    NOW = nil
+  end
+end
+
+local fmt, ceil = string.format, math.ceil
+-- Redis expires keys on its own clock, which a manual clock need not follow:
+-- a simulation may move slower than real time. On a manual clock every TTL is
+-- GRACE ms longer, so Redis never forgets state that the manual time still
+-- needs (state kept past its time reads as no state: every strategy compares
+-- times). On Redis's clock TTLs are exact.
+local GRACE = 0
+if MANUAL then GRACE = 60000 end
+-- There are no helper functions here on purpose: Lua creates a closure for
+-- every function definition each time a script runs, which measurably slows
+-- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
+-- written out where they are used:
+--   integer to exact text (tostring may use exponents): fmt('%.0f', x)
+--   TTL in whole milliseconds, rounded up:              fmt('%.0f', ceil(us / 1000) + GRACE)
+--   a denied request writes nothing, but a key found without a TTL gets one:
+--     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
+-- Sorted-set helpers of SlidingWindowLog and Concurrency.
+
+-- Adds `cost` members `<nonce>.<i>` with `score`, 256 per ZADD.
+local function zadd_members(key, score, nonce, cost)
+  local s = fmt('%.0f', score)
+  local i = 0
+  while i < cost do
+    local batch = {}
+    local j = 0
+    while j < 256 and i < cost do
+      batch[#batch + 1] = s
+      batch[#batch + 1] = nonce .. '.' .. i
+      i = i + 1
+      j = j + 1
+    end
+    redis.call('ZADD', key, unpack(batch))
+  end
+end
+
+-- The score at rank `idx` (0 = lowest, -1 = highest).
+local function zscore_at(key, idx)
+  return tonumber(redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')[2])
+end
+local S = {}
+S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- FixedWindow. The window starts at the key's first hit and lasts `period`.
+--
+-- On Redis's clock the key is a plain counter whose TTL is the rest of the
+-- window: GET and PTTL, then INCRBY (PEXPIRE on the first hit), with no TIME
+-- call; the one-quota case usually takes fixed_window_fast.lua instead. With a
+-- manual clock the key is a hash {s = window start, c = count} so that windows
+-- follow the manual time.
+if not MANUAL then
+  local ms = ceil(period / 1000)
+  local c = tonumber(redis.call('GET', key) or '0')
+  local ttl = 0
+  if c > 0 then
+    ttl = redis.call('PTTL', key)
+    if ttl == -1 then
+      -- repair a key found without a TTL
+      ttl = ms
+      redis.call('PEXPIRE', key, fmt('%.0f', ms))
+    end
+    if ttl < 0 then ttl = 0 end
+  end
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, ttl * 1000, -1, 0
+    if cost <= n then retry = ttl * 1000 end
+  else
+    if cost > 0 and c == 0 then ttl = ms end
+    if apply and cost > 0 then
+      redis.call('INCRBY', key, fmt('%.0f', cost))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, ttl * 1000, -1, 0
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if not s or not c or now >= s + period then
+    s, c = now, 0
+  end
+  local left = s + period - now
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, 0, -1, 0
+    if c > 0 then reset = left end
+    if cost <= n then retry = left end
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    end
+  else
+    if apply and cost > 0 then
+      if c == 0 then
+        redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
+      else
+        redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
+      end
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000) + GRACE))
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
+    if c + cost > 0 then reset = left end
+  end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[2] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- SlidingWindowLog: sorted set of (score = request time, member = unique id).
+-- Exact: at most n requests with a time in (now - period, now].
+local expired = fmt('%.0f', now - period)
+-- Count without writing: under maxmemory the first write must be the ZADD,
+-- so that Redis refuses it (expired entries are removed after it).
+local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
+local newest = now - period
+if c > 0 then newest = zscore_at(key, -1) end
+reset = 0
+if c > 0 then reset = newest + period - now end
+if cost > n or c + cost > n then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  ok, rem, retry, delay = 0, n - c, -1, 0
+  if cost <= n then
+    -- the (c + cost - n)-th oldest entry must leave the window first
+    retry = zscore_at(key, c + cost - n - 1) + period - now
+  end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  if cost > 0 then
+    if newest < now then newest = now end
+    reset = newest + period - now
+    if apply then
+      zadd_members(key, now, nonce, cost)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    end
+  end
+  ok, rem, retry, delay = 1, n - c - cost, -1, 0
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[3] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- SlidingWindowCounter: hash {w = aligned window index, c = its count,
+-- p = previous window's count}. The estimate is c + floor(p * overlap), where
+-- overlap is the share of the previous window still inside the sliding window.
+-- reset_after: until the end of the next window while this one has a count,
+-- else until the end of this one while the previous had one.
+local w = math.floor(now / period)
+local st = redis.call('HMGET', key, 'w', 'c', 'p')
+local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+if not sw then
+  c, p = 0, 0
+elseif sw == w - 1 then
+  c, p = 0, c
+elseif sw > w then
+  w = sw -- the clock went backwards: stay in the stored window
+elseif sw ~= w then
+  c, p = 0, 0
+end
+local e = now - w * period
+if e < 0 then e = 0 end
+local used = c + math.floor(p * ((period - e) / period))
+if cost > n or used + cost > n then
+  ok, rem, reset, retry, delay = 0, n - used, 0, -1, 0
+  if rem < 0 then rem = 0 end
+  if cost <= n then
+    local a = n - cost - c
+    if a >= 0 then
+      retry = period + 1 - math.ceil((a + 1) * period / p) - e
+    else
+      local emin = period + 1 - math.ceil((n - cost + 1) * period / c)
+      if emin < 0 then emin = 0 end
+      retry = (w + 1) * period - now + emin
+    end
+  end
+  if c > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
+  if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
+  if apply and cost > 0 then
+    redis.call('HSET', key, 'w', fmt('%.0f', w), 'c', fmt('%.0f', c + cost), 'p', fmt('%.0f', p))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[4] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- TokenBucket: hash {t = tokens, s = time of the last refill}. The bucket
+-- holds `burst` tokens and gains one every `interval`; a missing key is a full
+-- bucket. reset_after: until the bucket is full again.
+local st = redis.call('HMGET', key, 't', 's')
+local t, s = tonumber(st[1]), tonumber(st[2])
+if not t or not s then
+  t, s = burst, now
+end
+if now > s then
+  local add = math.floor((now - s) / interval)
+  if t + add >= burst then
+    t, s = burst, now
+  else
+    t, s = t + add, s + add * interval
+  end
+end
+if cost > burst or cost > t then
+  ok, rem, reset, retry, delay = 0, t, 0, -1, 0
+  if cost <= burst then retry = s + (cost - t) * interval - now end
+  if t < burst then reset = s + (burst - t) * interval - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  local left = t - cost
+  ok, rem, reset, retry, delay = 1, left, 0, -1, 0
+  if left < burst then reset = s + (burst - left) * interval - now end
+  if apply and cost > 0 then
+    redis.call('HSET', key, 't', fmt('%.0f', left), 's', fmt('%.0f', s))
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[5] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- LeakyBucket: a queue of `burst` slots draining one request every `interval`,
+-- stored as one timestamp (tat.lua follows): GCRA admission, and an admitted
+-- request gets a delay until its slot.
+local queue = true
+-- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
+-- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- same admission, but the request is told to wait until its slot (delay).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  if apply and cost > 0 then
+    redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000) + GRACE))
+  end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[6] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
+-- admitted request proceeds at once.
+local queue = false
+-- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
+-- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- same admission, but the request is told to wait until its slot (delay).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  if apply and cost > 0 then
+    redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000) + GRACE))
+  end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[7] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- Concurrency: sorted set of leases (score = expiry, member = lease id). At
+-- most n unexpired leases per key; `period` is the lease timeout.
+local expired = fmt('%.0f', now)
+-- Count without writing: under maxmemory the first write must be the ZADD,
+-- so that Redis refuses it (expired leases are removed after it).
+local c = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
+local last = now
+if c > 0 then last = zscore_at(key, -1) end
+if cost > n or c + cost > n then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  ok, rem, reset, retry, delay = 0, n - c, last - now, -1, 0
+  if cost <= n then retry = zscore_at(key, c + cost - n - 1) - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+  end
+else
+  if cost > 0 then
+    if last < now + period then last = now + period end
+    if apply then
+      zadd_members(key, now + period, nonce, cost)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+      redis.call('PEXPIRE', key, fmt('%.0f', ceil((last - now) / 1000) + GRACE))
+    end
+  end
+  ok, rem, reset, retry, delay = 1, n - c - cost, last - now, -1, 0
+end
+end
+return ok, rem, reset, retry, delay
+end
+-- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now ('T' = Redis's
+-- clock), cost, then per quota: strategy id, count, period, burst, interval
+-- (microseconds), then the nonce when a strategy needs one.
+-- Reply: one string of integers: all_ok, then per quota ok, remaining,
+-- reset_after, retry_after, delay.
+-- Every quota is checked before any is consumed.
+local cost = tonumber(ARGV[2])
+local nonce = ARGV[3 + 5 * #KEYS]
+
+local function run(i, c, apply)
+  local o = 2 + (i - 1) * 5
+  return S[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
+    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), c, nonce, apply)
+end
+
+local nq = #KEYS
+local res = {}
+local all = 1
+for i = 1, nq do
+  res[i] = { run(i, cost, false) }
+  if res[i][1] == 0 then all = 0 end
+end
+if all == 1 and cost > 0 then
+  for i = 1, nq do res[i] = { run(i, cost, true) } end
+elseif all == 0 then
+  -- nothing is consumed: quotas that would allow report their current state
+  for i = 1, nq do
+    if res[i][1] == 1 then
+      res[i] = { run(i, 0, false) }
+    end
+  end
+end
+local out = { tostring(all) }
+for i = 1, nq do
+  local r = res[i]
+  out[i + 1] = string.format('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])
+end
+return table.concat(out, ' ')

@@ -1,0 +1,178 @@
+//! Limiter scripts, assembled from the files in `lua/`.
+//!
+//! A limiter's script holds only what it uses. One quota: the prelude, then
+//! `single.lua` with the strategy's block spliced in, so that a call creates
+//! no Lua function (Lua builds a closure for every function definition on
+//! every run, which measurably costs Redis time). Several quotas: each used
+//! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
+//! compiles each distinct script once; every decision is one `EVALSHA`.
+
+use crate::strategy::Strategy;
+
+/// A script's text and SHA1.
+#[derive(Debug)]
+pub(crate) struct LimiterScript {
+    pub(crate) source: String,
+    pub(crate) sha: String,
+}
+
+const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+const ZSET: &str = include_str!("../../../lua/zset.lua");
+const SINGLE: &str = include_str!("../../../lua/single.lua");
+const MULTI: &str = include_str!("../../../lua/multi.lua");
+/// Where `single.lua` takes its strategy's block.
+const SPLICE: &str = "--@STRATEGY\n";
+
+impl LimiterScript {
+    /// The script for a limiter whose quotas use `strategies`, in order.
+    pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
+        let mut source = String::new();
+        if let [only] = strategies
+            && let Some(fast) = only.spec().lua.fast_path
+        {
+            source.push_str(fast);
+        }
+        // Scripts whose strategies never read `now` on Redis's clock skip TIME
+        // (see prelude.lua).
+        source.push_str(if strategies.iter().any(|s| s.spec().lua.reads_time) {
+            "local READS_TIME = true\n"
+        } else {
+            "local READS_TIME = false\n"
+        });
+        source.push_str(PRELUDE);
+        if strategies.iter().any(|s| s.spec().lua.zset_helpers) {
+            source.push_str(ZSET);
+        }
+        if let [only] = strategies {
+            let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
+            source.push_str(head);
+            source.push_str("do\n");
+            for part in only.spec().lua.body {
+                source.push_str(part);
+            }
+            source.push_str("end\n");
+            source.push_str(tail);
+        } else {
+            source.push_str("local S = {}\n");
+            for s in Strategy::ALL {
+                if !strategies.contains(&s) {
+                    continue;
+                }
+                source.push_str(&format!(
+                    "S[{}] = function(key, n, period, burst, interval, cost, nonce, apply)\n\
+                     local now = NOW\nlocal ok, rem, reset, retry, delay\ndo\n",
+                    s.id()
+                ));
+                for part in s.spec().lua.body {
+                    source.push_str(part);
+                }
+                source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
+            }
+            source.push_str(MULTI);
+        }
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        LimiterScript { source, sha }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_quota_scripts_define_no_function_per_call() {
+        for s in Strategy::ALL {
+            let script = LimiterScript::for_quotas(&[s]);
+            assert!(
+                script
+                    .source
+                    .contains("local ok, rem, reset, retry, delay\ndo\n")
+            );
+            let functions = script.source.matches("function(").count()
+                + script.source.matches("local function ").count();
+            // zadd_members, zscore_at
+            let helpers = if s.spec().lua.zset_helpers { 2 } else { 0 };
+            assert_eq!(functions, helpers, "{s}:\n{}", script.source);
+        }
+        let [a, b, ..] = Strategy::ALL;
+        let multi = LimiterScript::for_quotas(&[b, a]);
+        assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
+        assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
+    }
+
+    /// The scripts written to `lua/generated/`: (file stem, what limiter, its strategies).
+    fn generated() -> Vec<(String, String, Vec<Strategy>)> {
+        let mut out: Vec<_> = Strategy::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), format!("one {s} quota"), vec![*s]))
+            .collect();
+        out.push((
+            "multi-all".to_owned(),
+            "one quota of every strategy; a limiter with several quotas\n\
+             -- runs this script less the S[<id>] functions of the strategies it does not\n\
+             -- use (and zset.lua if none keeps a sorted set)"
+                .to_owned(),
+            Strategy::ALL.to_vec(),
+        ));
+        out.push((
+            "multi-fixed-window".to_owned(),
+            "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
+            vec![Strategy::FixedWindow; 2],
+        ));
+        out
+    }
+
+    /// What a file in `lua/generated/` holds: a header, then the script exactly as sent.
+    fn render(what: &str, script: &LimiterScript) -> String {
+        format!(
+            "-- GENERATED FILE, do not edit. The script this crate sends to Redis for a\n\
+             -- limiter with {what}.\n\
+             -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the\n\
+             -- files in lua/; everything below this header is sent byte for byte\n\
+             -- (SCRIPT LOAD, then EVALSHA {sha}).\n\
+             -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts\n\
+             {source}",
+            sha = script.sha,
+            source = script.source,
+        )
+    }
+
+    /// `lua/generated/*.lua` are the scripts the crate sends (so a reviewer
+    /// reads exactly what runs in Redis); `UPDATE_GENERATED=1` rewrites them.
+    #[test]
+    fn generated_scripts_match_what_is_sent() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/generated");
+        let update = std::env::var_os("UPDATE_GENERATED").is_some_and(|v| v == "1");
+        let mut expected = std::collections::BTreeSet::new();
+        let mut stale = Vec::new();
+        for (stem, what, strategies) in generated() {
+            let text = render(&what, &LimiterScript::for_quotas(&strategies));
+            let path = dir.join(format!("{stem}.lua"));
+            expected.insert(format!("{stem}.lua"));
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, text).unwrap();
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+        }
+        // files no script is generated for any more
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.ends_with(".lua") && !expected.contains(&name) {
+                if update {
+                    std::fs::remove_file(&path).unwrap();
+                } else {
+                    stale.push(format!("{} (no longer generated)", path.display()));
+                }
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "lua/generated/ differs from the scripts the crate sends: {stale:#?}\n\
+             regenerate with: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts \
+             (then review and commit lua/generated/)"
+        );
+    }
+}
