@@ -1,4 +1,5 @@
-//! Stores: where limiter state lives.
+//! [`Store`]: where limiter state lives. The stores themselves are at the
+//! crate root:
 //!
 //! - [`RedisStore`]: a single Redis over a `deadpool_redis::Pool`.
 //! - `RedisClusterStore` (feature `cluster`): a Redis Cluster over a
@@ -10,18 +11,18 @@
 //! identical decisions (checked by differential tests).
 
 #[cfg(feature = "cluster")]
-mod cluster;
-mod memory;
-mod redis;
+pub(crate) mod cluster;
+pub(crate) mod memory;
+pub(crate) mod redis;
 pub(crate) mod script;
 mod shared;
 
 use std::time::Duration;
 
 #[cfg(feature = "cluster")]
-pub use self::cluster::RedisClusterStore;
-pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub(crate) use self::cluster::RedisClusterStore;
+pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::redis::RedisStore;
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
@@ -91,7 +92,7 @@ pub(crate) struct Call<'a> {
     pub(crate) quota_args: &'a [Vec<u8>],
     pub(crate) cost: u64,
     /// Manual clock reading (any value, 0 included, up to
-    /// [`ManualClock::MAX`](crate::ManualClock::MAX)); `None`: the store's clock.
+    /// [`ManualClock::MAX`](crate::clock::ManualClock::MAX)); `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (sliding log entries, leases).
     pub(crate) nonce: &'a str,
