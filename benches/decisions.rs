@@ -34,7 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 /// Nothing is ever denied at this rate.
 const HUGE: u64 = 1_000_000_000;

@@ -38,9 +38,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::oneshot;
-use tower_redis_ratelimit::{
-    HeaderStyle, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
-};
+use tower_redis_ratelimit::middleware::HeaderStyle;
+use tower_redis_ratelimit::{Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key};
 
 /// A fixed window as one would write it by hand: INCRBY, PEXPIRE on the first hit.
 const HANDWRITTEN_FIXED: &str = r"

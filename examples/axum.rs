@@ -19,9 +19,9 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use http::Method;
 use http::request::Parts;
+use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, RateLimitOutcome};
 use tower_redis_ratelimit::{
-    FailurePolicy, HeaderStyle, MemoryStore, Quota, Rate, RateLimitLayer, RateLimitOutcome,
-    RateLimiter, RedisStore, key,
+    MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
 
 /// The handler sees what the limiter did. Extract `RateLimitOutcome`, not

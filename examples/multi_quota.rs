@@ -17,10 +17,8 @@ use axum::{Extension, Router};
 use http::request::Parts;
 use http::{HeaderName, Method};
 use tower_redis_ratelimit::key::{Header, KeyExtractor, PeerIp};
-use tower_redis_ratelimit::{
-    HeaderStyle, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer, RateLimitOutcome,
-    RateLimiter, RedisStore, problem_json,
-};
+use tower_redis_ratelimit::middleware::{HeaderStyle, MissingKey, RateLimitOutcome, problem_json};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
 
 const TOKEN: HeaderName = HeaderName::from_static("x-api-token");
 

@@ -40,7 +40,7 @@ impl Clock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_redis_ratelimit::ManualClock;
+/// use tower_redis_ratelimit::clock::ManualClock;
 ///
 /// let clock = ManualClock::new(Duration::from_secs(1_000));
 /// clock.advance(Duration::from_millis(1_500));

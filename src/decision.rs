@@ -1,39 +1,50 @@
-//! [`Decision`]: what the limiter answered, and [`Lease`] for concurrency quotas.
+//! The parts of a [`Decision`]: each quota's [`QuotaDecision`],
+//! and the [`Lease`] a concurrency quota hands out.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The answer to one [`RateLimiter::check`](crate::RateLimiter::check).
-///
-/// `limit`, `remaining`, `reset_after` and `quota` describe the quota that
-/// bound the decision: when denied, the denying quota that frees up last;
-/// when allowed, the one with the fewest requests left. Every quota's own
-/// state is in [`quotas`](Self::quotas).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Decision {
-    /// Whether the request may proceed (its cost has been consumed).
-    pub allowed: bool,
-    /// The binding quota's limit (its burst for bucket strategies).
-    pub limit: u64,
-    /// Requests left in the binding quota after this one.
-    pub remaining: u64,
-    /// Time until the binding quota is back to its full limit if no more requests come.
-    pub reset_after: Duration,
-    /// When denied: the time after which the same request would be allowed.
-    /// `None` when allowed, and when the cost can never fit (cost > capacity).
-    pub retry_after: Option<Duration>,
-    /// The binding quota's name.
-    pub quota: Arc<str>,
-    /// For [`LeakyBucket`](crate::Strategy::LeakyBucket): how long to wait
-    /// before serving the admitted request (its slot in the queue).
-    pub delay: Option<Duration>,
-    /// Every quota's state, in the limiter's order.
-    pub quotas: Vec<QuotaDecision>,
-    /// For an allowed request under a [`Concurrency`](crate::Strategy::Concurrency)
-    /// quota: the lease to hand back with [`RateLimiter::release`](crate::RateLimiter::release).
-    pub lease: Option<Lease>,
+// `Decision` is public at the crate root only (one path per item).
+pub(crate) mod root {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Lease, QuotaDecision};
+
+    /// The answer to one [`RateLimiter::check`](crate::RateLimiter::check).
+    ///
+    /// `limit`, `remaining`, `reset_after` and `quota` describe the quota that
+    /// bound the decision: when denied, the denying quota that frees up last;
+    /// when allowed, the one with the fewest requests left. Every quota's own
+    /// state is in [`quotas`](Self::quotas).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct Decision {
+        /// Whether the request may proceed (its cost has been consumed).
+        pub allowed: bool,
+        /// The binding quota's limit (its burst for bucket strategies).
+        pub limit: u64,
+        /// Requests left in the binding quota after this one.
+        pub remaining: u64,
+        /// Time until the binding quota is back to its full limit if no more requests come.
+        pub reset_after: Duration,
+        /// When denied: the time after which the same request would be allowed.
+        /// `None` when allowed, and when the cost can never fit (cost > capacity).
+        pub retry_after: Option<Duration>,
+        /// The binding quota's name.
+        pub quota: Arc<str>,
+        /// For [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket): how long to wait
+        /// before serving the admitted request (its slot in the queue).
+        pub delay: Option<Duration>,
+        /// Every quota's state, in the limiter's order.
+        pub quotas: Vec<QuotaDecision>,
+        /// For an allowed request under a [`Concurrency`](crate::strategy::Strategy::Concurrency)
+        /// quota: the lease to hand back with [`RateLimiter::release`](crate::RateLimiter::release).
+        pub lease: Option<Lease>,
+    }
 }
+
+pub(crate) use self::root::Decision;
 
 /// One quota's part of a [`Decision`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +66,7 @@ pub struct QuotaDecision {
     pub retry_after: Option<Duration>,
 }
 
-/// A held slot of a [`Concurrency`](crate::Strategy::Concurrency) quota.
+/// A held slot of a [`Concurrency`](crate::strategy::Strategy::Concurrency) quota.
 ///
 /// Give it back with [`RateLimiter::release`](crate::RateLimiter::release) when
 /// the work is done; if it is never released (the process died), it expires

@@ -40,7 +40,7 @@ impl fmt::Display for ParseRateError {
 
 impl std::error::Error for ParseRateError {}
 
-/// A limiter configuration that [`RateLimiterBuilder::build`](crate::RateLimiterBuilder::build) rejected.
+/// A limiter configuration that [`RateLimiterBuilder::build`](crate::limiter::RateLimiterBuilder::build) rejected.
 ///
 /// The message names the offending field, e.g. `quota[1].burst: must be at least 1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +82,7 @@ type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// A store could not give a decision.
 ///
 /// Under the middleware this is handled by the
-/// [failure policy](crate::FailurePolicy) rather than surfaced to the client.
+/// [failure policy](crate::middleware::FailurePolicy) rather than surfaced to the client.
 ///
 /// The Redis client's own error is not part of this type's shape: it is the
 /// [`source`](std::error::Error::source) of a [`Redis`](Self::Redis) or
@@ -91,7 +91,7 @@ type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// ```
 /// use std::error::Error as _;
 ///
-/// use tower_redis_ratelimit::StoreError;
+/// use tower_redis_ratelimit::error::StoreError;
 ///
 /// fn is_out_of_memory(e: &StoreError) -> bool {
 ///     e.source()
@@ -153,6 +153,48 @@ impl std::error::Error for StoreError {
         }
     }
 }
+
+/// The error of parsing a [`Strategy`](crate::strategy::Strategy) from an unknown name.
+///
+/// ```
+/// use tower_redis_ratelimit::strategy::Strategy;
+///
+/// assert_eq!("gcra".parse::<Strategy>(), Ok(Strategy::Gcra));
+/// let e = "gcar".parse::<Strategy>().unwrap_err();
+/// assert!(e.to_string().contains("token-bucket"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseStrategyError {
+    input: String,
+}
+
+impl ParseStrategyError {
+    pub(crate) fn new(input: &str) -> Self {
+        Self {
+            input: input.to_owned(),
+        }
+    }
+
+    /// The text that named no strategy.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+impl fmt::Display for ParseStrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown strategy {:?}; expected one of ", self.input)?;
+        for (i, s) in crate::strategy::Strategy::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(s.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseStrategyError {}
 
 #[cfg(test)]
 mod tests {

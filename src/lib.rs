@@ -1,6 +1,6 @@
 //! Distributed rate limiting for tower, axum and tonic, backed by Redis.
 //!
-//! A [`RateLimiter`] holds one or more [`Quota`]s (a [`Strategy`] at a
+//! A [`RateLimiter`] holds one or more [`Quota`]s (a [`Strategy`](strategy::Strategy) at a
 //! [`Rate`]) and a store: [`RedisStore`] to share limits between every
 //! replica of a service, or [`MemoryStore`] for a single process. Each
 //! decision is one atomic Lua script call on Redis, timed by Redis's own
@@ -23,35 +23,38 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The types of the quick start are at the crate root; everything else has
+//! one path, in the module of what it is: [`key`] (what a request is counted
+//! under), [`middleware`] (the layer's service, options and outcomes),
+//! [`limiter`] (the builder), [`strategy`], [`decision`] (a decision's parts),
+//! [`clock`], [`store`] (the trait the stores implement) and [`error`].
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod clock;
-mod decision;
+pub mod clock;
+pub mod decision;
 mod digest;
-mod error;
+pub mod error;
 pub mod key;
-mod limiter;
+pub mod limiter;
 pub mod middleware;
 mod quota;
 mod rate;
-mod store;
-mod strategy;
+pub mod store;
+pub mod strategy;
 
-pub use clock::{Clock, ManualClock};
-pub use decision::{Decision, Lease, QuotaDecision};
-pub use error::{ConfigError, ParseRateError, StoreError};
-pub use limiter::{MAX_PREFIX_LEN, MAX_VERBATIM_KEY_LEN, RateLimiter, RateLimiterBuilder};
-pub use middleware::{
-    FailurePolicy, HeaderStyle, MissingKey, RateLimit, RateLimitLayer, RateLimitOutcome,
-    ResponseBody, ResponseFuture, Stats, problem_json, text_plain,
-};
-pub use quota::{DEFAULT_LEASE_TIMEOUT, Quota};
+// The quick start's types, public here only: each item has one public path
+// (the modules that define them keep them in crate-private submodules).
+pub use decision::root::Decision;
+pub use limiter::root::RateLimiter;
+pub use middleware::layer::RateLimitLayer;
+pub use quota::Quota;
 pub use rate::Rate;
 #[cfg(feature = "cluster")]
-pub use store::RedisClusterStore;
-pub use store::{MemoryStore, RedisStore, Store};
-pub use strategy::{ParseStrategyError, Strategy};
+pub use store::redis::cluster::RedisClusterStore;
+pub use store::memory::MemoryStore;
+pub use store::redis::RedisStore;
 
 /// The `deadpool-redis` this crate is built with: build a
 /// [`RedisStore`]'s pool with it (or use [`RedisStore::from_url`]) and

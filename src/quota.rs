@@ -6,9 +6,6 @@ use crate::error::ConfigError;
 use crate::rate::{MAX_COUNT, Rate};
 use crate::strategy::Strategy;
 
-/// Default lease timeout of a [`Quota::concurrency`] quota.
-pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Longest period accepted (one year): keeps every timestamp computation
 /// exact in Redis's Lua numbers.
 const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
@@ -37,6 +34,9 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// Default lease timeout of a [`Quota::concurrency`] quota.
+    pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(60);
+
     /// The largest count of a [`SlidingWindowLog`](Strategy::SlidingWindowLog)
     /// or [`Concurrency`](Strategy::Concurrency) quota, checked at build.
     ///
@@ -88,11 +88,11 @@ impl Quota {
 
     /// [`Strategy::Concurrency`]: at most `max_in_flight` leases held at once per key.
     /// A lease not released expires after [`lease_timeout`](Self::lease_timeout)
-    /// (default [`DEFAULT_LEASE_TIMEOUT`]).
+    /// (default [`DEFAULT_LEASE_TIMEOUT`](Self::DEFAULT_LEASE_TIMEOUT)).
     pub fn concurrency(max_in_flight: u64) -> Self {
         Self::new(
             Strategy::Concurrency,
-            Rate::new(max_in_flight, DEFAULT_LEASE_TIMEOUT),
+            Rate::new(max_in_flight, Self::DEFAULT_LEASE_TIMEOUT),
         )
     }
 
@@ -265,7 +265,7 @@ fn period_label(d: Duration) -> String {
 /// want: smooth, one key, bursts up to the rate's count), named after it,
 /// e.g. `gcra-10-per-60s`; so that a list from
 /// [`Rate::parse_list`](crate::Rate::parse_list) goes straight into
-/// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas).
+/// [`RateLimiterBuilder::quotas`](crate::limiter::RateLimiterBuilder::quotas).
 impl From<Rate> for Quota {
     fn from(rate: Rate) -> Self {
         Quota::gcra(rate)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::ParseRateError;
 
 /// Largest count (or burst) a quota accepts: a rate may hold more, and
-/// [`RateLimiterBuilder::build`](crate::RateLimiterBuilder::build) rejects it.
+/// [`RateLimiterBuilder::build`](crate::limiter::RateLimiterBuilder::build) rejects it.
 pub(crate) const MAX_COUNT: u64 = 1 << 40;
 
 /// A number of requests per period, e.g. 60 per minute.
@@ -23,7 +23,7 @@ pub(crate) const MAX_COUNT: u64 = 1 << 40;
 ///
 /// A zero count or a zero period is representable here (so that parsing and
 /// `const` construction stay infallible) and rejected by
-/// [`RateLimiterBuilder::build`](crate::RateLimiterBuilder::build) with an
+/// [`RateLimiterBuilder::build`](crate::limiter::RateLimiterBuilder::build) with an
 /// error naming the quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -70,7 +70,7 @@ impl Rate {
     /// Parses a list of rates separated by `;` or `,`, e.g. `"10/min; 1000/day"`.
     ///
     /// The list goes straight into
-    /// [`RateLimiterBuilder::quotas`](crate::RateLimiterBuilder::quotas): each
+    /// [`RateLimiterBuilder::quotas`](crate::limiter::RateLimiterBuilder::quotas): each
     /// rate becomes a [`Quota::gcra`](crate::Quota::gcra) named after it.
     ///
     /// ```

@@ -9,9 +9,10 @@ use std::time::Duration;
 use common::RedisServer;
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use tower_redis_ratelimit::{
-    Decision, Lease, ManualClock, MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy,
-};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::decision::Lease;
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Decision, MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -20,9 +20,9 @@ use common::RedisCluster;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_redis_ratelimit::{
-    FailurePolicy, Quota, Rate, RateLimitLayer, RateLimiter, RedisClusterStore, StoreError, key,
-};
+use tower_redis_ratelimit::error::StoreError;
+use tower_redis_ratelimit::middleware::FailurePolicy;
+use tower_redis_ratelimit::{Quota, Rate, RateLimitLayer, RateLimiter, RedisClusterStore, key};
 
 /// The store's bound on one call.
 const STORE_TIMEOUT: Duration = Duration::from_millis(250);

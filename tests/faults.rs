@@ -19,9 +19,11 @@ use common::RedisServer;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_redis_ratelimit::error::StoreError;
+use tower_redis_ratelimit::middleware::FailurePolicy;
+use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{
-    FailurePolicy, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, StoreError,
-    Strategy, key,
+    MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
 
 /// The store's bound on one call in the fault tests: short enough to see

@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
-use tower_redis_ratelimit::{ManualClock, Quota, Rate, RateLimiter, RedisStore, Strategy};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
 
 #[tokio::test]
 async fn real_time_passing_while_the_manual_clock_stands_still_forgets_nothing() {

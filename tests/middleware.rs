@@ -27,10 +27,9 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_redis_ratelimit::{
-    Decision, HeaderStyle, ManualClock, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer,
-    RateLimiter, key, problem_json,
-};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::middleware::{HeaderStyle, MissingKey, problem_json};
+use tower_redis_ratelimit::{Decision, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 
 /// A limiter on a memory store of its own, under a manual clock.
 fn memory_limiter(prefix: &str, quota: Quota) -> RateLimiter {
@@ -699,9 +698,9 @@ async fn denials_are_traced_with_their_quota() {
 fn layer_service_future_and_body_are_send_and_the_layer_and_service_are_clone_sync() {
     fn clone_send_sync<T: Clone + Send + Sync + 'static>() {}
     fn send<T: Send + 'static>() {}
-    type Svc = tower_redis_ratelimit::RateLimit<axum::routing::Route>;
+    type Svc = tower_redis_ratelimit::middleware::RateLimit<axum::routing::Route>;
     clone_send_sync::<RateLimitLayer>();
     clone_send_sync::<Svc>();
     send::<<Svc as Service<Request<Body>>>::Future>();
-    send::<tower_redis_ratelimit::ResponseBody<Body>>();
+    send::<tower_redis_ratelimit::middleware::ResponseBody<Body>>();
 }

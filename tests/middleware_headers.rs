@@ -20,9 +20,10 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle};
 use tower_redis_ratelimit::{
-    FailurePolicy, HeaderStyle, ManualClock, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter,
-    RedisStore, key,
+    MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
 
 fn limiter(clock: &ManualClock, quota: Quota) -> RateLimiter {

@@ -28,9 +28,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tower_redis_ratelimit::key::PeerIp;
-use tower_redis_ratelimit::{
-    FailurePolicy, MemoryStore, Quota, RateLimitLayer, RateLimiter, RedisStore, Store,
-};
+use tower_redis_ratelimit::middleware::FailurePolicy;
+use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit::{MemoryStore, Quota, RateLimitLayer, RateLimiter, RedisStore};
 
 /// A store timeout no loaded test machine reaches: a timed-out call would
 /// fail open and hide a held lease. Timeouts have their own tests.
@@ -294,7 +294,7 @@ fn scripted(
 ) -> (
     impl tower::Service<
         Request<Body>,
-        Response = http::Response<tower_redis_ratelimit::ResponseBody<Script>>,
+        Response = http::Response<tower_redis_ratelimit::middleware::ResponseBody<Script>>,
         Error = Infallible,
     >,
     RateLimiter,

@@ -28,9 +28,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tonic::{Code, Status};
 use tower_redis_ratelimit::key::{ClientIp, PeerIp};
-use tower_redis_ratelimit::{
-    FailurePolicy, HeaderStyle, Quota, Rate, RateLimit, RateLimitLayer, RateLimiter, RedisStore,
-};
+use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, RateLimit};
+use tower_redis_ratelimit::{Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
 
 /// A store timeout no loaded test machine reaches: a timed-out call would
 /// fail open and make exact counts flaky. Timeouts have their own tests.

@@ -18,9 +18,10 @@ use common::RedisServer;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
+use tower_redis_ratelimit::error::StoreError;
+use tower_redis_ratelimit::middleware::{FailurePolicy, MissingKey, RateLimitOutcome};
 use tower_redis_ratelimit::{
-    Decision, FailurePolicy, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer,
-    RateLimitOutcome, RateLimiter, RedisStore, StoreError,
+    Decision, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore,
 };
 
 /// A store timeout no loaded test machine reaches (a killed Redis refuses

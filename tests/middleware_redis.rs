@@ -14,9 +14,8 @@ use common::http::{get_req, header, make_app, peer, send, text};
 use common::{GENEROUS, RedisServer};
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
-use tower_redis_ratelimit::{
-    FailurePolicy, MemoryStore, MissingKey, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore,
-};
+use tower_redis_ratelimit::middleware::{FailurePolicy, MissingKey};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
 
 fn redis_limiter(server: &RedisServer, prefix: &str, quota: Quota) -> RateLimiter {
     RateLimiter::builder()

@@ -209,7 +209,9 @@ fn names(lim: &tower_redis_ratelimit::RateLimiter) -> Vec<&str> {
 /// named after it, and all of them apply.
 #[tokio::test]
 async fn a_parsed_list_goes_straight_into_the_builder_and_every_rate_applies() {
-    use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, RateLimiter, Strategy};
+    use tower_redis_ratelimit::clock::ManualClock;
+    use tower_redis_ratelimit::strategy::Strategy;
+    use tower_redis_ratelimit::{MemoryStore, Quota, RateLimiter};
 
     let lim = RateLimiter::builder()
         .store(MemoryStore::new())

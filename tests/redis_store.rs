@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
-use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 fn redis_limiter(server: &RedisServer, prefix: &str, quotas: Vec<Quota>) -> RateLimiter {
     RateLimiter::builder()
@@ -166,7 +167,7 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
     for t in tasks {
         let (r, took) = t.await.unwrap();
         assert!(
-            matches!(r, Err(tower_redis_ratelimit::StoreError::Timeout(_))),
+            matches!(r, Err(tower_redis_ratelimit::error::StoreError::Timeout(_))),
             "{r:?}"
         );
         assert!(r.is_err_and(|e| e.is_timeout()));

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, Rate, RateLimiter};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
 
 /// (time step in µs, cost) pairs.
 fn requests() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64)>> {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
-use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore, Strategy};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 /// Distinct user keys in the soak.
 const KEYS: usize = 100_000;

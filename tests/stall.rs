@@ -10,7 +10,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, StallProxy};
-use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore, StoreError};
+use tower_redis_ratelimit::error::StoreError;
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
 
 /// The store's bound on one call.
 const TIMEOUT: Duration = Duration::from_millis(200);

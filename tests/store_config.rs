@@ -10,7 +10,9 @@ use std::time::Duration;
 mod common;
 
 use common::RedisServer;
-use tower_redis_ratelimit::{ConfigError, Quota, Rate, RateLimiter, RedisStore, Store};
+use tower_redis_ratelimit::error::ConfigError;
+use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
 
 /// Never dialled: pools connect lazily and these limiters are never used.
 const URL: &str = "redis://127.0.0.1:1/";

@@ -15,10 +15,10 @@ use crate::decision::Lease;
 use crate::limiter::RateLimiter;
 
 pin_project! {
-    /// The response body of [`RateLimit`](crate::RateLimit): the inner
+    /// The response body of [`RateLimit`](crate::middleware::RateLimit): the inner
     /// service's body, or the middleware's own (a denial, a 503).
     ///
-    /// When the request holds a [`Concurrency`](crate::Strategy::Concurrency)
+    /// When the request holds a [`Concurrency`](crate::strategy::Strategy::Concurrency)
     /// lease, the body carries it. The lease is released *before* the body's
     /// last frame is handed out (or its end reported): a client that has
     /// received a whole response is never denied by that response's lease,

@@ -4,7 +4,7 @@
 //! [`check`] does what needs no waiting (find the key, weigh the request,
 //! ask the deny cache) and either answers at once or returns the store call
 //! as a future; [`decide`] is that call and what follows it. The service
-//! ([`RateLimit::call`](crate::RateLimit)) then only asks whether the
+//! ([`RateLimit::call`](crate::middleware::RateLimit)) then only asks whether the
 //! request bypasses the limiter, checks it, and hands the result to its
 //! [`ResponseFuture`](crate::ResponseFuture).
 //!
@@ -31,7 +31,7 @@ use crate::limiter::RateLimiter;
 
 /// What the check of a request found before any store call.
 pub(crate) enum Check {
-    /// No key, and [`MissingKey::skip`](crate::MissingKey::skip): the
+    /// No key, and [`MissingKey::skip`](crate::middleware::MissingKey::skip): the
     /// request goes on unlimited.
     Skip,
     /// The middleware's answer, without a store call: a request without a

@@ -113,7 +113,7 @@ impl DenyCache {
 
     /// Remembers a denial made at `now` for a request of `cost`, if it can
     /// be trusted until its `retry_after`: not when a
-    /// [`Concurrency`](crate::Strategy::Concurrency) quota denied it (a lease may be
+    /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota denied it (a lease may be
     /// released any moment), nor when the request can never fit.
     pub(crate) fn insert(
         &self,
@@ -172,7 +172,8 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ManualClock, MemoryStore, Quota, Rate};
+    use crate::clock::ManualClock;
+    use crate::{MemoryStore, Quota, Rate};
 
     fn limiter(quota: Quota) -> RateLimiter {
         RateLimiter::builder()

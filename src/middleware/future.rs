@@ -21,7 +21,7 @@ use super::outcome::RateLimitOutcome;
 use super::response;
 
 pin_project! {
-    /// The response future of [`RateLimit`](crate::RateLimit).
+    /// The response future of [`RateLimit`](crate::middleware::RateLimit).
     pub struct ResponseFuture<S, ReqBody>
     where
         S: Service<Request<ReqBody>>,

@@ -35,10 +35,10 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 ///
 /// In `RateLimit-Policy`, `q` is what a client may send at once and `w` the
 /// seconds in which that much comes back: for the bucket strategies
-/// ([`TokenBucket`](crate::Strategy::TokenBucket),
-/// [`LeakyBucket`](crate::Strategy::LeakyBucket), [`Gcra`](crate::Strategy::Gcra))
+/// ([`TokenBucket`](crate::strategy::Strategy::TokenBucket),
+/// [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket), [`Gcra`](crate::strategy::Strategy::Gcra))
 /// `q` is the burst and `w` the time an empty bucket takes to refill
-/// (`burst × period / count`); a [`Concurrency`](crate::Strategy::Concurrency)
+/// (`burst × period / count`); a [`Concurrency`](crate::strategy::Strategy::Concurrency)
 /// quota has `qu="concurrent-requests"` and no `w`. In `RateLimit`, `r` is
 /// what is left and `t` the time until the quota is whole again; on a denial
 /// `t` is the `Retry-After`; a concurrency quota has no `t`. `t`, `w` and

@@ -24,7 +24,7 @@ use crate::limiter::RateLimiter;
 /// Cheap to clone; every service it builds shares the limiter, the deny
 /// cache and the counters.
 ///
-/// A request admitted by a [`LeakyBucket`](crate::Strategy::LeakyBucket)
+/// A request admitted by a [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket)
 /// quota waits its whole [`delay`](crate::Decision::delay) (its slot in the
 /// queue) before the inner service is called, never less. The quota bounds
 /// that wait: its queue holds `burst` requests, so no admitted request waits
@@ -36,10 +36,8 @@ use crate::limiter::RateLimiter;
 /// use std::time::Duration;
 ///
 /// use http::StatusCode;
-/// use tower_redis_ratelimit::{
-///     key, problem_json, FailurePolicy, HeaderStyle, MemoryStore, MissingKey, Quota, Rate,
-///     RateLimitLayer, RateLimiter,
-/// };
+/// use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, MissingKey, problem_json};
+/// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = RateLimiter::builder()
@@ -139,7 +137,7 @@ impl RateLimitLayer {
     /// A key denied with a `retry_after` is then answered from process
     /// memory until that instant, without asking the store: a flooding
     /// client costs Redis one call per denial period. Denials by a
-    /// [`Concurrency`](crate::Strategy::Concurrency) quota are not cached
+    /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota are not cached
     /// (a lease may be released any moment). Each instance has its own
     /// cache: a [`RateLimiter::reset`] is seen by other instances once
     /// their cached denial ends.

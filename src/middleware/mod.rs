@@ -1,17 +1,19 @@
-//! The tower middleware: [`RateLimitLayer`], [`RateLimit`] and [`ResponseFuture`].
+//! The tower middleware: [`RateLimitLayer`](crate::RateLimitLayer) (the layer,
+//! public at the crate root), its [`RateLimit`] service and [`ResponseFuture`],
+//! and the options and outcomes they use.
 //!
 //! Every request is mapped to a key by a [`KeyExtractor`](crate::key::KeyExtractor),
 //! checked against the layer's [`RateLimiter`](crate::RateLimiter), and then
 //! either passed to the inner service or answered by the middleware:
 //!
 //! - **allowed**: the inner service is called (after the
-//!   [`LeakyBucket`](crate::Strategy::LeakyBucket) `delay`, if any, waited in
+//!   [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket) `delay`, if any, waited in
 //!   full), with a [`RateLimitOutcome`] and the [`Decision`](crate::Decision)
 //!   in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
-//!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`]
+//!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`](crate::RateLimitLayer::deny_response)
 //!   replaces; gRPC calls (HTTP/2 with `content-type: application/grpc*`, or
-//!   every request of a layer set to [`grpc(true)`](RateLimitLayer::grpc))
+//!   every request of a layer set to [`grpc(true)`](crate::RateLimitLayer::grpc))
 //!   get a trailers-only `RESOURCE_EXHAUSTED` instead;
 //! - **store failure**: the [`FailurePolicy`] decides (allow by default).
 //!
@@ -31,7 +33,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use http_body_util::Full;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
-//! use tower_redis_ratelimit::{key, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter};
+//! use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -93,7 +95,7 @@ mod config;
 mod deny_cache;
 mod future;
 mod headers;
-mod layer;
+pub(crate) mod layer;
 mod outcome;
 mod policy;
 mod response;
@@ -103,7 +105,6 @@ mod stats;
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::headers::HeaderStyle;
-pub use self::layer::RateLimitLayer;
 pub use self::outcome::RateLimitOutcome;
 pub use self::policy::{FailurePolicy, MissingKey};
 pub use self::response::{problem_json, text_plain};

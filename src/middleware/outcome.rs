@@ -7,15 +7,15 @@ use crate::error::StoreError;
 
 /// What the rate limiter did with a request that reaches the inner service.
 ///
-/// [`RateLimit`](crate::RateLimit) inserts exactly one `RateLimitOutcome`
+/// [`RateLimit`](crate::middleware::RateLimit) inserts exactly one `RateLimitOutcome`
 /// into the extensions of every request it passes on, whatever happened:
 /// handlers can always extract it. When a [`Decision`] was made (the
 /// [`Allowed`](Self::Allowed) and [`Fallback`](Self::Fallback) outcomes) the
 /// `Decision` itself is inserted too, as before; but a handler taking
 /// `axum::Extension<Decision>` is answered **500** by axum whenever no
-/// decision was made (a store failure under [`FailurePolicy::Open`](crate::FailurePolicy::Open),
+/// decision was made (a store failure under [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open),
 /// a [bypassed](crate::RateLimitLayer::bypass) request, a missing key under
-/// [`MissingKey::skip`](crate::MissingKey::skip)). Take
+/// [`MissingKey::skip`](crate::middleware::MissingKey::skip)). Take
 /// `Extension<RateLimitOutcome>` instead (or `Option<Extension<Decision>>`).
 ///
 /// Denied requests never reach the inner service: a
@@ -35,9 +35,8 @@ use crate::error::StoreError;
 /// use http::{Request, StatusCode};
 /// use http_body_util::BodyExt;
 /// use tower::ServiceExt;
-/// use tower_redis_ratelimit::{
-///     key, MemoryStore, Quota, Rate, RateLimitLayer, RateLimitOutcome, RateLimiter,
-/// };
+/// use tower_redis_ratelimit::middleware::RateLimitOutcome;
+/// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 ///
 /// async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
 ///     match &outcome {
@@ -80,7 +79,7 @@ pub enum RateLimitOutcome {
     /// The limiter's store decided, and allowed the request.
     Allowed(Decision),
     /// The limiter's store failed and the
-    /// [`FailurePolicy::Fallback`](crate::FailurePolicy::Fallback) store
+    /// [`FailurePolicy::Fallback`](crate::middleware::FailurePolicy::Fallback) store
     /// decided instead, and allowed the request.
     #[non_exhaustive]
     Fallback {
@@ -93,11 +92,11 @@ pub enum RateLimitOutcome {
     /// no key, no store call.
     Bypassed,
     /// The key extractor found no key and
-    /// [`MissingKey::skip`](crate::MissingKey::skip) let the request through
+    /// [`MissingKey::skip`](crate::middleware::MissingKey::skip) let the request through
     /// unlimited.
     Skipped,
     /// The store failed (or timed out) and
-    /// [`FailurePolicy::Open`](crate::FailurePolicy::Open) let the request
+    /// [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open) let the request
     /// through without a decision.
     #[non_exhaustive]
     StoreUnavailable {
@@ -125,8 +124,8 @@ impl RateLimitOutcome {
     }
 
     /// The limiter's store failure, if it failed for this request (under
-    /// [`FailurePolicy::Open`](crate::FailurePolicy::Open) or
-    /// [`Fallback`](crate::FailurePolicy::Fallback)).
+    /// [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open) or
+    /// [`Fallback`](crate::middleware::FailurePolicy::Fallback)).
     pub fn store_error(&self) -> Option<&StoreError> {
         match self {
             Self::Fallback { error, .. } | Self::StoreUnavailable { error } => Some(error),

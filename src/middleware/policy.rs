@@ -14,7 +14,8 @@ use crate::store::MemoryStore;
 /// within the timeout.
 ///
 /// ```
-/// use tower_redis_ratelimit::{FailurePolicy, MemoryStore};
+/// use tower_redis_ratelimit::MemoryStore;
+/// use tower_redis_ratelimit::middleware::FailurePolicy;
 ///
 /// let fail_open = FailurePolicy::Open; // the default
 /// let fail_closed = FailurePolicy::Closed;
@@ -65,7 +66,8 @@ impl Failure {
 ///
 /// ```
 /// use http::StatusCode;
-/// use tower_redis_ratelimit::{key, MissingKey};
+/// use tower_redis_ratelimit::key;
+/// use tower_redis_ratelimit::middleware::MissingKey;
 ///
 /// let reject = MissingKey::reject(StatusCode::BAD_REQUEST);
 /// let let_through = MissingKey::skip();

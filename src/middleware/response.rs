@@ -143,7 +143,7 @@ pub(crate) fn denied(
     res
 }
 
-/// The answer when the store failed under [`FailurePolicy::Closed`](crate::FailurePolicy::Closed).
+/// The answer when the store failed under [`FailurePolicy::Closed`](crate::middleware::FailurePolicy::Closed).
 pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
     let mut res = if grpc_form(config, parts) {
         grpc(GRPC_UNAVAILABLE, "rate limiter unavailable")
@@ -159,7 +159,7 @@ pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
     res
 }
 
-/// The answer to a request without a key under [`MissingKey::reject`](crate::MissingKey::reject):
+/// The answer to a request without a key under [`MissingKey::reject`](crate::middleware::MissingKey::reject):
 /// `status` with a body saying why there is no key and what would fix it
 /// (as axum's missing-extension rejection does). A server error (the
 /// default 500: a misconfigured server) is also logged, once per layer.

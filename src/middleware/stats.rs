@@ -20,7 +20,7 @@ pub struct Stats {
     pub deny_cache_hits: u64,
     /// Store calls that failed or timed out.
     pub store_errors: u64,
-    /// Decisions made by the [`FailurePolicy::Fallback`](crate::FailurePolicy::Fallback) store.
+    /// Decisions made by the [`FailurePolicy::Fallback`](crate::middleware::FailurePolicy::Fallback) store.
     pub fallback_decisions: u64,
 }
 

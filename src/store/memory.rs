@@ -27,7 +27,7 @@ const MIN_SHARD_CAPACITY: usize = 64;
 /// ([`capacity`](Self::capacity) shows it).
 ///
 /// Its clock is tokio's monotonic `Instant`, so `tokio::time::pause()` and
-/// `advance()` control it in tests; a [`ManualClock`](crate::ManualClock) on
+/// `advance()` control it in tests; a [`ManualClock`](crate::clock::ManualClock) on
 /// the limiter overrides it.
 ///
 /// Clones share the same state.
@@ -123,7 +123,7 @@ impl MemoryStore {
     /// and gives back the memory of shards left mostly empty.
     ///
     /// "Now" is the store's clock, or, once a limiter on a
-    /// [`ManualClock`](crate::ManualClock) has decided with this store, the
+    /// [`ManualClock`](crate::clock::ManualClock) has decided with this store, the
     /// latest manual time it decided at (its entries expire in manual time).
     pub fn sweep(&self) {
         let manual = self.inner.manual_now.load(Ordering::Relaxed);
@@ -226,13 +226,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Quota, Rate, RateLimiter, Strategy};
+    use crate::strategy::Strategy;
+    use crate::{Quota, Rate, RateLimiter};
 
     #[tokio::test]
     async fn an_explicit_sweep_keeps_the_live_state_of_a_manual_clock() {
         let store = MemoryStore::with_shards(2);
         // An hour after its epoch: far behind the store's own (Unix) clock.
-        let clock = crate::ManualClock::new(Duration::from_secs(3_600));
+        let clock = crate::clock::ManualClock::new(Duration::from_secs(3_600));
         let lim = RateLimiter::builder()
             .store(store.clone())
             .clock(clock.clone())

@@ -1,4 +1,5 @@
-//! Stores: where limiter state lives.
+//! [`Store`]: where limiter state lives. The stores themselves are at the
+//! crate root:
 //!
 //! - [`RedisStore`]: a single Redis over a `deadpool_redis::Pool`.
 //! - `RedisClusterStore` (feature `cluster`): a Redis Cluster over a
@@ -14,16 +15,16 @@
 //! the encoded quota arguments). Each decision is then one [`Call`], the
 //! same for every store.
 
-mod memory;
-mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub(crate) use self::memory::MemoryStore;
+pub(crate) use self::redis::RedisStore;
 #[cfg(feature = "cluster")]
-pub use self::redis::cluster::RedisClusterStore;
+pub(crate) use self::redis::cluster::RedisClusterStore;
 use self::redis::protocol;
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
@@ -92,7 +93,7 @@ pub(crate) struct Call<'a> {
     pub(crate) quotas: &'a [QuotaSpec],
     pub(crate) cost: u64,
     /// Manual clock reading (any value, 0 included, up to
-    /// [`ManualClock::MAX`](crate::ManualClock::MAX)); `None`: the store's clock.
+    /// [`ManualClock::MAX`](crate::clock::ManualClock::MAX)); `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (sliding log entries, leases).
     pub(crate) nonce: &'a str,

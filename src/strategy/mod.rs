@@ -1,10 +1,10 @@
 //! [`Strategy`]: the algorithms a [`Quota`](crate::Quota) can use.
-//!
-//! Each strategy is one module here (`fixed_window.rs`, `gcra.rs`, …) whose
-//! [`StrategySpec`] answers every question the crate asks of a strategy, and
-//! one Lua file in `lua/`. [`Strategy::spec`] is the one table that maps a
-//! strategy to its module: the only list of strategies in the crate (see
-//! `CONTRIBUTING.md`, "Adding a strategy").
+
+// Each strategy is one module here (`fixed_window.rs`, `gcra.rs`, …) whose
+// `StrategySpec` answers every question the crate asks of a strategy, and
+// one Lua file in `lua/`. `Strategy::spec` is the one table that maps a
+// strategy to its module: the only list of strategies in the crate (see
+// `CONTRIBUTING.md`, "Adding a strategy").
 
 use std::fmt;
 
@@ -18,6 +18,7 @@ pub(crate) mod state;
 mod tat;
 mod token_bucket;
 
+use crate::error::ParseStrategyError;
 use crate::quota::QuotaSpec;
 use state::Algorithm;
 
@@ -51,7 +52,7 @@ pub enum Strategy {
     /// one timestamp (as redis-cell).
     Gcra,
     /// At most `n` requests in flight per key: an admitted request holds a
-    /// [`Lease`](crate::Lease) until it is released or its timeout passes.
+    /// [`Lease`](crate::decision::Lease) until it is released or its timeout passes.
     Concurrency,
 }
 
@@ -123,7 +124,7 @@ pub(crate) struct StrategySpec {
     pub(crate) period_field: &'static str,
     /// Whether a call needs a unique nonce (sorted-set members).
     pub(crate) needs_nonce: bool,
-    /// Whether an admitted request holds a [`Lease`](crate::Lease) on the key
+    /// Whether an admitted request holds a [`Lease`](crate::decision::Lease) on the key
     /// until it is released.
     pub(crate) holds_leases: bool,
     /// Whether a denial holds until its `retry_after` (the middleware's deny
@@ -199,42 +200,6 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// The error of parsing a [`Strategy`] from an unknown name.
-///
-/// ```
-/// use tower_redis_ratelimit::Strategy;
-///
-/// assert_eq!("gcra".parse::<Strategy>(), Ok(Strategy::Gcra));
-/// let e = "gcar".parse::<Strategy>().unwrap_err();
-/// assert!(e.to_string().contains("token-bucket"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseStrategyError {
-    input: String,
-}
-
-impl ParseStrategyError {
-    /// The text that named no strategy.
-    pub fn input(&self) -> &str {
-        &self.input
-    }
-}
-
-impl fmt::Display for ParseStrategyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown strategy {:?}; expected one of ", self.input)?;
-        for (i, s) in Strategy::ALL.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(s.as_str())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ParseStrategyError {}
-
 impl std::str::FromStr for Strategy {
     type Err = ParseStrategyError;
 
@@ -243,7 +208,7 @@ impl std::str::FromStr for Strategy {
         Strategy::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| ParseStrategyError { input: s.into() })
+            .ok_or_else(|| ParseStrategyError::new(s))
     }
 }
 

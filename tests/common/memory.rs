@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tower_redis_ratelimit::{ManualClock, MemoryStore, Quota, RateLimiter};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::{MemoryStore, Quota, RateLimiter};
 
 /// A manual clock one hour past zero (a window boundary, far from any edge case).
 pub(crate) fn clock() -> ManualClock {

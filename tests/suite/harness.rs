@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use redis::FromRedisValue;
-use tower_redis_ratelimit::{Clock, MemoryStore, Quota, RateLimiter, RedisStore};
+use tower_redis_ratelimit::clock::Clock;
+use tower_redis_ratelimit::{MemoryStore, Quota, RateLimiter, RedisStore};
 
 use crate::common::{GENEROUS, RedisServer};
 

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tower_redis_ratelimit::{Clock, Decision, ManualClock, Quota, Rate, RateLimiter, Strategy};
+use tower_redis_ratelimit::clock::{Clock, ManualClock};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
 use crate::harness::Harness;
 

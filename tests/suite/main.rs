@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tower_redis_ratelimit::{Clock, ManualClock, Quota, Rate, RateLimiter, Strategy};
+use tower_redis_ratelimit::clock::{Clock, ManualClock};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter};
 
 use crate::harness::Harness;
 use crate::helpers::*;

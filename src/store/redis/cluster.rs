@@ -123,7 +123,7 @@ impl RedisClusterStore {
     /// Bounds every store call, taking a connection included. Default
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
     /// drops its connection (the next call takes a fresh one from the pool).
-    /// Zero is rejected by [`build`](crate::RateLimiterBuilder::build)
+    /// Zero is rejected by [`build`](crate::limiter::RateLimiterBuilder::build)
     /// (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {

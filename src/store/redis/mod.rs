@@ -141,7 +141,7 @@ impl RedisStore {
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
     /// drops its connection (a silent socket is replaced from the pool by the
     /// next call). Zero is rejected by
-    /// [`build`](crate::RateLimiterBuilder::build) (`store.timeout`).
+    /// [`build`](crate::limiter::RateLimiterBuilder::build) (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         let connections = self.inner.requested();
@@ -156,7 +156,7 @@ impl RedisStore {
 
     /// How many pooled connections to multiplex calls over (default 1, at
     /// most the pool's `max_size`; 0 is rejected by
-    /// [`build`](crate::RateLimiterBuilder::build), `store.connections`).
+    /// [`build`](crate::limiter::RateLimiterBuilder::build), `store.connections`).
     /// One connection pipelines a
     /// few hundred thousand calls a second; more help only when Redis has
     /// spare cores for I/O threads.
