@@ -10,10 +10,9 @@
 //! arithmetic: the Redis scripts in `lua/` and their Rust twins give
 //! identical decisions (checked by differential tests).
 //!
-//! A limiter binds its store once, at build ([`Backend::bind`]): the store
-//! prepares what it needs for those quotas (a Redis store: its script and
-//! the encoded quota arguments). Each decision is then one [`Call`], the
-//! same for every store.
+//! A limiter binds its store once, at build: the store prepares what it needs
+//! for those quotas (a Redis store: its script and the encoded quota
+//! arguments). Each decision is then one call, the same for every store.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
