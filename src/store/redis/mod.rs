@@ -73,6 +73,7 @@ impl Pooled for Pool {
     type Conn = MultiplexedConnection;
     type Object = deadpool_redis::Connection;
     const SELF_TIMED: bool = true;
+    const CHECK_WHEN_IDLE: bool = true;
 
     async fn get(&self, timeout: Duration) -> Result<(Self::Object, Self::Conn), StoreError> {
         let object = Pool::get(self).await.map_err(pool_error)?;
