@@ -48,6 +48,10 @@ impl Pooled for Pool {
     // A cluster connection's response timeout is set when its pool is built,
     // so each call gets a timer of its own.
     const SELF_TIMED: bool = false;
+    // The cluster connection reconnects to a node whose socket was closed
+    // by itself (tests/stale_connection.rs checks it); a `PING` would go to
+    // a random node anyway.
+    const CHECK_WHEN_IDLE: bool = false;
 
     async fn get(&self, _timeout: Duration) -> Result<(Self::Object, Self::Conn), StoreError> {
         let object = Pool::get(self).await.map_err(pool_error)?;

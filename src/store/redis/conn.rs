@@ -24,6 +24,12 @@ pub(crate) trait Pooled: Send + Sync + 'static {
     type Object: Send + 'static;
     /// Whether the connection enforces the call timeout itself (no timer needed per call).
     const SELF_TIMED: bool;
+    /// Whether a connection idle for [`IDLE_CHECK`] or more is checked
+    /// (`PING`) before a call is sent on it. A single-node multiplexed
+    /// connection whose socket Redis closed fails the next call at once, and
+    /// from its error alone that call cannot be told from one that reached
+    /// Redis; a cluster connection reconnects on its own.
+    const CHECK_WHEN_IDLE: bool;
 
     /// Takes a connection out of the pool.
     fn get(
@@ -51,6 +57,8 @@ pub(crate) struct Connections<P: Pooled> {
     /// How many script loads have completed: a call that got `NOSCRIPT` loads
     /// only if no load finished since it was sent.
     loads: AtomicU64,
+    /// The origin of [`Held::replied_us`].
+    epoch: Instant,
 }
 
 struct Slot<P: Pooled> {
@@ -58,11 +66,21 @@ struct Slot<P: Pooled> {
     refill: tokio::sync::Mutex<()>,
 }
 
+/// How long a connection may go without a reply before it is checked with a
+/// `PING` before use (for kinds that [`Pooled::CHECK_WHEN_IDLE`]): a server
+/// `timeout`, a `CLIENT KILL` or a restart closes idle sockets, and the first
+/// call on such a socket would fail. Under load (a reply at least every
+/// second) no `PING` is ever sent.
+pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
+
 /// A connection taken out of the pool for sharing.
 struct Held<P: Pooled> {
     conn: P::Conn,
     object: Mutex<Option<P::Object>>,
     broken: AtomicBool,
+    /// When the connection last got a reply, in microseconds since
+    /// [`Connections::epoch`].
+    replied_us: AtomicU64,
 }
 
 impl<P: Pooled> Drop for Held<P> {
@@ -82,6 +100,88 @@ impl<P: Pooled> Drop for Held<P> {
 pub(crate) enum Request<'a> {
     Cmd(&'a redis::Cmd),
     Pipe(&'a redis::Pipeline),
+}
+
+/// A request owned, for a call sent in the background (an [`Undo`]).
+pub(crate) enum Owned {
+    Cmd(redis::Cmd),
+    Pipe(redis::Pipeline),
+}
+
+impl Owned {
+    /// The request, borrowed.
+    pub(crate) fn request(&self) -> Request<'_> {
+        match self {
+            Owned::Cmd(c) => Request::Cmd(c),
+            Owned::Pipe(p) => Request::Pipe(p),
+        }
+    }
+}
+
+/// The connection a call's request went out on, filled in by
+/// [`Connections::query`] (opaque outside this module).
+pub(crate) struct SentOn<P: Pooled>(Option<Arc<Held<P>>>);
+
+/// Takes back what a call may have applied in Redis when its reply never
+/// reached the caller: the call's future was dropped mid-call (a client that
+/// went away), or it failed (a timeout: Redis may run it when it wakes).
+///
+/// Made before the call, [`disarm`](Self::disarm)ed once the reply is read.
+/// If it drops armed after the request went out, it spawns `undo()` **on the
+/// same connection**: a multiplexed connection writes requests in order on
+/// one socket and Redis runs one client's commands in order, so the undo runs
+/// after the call, never before (a different connection could be read first
+/// by a Redis that was paused). A connection that is truly dead delivers
+/// neither. The undo is bounded by the store's timeout; nothing is spawned
+/// outside a Tokio runtime.
+pub(crate) struct Undo<P: Pooled, F: FnOnce() -> Owned> {
+    conns: Arc<Connections<P>>,
+    sent_on: SentOn<P>,
+    undo: Option<F>,
+}
+
+impl<P: Pooled, F: FnOnce() -> Owned> Undo<P, F> {
+    /// An armed undo for a call on `conns`; `undo` builds the request.
+    pub(crate) fn new(conns: &Arc<Connections<P>>, undo: F) -> Self {
+        Self {
+            conns: conns.clone(),
+            sent_on: SentOn(None),
+            undo: Some(undo),
+        }
+    }
+
+    /// Where [`Connections::query`] records the connection it sent on.
+    pub(crate) fn sent_on(&mut self) -> &mut SentOn<P> {
+        &mut self.sent_on
+    }
+
+    /// The caller has its answer: nothing to take back.
+    pub(crate) fn disarm(mut self) {
+        self.undo = None;
+    }
+}
+
+impl<P: Pooled, F: FnOnce() -> Owned> Drop for Undo<P, F> {
+    fn drop(&mut self) {
+        let (Some(held), Some(undo)) = (self.sent_on.0.take(), self.undo.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let conns = self.conns.clone();
+        let request = undo();
+        runtime.spawn(async move {
+            let mut conn = held.conn.clone();
+            let run = request.request().run::<(), _>(&mut conn);
+            match tokio::time::timeout(conns.timeout, run).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => drop(conns.failed(&held, e)),
+                // a silent connection: the next call takes a fresh one
+                Err(_) => conns.discard(&held),
+            }
+        });
+    }
 }
 
 impl Request<'_> {
@@ -111,7 +211,12 @@ impl<P: Pooled> Connections<P> {
             timeout,
             loading: tokio::sync::Mutex::new(()),
             loads: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    fn micros_since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn connections(&self) -> usize {
@@ -192,6 +297,7 @@ impl<P: Pooled> Connections<P> {
             conn,
             object: Mutex::new(Some(object)),
             broken: AtomicBool::new(false),
+            replied_us: AtomicU64::new(self.micros_since_epoch(Instant::now())),
         });
         *slot.held.write().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
         Ok(held)
@@ -222,7 +328,7 @@ impl<P: Pooled> Connections<P> {
             self.discard(held);
             return StoreError::Timeout(self.timeout);
         }
-        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        if is_connection_error(&e) {
             self.discard(held);
         }
         StoreError::redis(e)
@@ -246,21 +352,33 @@ impl<P: Pooled> Connections<P> {
     }
 
     /// Runs `req` on a shared connection within the timeout, loading `script`
-    /// on `NOSCRIPT` and replacing the connection if it broke.
+    /// on `NOSCRIPT` and replacing the connection if it broke. `sent_on`,
+    /// when given, records the connection `req` went out on (for an
+    /// [`Undo`]).
     ///
     /// Hot path: a read lock, a clone, one round trip (bounded by the
     /// connection's own response timeout where it has one). Anything slower
-    /// (taking a connection from the pool, reloading the script) runs within
-    /// what is left of the budget.
+    /// (taking a connection from the pool, checking a connection idle for
+    /// [`IDLE_CHECK`], reloading the script) runs within what is left of the
+    /// budget.
+    ///
+    /// `req` is sent at most once: a connection is replaced *before* `req`
+    /// goes out (an idle one whose `PING` failed), never after, so a call
+    /// that may have reached Redis (a timeout, a connection lost mid-call) is
+    /// never replayed. Only after `NOSCRIPT` (nothing ran) is it sent again.
     pub(crate) async fn query<T: redis::FromRedisValue>(
         &self,
         req: Request<'_>,
         script: Option<&LimiterScript>,
+        sent_on: Option<&mut SentOn<P>>,
     ) -> Result<T, StoreError> {
         let started = Instant::now();
         let loads = self.loads.load(Ordering::Acquire);
         let slot = self.slot();
         let (held, fresh) = match read(&slot.held) {
+            Some(h) if P::CHECK_WHEN_IDLE && self.idle(&h, started) => {
+                Box::pin(self.within(started, self.check_idle(slot, h, started))).await?
+            }
             Some(h) => (h, false),
             // slow paths are boxed to keep every caller's future small
             None => (
@@ -268,6 +386,9 @@ impl<P: Pooled> Connections<P> {
                 true,
             ),
         };
+        if let Some(sent_on) = sent_on {
+            sent_on.0 = Some(held.clone());
+        }
         let mut conn = held.conn.clone();
         let result = if fresh || !P::SELF_TIMED {
             Box::pin(self.within_on(&held, started, async {
@@ -277,6 +398,9 @@ impl<P: Pooled> Connections<P> {
         } else {
             req.run::<T, _>(&mut conn).await
         };
+        if P::CHECK_WHEN_IDLE && result.as_ref().map_or_else(is_reply, |_| true) {
+            self.replied(&held, started);
+        }
         match (result, script) {
             (Err(e), Some(script)) if is_noscript(&e) => {
                 // Redis restarted, failed over or flushed its scripts: nothing
@@ -309,6 +433,56 @@ impl<P: Pooled> Connections<P> {
             (r, _) => r.map_err(|e| self.failed(&held, e)),
         }
     }
+
+    /// Whether `held` has had no reply for [`IDLE_CHECK`] or longer at `now`.
+    fn idle(&self, held: &Held<P>, now: Instant) -> bool {
+        let last = held.replied_us.load(Ordering::Relaxed);
+        self.micros_since_epoch(now).saturating_sub(last) >= IDLE_CHECK.as_micros() as u64
+    }
+
+    /// Records a reply on `held` (a call sent at `at`). Written at most once
+    /// a millisecond, so calls under load rarely write the shared line.
+    fn replied(&self, held: &Held<P>, at: Instant) {
+        let now = self.micros_since_epoch(at);
+        if now.saturating_sub(held.replied_us.load(Ordering::Relaxed)) >= 1_000 {
+            held.replied_us.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks an idle connection with a `PING` before a call is sent on it.
+    /// If the connection was closed meanwhile (by the server's `timeout`, a
+    /// `CLIENT KILL`, a restart), it is replaced by a fresh one: the call has
+    /// not been sent, so nothing is replayed. Returns the connection to use
+    /// and whether it is fresh.
+    async fn check_idle(
+        &self,
+        slot: &Slot<P>,
+        held: Arc<Held<P>>,
+        started: Instant,
+    ) -> Result<(Arc<Held<P>>, bool), StoreError> {
+        let mut conn = held.conn.clone();
+        match redis::cmd("PING").query_async::<()>(&mut conn).await {
+            Ok(()) => {
+                self.replied(&held, Instant::now());
+                Ok((held, false))
+            }
+            Err(e) if !e.is_timeout() && is_connection_error(&e) => {
+                self.discard(&held);
+                Ok((self.refill(slot, started).await?, true))
+            }
+            Err(e) => Err(self.failed(&held, e)),
+        }
+    }
+}
+
+/// An error of the connection, not a reply from Redis.
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// Whether Redis answered (an error reply proves the connection alive).
+fn is_reply(e: &RedisError) -> bool {
+    !e.is_timeout() && !is_connection_error(e)
 }
 
 fn is_noscript(e: &RedisError) -> bool {

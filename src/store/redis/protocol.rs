@@ -8,9 +8,10 @@
 //! only writes the keys, the clock reading, the cost and the nonce into one
 //! `EVALSHA`, with no script building or number formatting of the quotas.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::{Connections, Pooled, Request};
+use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
 use crate::decision::Lease;
 use crate::error::StoreError;
@@ -72,8 +73,14 @@ impl Prepared {
 /// script, such as a penalty box, would follow them). `ARGV`: the clock
 /// reading (the manual time, or `T` for Redis's clock), the cost, the
 /// prepared quota arguments, then the nonce when the call has one.
+///
+/// A call that may take a concurrency lease (a lease-holding quota, a cost
+/// above 0) and does not return its outcome to the caller (its future
+/// dropped mid-call, a timeout, an error) gives the lease back: an [`Undo`]
+/// sends the lease's `ZREM` after the `EVALSHA`, on the same connection, so
+/// no slot stays taken until the lease timeout by a lease nobody holds.
 pub(crate) async fn decide<P: Pooled>(
-    conns: &Connections<P>,
+    conns: &Arc<Connections<P>>,
     prepared: &Prepared,
     call: Call<'_>,
 ) -> Result<Outcome, StoreError> {
@@ -100,10 +107,59 @@ pub(crate) async fn decide<P: Pooled>(
     if !call.nonce.is_empty() {
         cmd.arg(call.nonce);
     }
+    let takes_lease = call.cost > 0
+        && !call.nonce.is_empty()
+        && call.quotas.iter().any(|q| q.spec().holds_leases);
+    if !takes_lease {
+        let reply: Vec<u8> = conns
+            .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
+            .await?;
+        return parse_reply(&reply, call.keys.len());
+    }
+    let mut undo = Undo::new(conns, || give_back(&call));
     let reply: Vec<u8> = conns
-        .query(Request::Cmd(&cmd), Some(&prepared.decide))
+        .query(
+            Request::Cmd(&cmd),
+            Some(&prepared.decide),
+            Some(undo.sent_on()),
+        )
         .await?;
-    parse_reply(&reply, call.keys.len())
+    let outcome = parse_reply(&reply, call.keys.len())?;
+    undo.disarm();
+    Ok(outcome)
+}
+
+/// The release of the lease `call` may have taken, which its caller never saw.
+fn give_back(call: &Call<'_>) -> Owned {
+    let lease = Lease {
+        base: call.base.to_owned(),
+        keys: call
+            .quotas
+            .iter()
+            .zip(call.keys)
+            .filter(|(q, _)| q.spec().holds_leases)
+            .map(|(_, k)| k.clone())
+            .collect(),
+        member: call.nonce.to_owned(),
+        cost: call.cost,
+    };
+    release_request(&lease)
+}
+
+/// `ZREM` of a lease's members from each of its concurrency keys.
+fn release_request(lease: &Lease) -> Owned {
+    let members: Vec<String> = lease.members().collect();
+    if let [key] = lease.keys.as_slice() {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(key).arg(&members);
+        return Owned::Cmd(cmd);
+    }
+    // several concurrency quotas: their keys share one slot (hash tag)
+    let mut pipe = redis::pipe();
+    for key in &lease.keys {
+        pipe.cmd("ZREM").arg(key).arg(&members).ignore();
+    }
+    Owned::Pipe(pipe)
 }
 
 /// Gives back a lease: `ZREM` of its members from each concurrency key.
@@ -111,18 +167,9 @@ pub(crate) async fn release<P: Pooled>(
     conns: &Connections<P>,
     lease: &Lease,
 ) -> Result<(), StoreError> {
-    let members: Vec<String> = lease.members().collect();
-    if let [key] = lease.keys.as_slice() {
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(key).arg(&members);
-        return conns.query(Request::Cmd(&cmd), None).await;
-    }
-    // several concurrency quotas: their keys share one slot (hash tag)
-    let mut pipe = redis::pipe();
-    for key in &lease.keys {
-        pipe.cmd("ZREM").arg(key).arg(&members).ignore();
-    }
-    conns.query(Request::Pipe(&pipe), None).await
+    conns
+        .query(release_request(lease).request(), None, None)
+        .await
 }
 
 /// Forgets a user key's state: one `DEL` of its keys (one slot).
@@ -132,7 +179,7 @@ pub(crate) async fn reset<P: Pooled>(
 ) -> Result<(), StoreError> {
     let mut cmd = redis::cmd("DEL");
     cmd.arg(keys);
-    conns.query(Request::Cmd(&cmd), None).await
+    conns.query(Request::Cmd(&cmd), None, None).await
 }
 
 /// Turns the script's reply, a string of space-separated integers (all
