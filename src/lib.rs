@@ -51,10 +51,10 @@ pub use limiter::root::RateLimiter;
 pub use middleware::layer::RateLimitLayer;
 pub use quota::Quota;
 pub use rate::Rate;
-#[cfg(feature = "cluster")]
-pub use store::redis::cluster::RedisClusterStore;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
+#[cfg(feature = "cluster")]
+pub use store::redis::cluster::RedisClusterStore;
 
 /// The `deadpool-redis` this crate is built with: build a
 /// [`RedisStore`]'s pool with it (or use [`RedisStore::from_url`]) and

@@ -11,7 +11,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{GENEROUS, RedisServer, warm_up};
-use tower_redis_ratelimit::{Quota, RateLimiter, RedisStore, StoreError};
+use tower_redis_ratelimit::error::StoreError;
+use tower_redis_ratelimit::{Quota, RateLimiter, RedisStore};
 
 fn limiter(server: &RedisServer, prefix: &str, timeout: Duration) -> RateLimiter {
     RateLimiter::builder()
