@@ -33,8 +33,9 @@ end
 local fmt, ceil = string.format, math.ceil
 -- Redis expires keys on its own clock, which a manual clock need not follow:
 -- a simulation may move slower than real time. On a manual clock every TTL is
--- GRACE ms longer, so Redis never forgets state that the manual time still
--- needs (state kept past its time reads as no state: every strategy compares
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end

@@ -2,7 +2,7 @@
 -- limiter with one fixed-window quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 9c16e3376b84f01e2c6d3c695d52c9920d6fdf91).
+-- (SCRIPT LOAD, then EVALSHA 0da9c6e12b2c8bac09edafeb9c52d4df36ec96c6).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 -- FixedWindow fast path: one quota, Redis's clock, a cost that can fit. It runs
 -- before anything else in the script and defines no function, so a call costs
@@ -67,8 +67,9 @@ end
 local fmt, ceil = string.format, math.ceil
 -- Redis expires keys on its own clock, which a manual clock need not follow:
 -- a simulation may move slower than real time. On a manual clock every TTL is
--- GRACE ms longer, so Redis never forgets state that the manual time still
--- needs (state kept past its time reads as no state: every strategy compares
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end

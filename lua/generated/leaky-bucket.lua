@@ -2,7 +2,7 @@
 -- limiter with one leaky-bucket quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA cbf972b5f56d6dc3e97adcc8987d42f211516241).
+-- (SCRIPT LOAD, then EVALSHA 30d81e28e9e7731b4c81cc9a963dbfaa9da2173c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -40,8 +40,9 @@ end
 local fmt, ceil = string.format, math.ceil
 -- Redis expires keys on its own clock, which a manual clock need not follow:
 -- a simulation may move slower than real time. On a manual clock every TTL is
--- GRACE ms longer, so Redis never forgets state that the manual time still
--- needs (state kept past its time reads as no state: every strategy compares
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end

@@ -377,7 +377,10 @@ impl<P: Pooled> Connections<P> {
         let slot = self.slot();
         let (held, fresh) = match read(&slot.held) {
             Some(h) if P::CHECK_WHEN_IDLE && self.idle(&h, started) => {
-                Box::pin(self.within(started, self.check_idle(slot, h, started))).await?
+                // a check that runs out of time forgets the silent connection
+                let checked = h.clone();
+                Box::pin(self.within_on(&checked, started, self.check_idle(slot, h, started)))
+                    .await?
             }
             Some(h) => (h, false),
             // slow paths are boxed to keep every caller's future small
