@@ -69,10 +69,12 @@ pin_project! {
 }
 
 impl<B: Body> ResponseBody<B> {
-    pub(crate) fn inner(body: B, lease: Option<LeaseGuard>) -> Self {
+    /// The inner service's body, holding no lease (a lease-holding body is
+    /// [`primed`](Self::primed)).
+    pub(crate) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
-            lease,
+            lease: None,
             releasing: None,
             last: None,
         }

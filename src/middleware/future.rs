@@ -249,13 +249,13 @@ where
                     }
                     let Some(lease) = extra.lease else {
                         state.set(State::Done);
-                        return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, None))));
+                        return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b))));
                     };
                     if res.body().is_end_stream() {
                         // Empty: the server will not poll that body.
                         state.set(State::Releasing {
                             release: lease.release(),
-                            response: Some(res.map(|b| ResponseBody::inner(b, None))),
+                            response: Some(res.map(|b| ResponseBody::inner(b))),
                         });
                         continue;
                     }
