@@ -1,5 +1,6 @@
 //! The middleware on real sockets: axum and tonic servers on loopback,
-//! hyper and tonic clients, a private redis-server behind them.
+//! hyper and tonic clients, limiters on the memory store under a manual
+//! clock (no Redis). What needs Redis is `tests/middleware_net_redis.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -7,81 +8,21 @@ mod common;
 #[path = "../examples/support/grpc_echo.rs"]
 mod grpc_echo;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
-use common::RedisServer;
+use common::memory::{self, limiter};
+use common::net::{fetch, serve};
 use grpc_echo::{Echo, RawCodec};
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use tokio::net::TcpListener;
 use tonic::{Code, Status};
 use tower_redis_ratelimit::key::{ClientIp, PeerIp};
-use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, RateLimit};
-use tower_redis_ratelimit::{Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
-
-/// A store timeout no loaded test machine reaches: a timed-out call would
-/// fail open and make exact counts flaky. Timeouts have their own tests.
-const GENEROUS: Duration = Duration::from_secs(10);
-
-fn limiter(redis: &RedisServer, prefix: &str, quota: Quota) -> RateLimiter {
-    RateLimiter::builder()
-        .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
-        .prefix(prefix)
-        .quota(quota)
-        .build()
-        .unwrap()
-}
-
-/// Serves `app` on a free loopback port, with connect info.
-async fn serve(app: Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
-
-/// One HTTP/1.1 request on a fresh connection.
-async fn fetch(addr: SocketAddr, path: &str, headers: &[(&str, &[u8])]) -> Response<Incoming> {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut req = Request::get(path).header("host", addr.to_string());
-    for (name, value) in headers {
-        req = req.header(*name, *value);
-    }
-    sender
-        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
-        .await
-        .unwrap()
-}
-
-async fn status(addr: SocketAddr, path: &str) -> StatusCode {
-    let res = fetch(addr, path, &[]).await;
-    let status = res.status();
-    res.into_body().collect().await.unwrap();
-    status
-}
+use tower_redis_ratelimit::middleware::{HeaderStyle, RateLimit};
+use tower_redis_ratelimit::{Quota, Rate, RateLimitLayer};
 
 fn h<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).map(|v| v.to_str().unwrap())
@@ -89,7 +30,7 @@ fn h<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn a_real_server_sends_status_every_header_style_and_retry_after() {
-    let redis = RedisServer::start();
+    let clock = memory::clock();
     let mut app = Router::new();
     for (path, style) in [
         ("/ietf", HeaderStyle::Ietf),
@@ -98,7 +39,8 @@ async fn a_real_server_sends_status_every_header_style_and_retry_after() {
         ("/none", HeaderStyle::None),
     ] {
         let quota = Quota::fixed_window(Rate::per_minute(2)).name("minute");
-        let layer = RateLimitLayer::new(limiter(&redis, &path[1..], quota), PeerIp).headers(style);
+        let layer =
+            RateLimitLayer::new(limiter(&clock, &path[1..], [quota]), PeerIp).headers(style);
         app = app.route(path, get(|| async { "hello" }).layer(layer));
     }
     let addr = serve(app).await;
@@ -160,62 +102,17 @@ async fn a_real_server_sends_status_every_header_style_and_retry_after() {
 }
 
 #[tokio::test]
-async fn two_app_instances_sharing_one_redis_enforce_one_limit_exactly() {
-    let redis = RedisServer::start();
-    let limit = 25;
-    let mut addrs = Vec::new();
-    for _ in 0..2 {
-        // Each instance: its own pool, store, limiter and layer; one Redis.
-        // A store call must never time out here (a timed-out call may or may
-        // not have counted): a generous timeout, and a 503 if it ever did.
-        let limiter = RateLimiter::builder()
-            .store(RedisStore::new(redis.pool(4)).timeout(Duration::from_secs(10)))
-            .prefix("shared")
-            .quota(Quota::fixed_window(Rate::per_minute(limit)).name("minute"))
-            .build()
-            .unwrap();
-        let layer = RateLimitLayer::new(limiter, PeerIp).on_store_error(FailurePolicy::Closed);
-        let app = Router::new()
-            .route("/", get(|| async { "hi" }))
-            .layer(layer);
-        addrs.push(serve(app).await);
-    }
-    // In turn: both instances count against the same limit.
-    for i in 0..10 {
-        assert_eq!(status(addrs[i % 2], "/").await, StatusCode::OK);
-    }
-    // Then all at once, spread over both: exactly the rest is allowed.
-    let requests = 70;
-    let tasks: Vec<_> = (0..requests)
-        .map(|i| tokio::spawn(status(addrs[i % 2], "/")))
-        .collect();
-    let (mut ok, mut denied) = (10, 0);
-    for t in tasks {
-        match t.await.unwrap() {
-            StatusCode::OK => ok += 1,
-            StatusCode::TOO_MANY_REQUESTS => denied += 1,
-            other => panic!("unexpected {other}"),
-        }
-    }
-    assert_eq!(ok, limit);
-    assert_eq!(denied, requests as u64 + 10 - limit);
-    for addr in addrs {
-        assert_eq!(status(addr, "/").await, StatusCode::TOO_MANY_REQUESTS);
-    }
-}
-
-#[tokio::test]
 async fn a_spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored() {
-    let redis = RedisServer::start();
+    let clock = memory::clock();
     let quota = || Quota::fixed_window(Rate::per_minute(2)).name("minute");
     // Trusts a proxy network the test client (127.0.0.1) is not in.
     let untrusted = RateLimitLayer::new(
-        limiter(&redis, "untrusted", quota()),
+        limiter(&clock, "untrusted", [quota()]),
         ClientIp::new().trust_cidrs(["10.0.0.0/8"]).unwrap(),
     );
     // Trusts the loopback proxy: the header is believed.
     let trusted = RateLimitLayer::new(
-        limiter(&redis, "trusted", quota()),
+        limiter(&clock, "trusted", [quota()]),
         ClientIp::new().trust_cidrs(["127.0.0.0/8"]).unwrap(),
     );
     let app = Router::new()
@@ -278,68 +175,13 @@ async fn a_spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored() {
     }
 }
 
-/// A streaming body fed by the test.
-struct Stream(mpsc::Receiver<Bytes>);
-
-impl http_body::Body for Stream {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
-    }
-}
-
+/// The memory twin of the Redis test in `tests/middleware_net_redis.rs`:
+/// the lease goes back to the store when the body is dropped, whatever the store.
 #[tokio::test]
 async fn a_client_disconnect_mid_stream_releases_the_concurrency_lease() {
-    let redis = RedisServer::start();
-    let limiter = limiter(&redis, "conc", Quota::concurrency(1).name("inflight"));
-    let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
-    let s = senders.clone();
-    let app = Router::new()
-        .route(
-            "/stream",
-            get(move || {
-                let (tx, rx) = mpsc::channel(1);
-                s.lock().unwrap().push(tx);
-                async move { Response::new(Body::new(Stream(rx))) }
-            }),
-        )
-        .layer(RateLimitLayer::new(limiter.clone(), PeerIp));
-    let addr = serve(app).await;
-
-    let res = fetch(addr, "/stream", &[]).await;
-    assert_eq!(res.status(), StatusCode::OK);
-    let tx = senders.lock().unwrap()[0].clone();
-    tx.send(Bytes::from_static(b"chunk")).await.unwrap();
-    let mut body = res.into_body();
-    assert_eq!(
-        body.frame().await.unwrap().unwrap().into_data().unwrap(),
-        "chunk"
-    );
-    assert_eq!(status(addr, "/stream").await, StatusCode::TOO_MANY_REQUESTS);
-
-    // The client hangs up mid-stream; the server finds out on its next write.
-    drop(body);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if limiter.peek("ip:127.0.0.1").await.unwrap().remaining == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "lease never released"
-        );
-        // Each chunk makes the server write to the closed socket, until it gives up.
-        let _ = tx.try_send(Bytes::from_static(b"more"));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(tx.is_closed(), "the server dropped the body");
+    let clock = memory::clock();
+    let limiter = memory::limiter(&clock, "conc", [Quota::concurrency(1).name("inflight")]);
+    common::net::a_client_disconnect_mid_stream_releases_the_lease(limiter).await;
 }
 
 // --- gRPC -----------------------------------------------------------------
@@ -385,9 +227,9 @@ fn check_exhausted(status: &Status) {
 
 #[tokio::test]
 async fn a_tonic_client_receives_resource_exhausted_from_a_layered_server() {
-    let redis = RedisServer::start();
+    let clock = memory::clock();
     let quota = Quota::fixed_window(Rate::per_minute(2)).name("minute");
-    let layer = RateLimitLayer::new(limiter(&redis, "tonic", quota), PeerIp);
+    let layer = RateLimitLayer::new(limiter(&clock, "tonic", [quota]), PeerIp);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -412,9 +254,9 @@ async fn a_tonic_client_receives_resource_exhausted_from_a_layered_server() {
 
 #[tokio::test]
 async fn a_rate_limited_service_can_be_added_to_tonic_on_its_own() {
-    let redis = RedisServer::start();
+    let clock = memory::clock();
     let quota = Quota::gcra(Rate::per_minute(1)).name("minute");
-    let echo_limited = RateLimit::new(Echo, limiter(&redis, "tonic-svc", quota), PeerIp);
+    let echo_limited = RateLimit::new(Echo, limiter(&clock, "tonic-svc", [quota]), PeerIp);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);

@@ -4,6 +4,7 @@
 //! - [`cluster`]: [`RedisCluster`], a private Redis Cluster of such servers;
 //! - [`proxy`]: [`StallProxy`], a TCP proxy that can stall like a lossy network;
 //! - [`http`]: driving the middleware in process (axum `oneshot`);
+//! - [`net`]: the middleware on real sockets (a loopback server, a hyper client);
 //! - [`memory`]: limiters on the memory store with a manual clock, for tests
 //!   whose subject is not the store;
 //! - `logs` (with the `tracing` feature): capturing a test's log lines.
@@ -29,6 +30,7 @@ pub(crate) mod http;
 #[cfg(feature = "tracing")]
 pub(crate) mod logs;
 pub(crate) mod memory;
+pub(crate) mod net;
 pub(crate) mod proxy;
 pub(crate) mod redis;
 mod sys;
