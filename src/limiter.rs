@@ -421,7 +421,7 @@ impl RateLimiterBuilder {
         if self.quotas.is_empty() {
             return Err(ConfigError::new(
                 "quota",
-                "no quota configured; add one with .quota(Quota::gcra(Rate::per_minute(60)))",
+                "no quota configured; add at least one with .quota(Quota::...)",
             ));
         }
         let mut specs: Vec<QuotaSpec> = Vec::with_capacity(self.quotas.len());

@@ -296,7 +296,7 @@ impl LeaseGuard {
 fn release_future(limiter: RateLimiter, lease: Lease) -> ReleaseFuture {
     Box::pin(async move {
         if let Err(_error) = limiter.release(&lease).await {
-            event!(warn, error = %_error, lease = lease.id(), "could not release a concurrency lease; it expires after its lease timeout");
+            event!(warn, error = %_error, lease = lease.id(), "could not release a lease; it expires after its lease timeout");
         }
     })
 }
@@ -310,7 +310,7 @@ impl Drop for LeaseGuard {
             event!(
                 warn,
                 lease = lease.id(),
-                "concurrency lease dropped outside a Tokio runtime; it expires after its lease timeout"
+                "lease dropped outside a Tokio runtime; it expires after its lease timeout"
             );
             return;
         }
@@ -372,7 +372,7 @@ impl Drop for Release {
         } else {
             event!(
                 warn,
-                "concurrency lease dropped outside a Tokio runtime; it expires after its lease timeout"
+                "lease dropped outside a Tokio runtime; it expires after its lease timeout"
             );
         }
     }
