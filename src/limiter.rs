@@ -63,7 +63,7 @@ struct Inner {
     prefix: String,
     quotas: Vec<QuotaSpec>,
     names: Vec<Arc<str>>,
-    /// `:<quota>:<strategy>` per quota, appended to the hash-tagged base key.
+    /// `:<quota id>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
     /// Whether decisions need a unique nonce (sorted-set strategies).
@@ -110,7 +110,10 @@ impl RateLimiter {
     /// `reset_after: 0` and `retry_after: None` (not its state). A
     /// [`peek`](Self::peek) tells the state.
     ///
-    /// Storage keys are `{<prefix>:<key>}:<quota>:<strategy>`; the braces are a
+    /// Storage keys are `{<prefix>:<key>}:<id>`, where `<id>` is one letter
+    /// naming the strategy (and its state's layout) followed by the rate, e.g.
+    /// `g60/1m`, or by `/` and the name of a [named](crate::Quota::name) quota,
+    /// e.g. `g/minute`; the braces are a
     /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
     /// that is longer than 128 bytes, is not UTF-8, contains `{`, `}` or
     /// control characters, or starts with `~` is stored as `~` and a SHA-256
@@ -450,10 +453,7 @@ impl RateLimiterBuilder {
                 store: store.bind(&specs),
                 prefix,
                 names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
-                key_suffixes: specs
-                    .iter()
-                    .map(|q| format!(":{}:{}", q.name, q.strategy.tag()))
-                    .collect(),
+                key_suffixes: specs.iter().map(|q| format!(":{}", q.key_id)).collect(),
                 quotas: specs,
                 clock: self.clock,
                 needs_nonce,

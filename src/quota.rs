@@ -237,8 +237,18 @@ impl Quota {
                 "burst times (period / count) must stay below 4 years",
             ));
         }
+        let key_id = match &self.name {
+            // names hold no '/', and a derived id has a digit after the tag
+            Some(n) => format!("{}/{n}", self.strategy.key_tag()),
+            None => format!(
+                "{}{count}/{}",
+                self.strategy.key_tag(),
+                compact_period(period_us)
+            ),
+        };
         Ok(QuotaSpec {
             strategy: self.strategy,
+            key_id,
             limit: count,
             period_us,
             burst,
@@ -259,6 +269,24 @@ fn period_label(d: Duration) -> String {
     } else {
         format!("{}us", d.as_micros())
     }
+}
+
+/// The period in a storage key: the largest unit that divides it exactly
+/// (`1h`, `90s`, `1500ms`, `7us`), so distinct periods stay distinct.
+fn compact_period(us: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (86_400_000_000, "d"),
+        (3_600_000_000, "h"),
+        (60_000_000, "m"),
+        (1_000_000, "s"),
+        (1_000, "ms"),
+        (1, "us"),
+    ];
+    let (size, unit) = UNITS
+        .into_iter()
+        .find(|(size, _)| us.is_multiple_of(*size))
+        .unwrap_or((1, "us"));
+    format!("{}{unit}", us / size)
 }
 
 /// A bare rate is a [`Quota::gcra`] at that rate (the strategy most limits
@@ -303,6 +331,11 @@ pub(crate) struct QuotaSpec {
     /// `ceil(period / limit)`.
     pub(crate) interval_us: u64,
     pub(crate) name: String,
+    /// The quota's part of its storage keys (after `{<prefix>:<key>}:`): the
+    /// strategy's key tag, then the rate (`g60/1m`) or, for a named quota,
+    /// `/` and the name (`g/minute`). Two quotas share state exactly when
+    /// these are equal (and the prefix is).
+    pub(crate) key_id: String,
     pub(crate) rate: Rate,
 }
 
@@ -366,5 +399,40 @@ mod tests {
         assert_eq!(q.interval_us, 1_000_000);
         let q = Quota::gcra(Rate::per_second(3)).compile(0).unwrap();
         assert_eq!(q.interval_us, 333_334);
+    }
+
+    #[test]
+    fn storage_ids_are_short_and_distinct_per_strategy_rate_or_name() {
+        let id = |q: Quota| q.compile(0).unwrap().key_id;
+        assert_eq!(id(Quota::gcra(Rate::per_minute(60))), "g60/1m");
+        assert_eq!(id(Quota::fixed_window(Rate::per_hour(1000))), "f1000/1h");
+        assert_eq!(id(Quota::sliding_window_log(Rate::per_day(5))), "l5/1d");
+        assert_eq!(
+            id(Quota::token_bucket(Rate::per_second(3)).burst(9)),
+            "t3/1s"
+        );
+        let odd = Rate::new(7, Duration::from_micros(1_500_001));
+        assert_eq!(id(Quota::leaky_bucket(odd)), "b7/1500001us");
+        assert_eq!(
+            id(Quota::sliding_window_counter(Rate::new(
+                2,
+                Duration::from_millis(1500)
+            ))),
+            "c2/1500ms"
+        );
+        assert_eq!(id(Quota::concurrency(8)), "n8/1m");
+        assert_eq!(
+            id(Quota::gcra(Rate::per_minute(60)).name("minute")),
+            "g/minute"
+        );
+        // periods equal in one unit and not in another stay distinct
+        assert_ne!(
+            id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),
+            id(Quota::gcra(Rate::new(1, Duration::from_secs(60) * 90)))
+        );
+        assert_eq!(
+            id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),
+            "g1/90s"
+        );
     }
 }

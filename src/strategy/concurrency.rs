@@ -9,6 +9,7 @@ use crate::Quota;
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "concurrency",
     tag: "conc",
+    key_tag: 'n',
     lua: Lua {
         id: 7,
         body: &[include_str!("../../lua/concurrency.lua")],

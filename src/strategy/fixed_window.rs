@@ -7,6 +7,7 @@ use super::{HeaderPolicy, Lua, StrategySpec};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "fixed-window",
     tag: "fw",
+    key_tag: 'f',
     lua: Lua {
         id: 1,
         body: &[include_str!("../../lua/fixed_window.lua")],

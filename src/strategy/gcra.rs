@@ -8,6 +8,7 @@ use super::{HeaderPolicy, Lua, StrategySpec, tat};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "gcra",
     tag: "gcra",
+    key_tag: 'g',
     lua: Lua {
         id: 6,
         body: &[include_str!("../../lua/gcra.lua"), tat::LUA],

@@ -8,6 +8,7 @@ use super::{HeaderPolicy, Lua, StrategySpec, tat};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "leaky-bucket",
     tag: "lb",
+    key_tag: 'b',
     lua: Lua {
         id: 5,
         body: &[include_str!("../../lua/leaky_bucket.lua"), tat::LUA],

@@ -87,10 +87,16 @@ impl Strategy {
         self.spec().name
     }
 
-    /// Short tag used in storage keys, so a strategy change never reads
-    /// another strategy's state.
+    /// Short tag of derived quota names (`gcra-60-per-60s`).
     pub(crate) const fn tag(&self) -> &'static str {
         self.spec().tag
+    }
+
+    /// One character that starts the quota part of a storage key: it names
+    /// the strategy and the shape of its stored state, so that neither a
+    /// strategy change nor a new state layout reads incompatible state.
+    pub(crate) const fn key_tag(&self) -> char {
+        self.spec().key_tag
     }
 
     /// Numeric id understood by the Lua dispatcher (`lua/multi.lua`).
@@ -108,8 +114,13 @@ impl Strategy {
 pub(crate) struct StrategySpec {
     /// The kebab-case name ([`Strategy::as_str`], [`FromStr`](std::str::FromStr)).
     pub(crate) name: &'static str,
-    /// The storage-key tag ([`Strategy::tag`]); distinct per strategy.
+    /// The tag of derived quota names ([`Strategy::tag`]); distinct per strategy.
     pub(crate) tag: &'static str,
+    /// The storage-key tag ([`Strategy::key_tag`]): an ASCII letter, distinct
+    /// per strategy, and never used before by any strategy; a change of the
+    /// stored state's shape takes a new one (old state is then never read).
+    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n` (see `README.md`, "Keys").
+    pub(crate) key_tag: char,
     /// The Redis side.
     pub(crate) lua: Lua,
     /// The memory side: the twin of the Lua body, over [`state::Entry`].
@@ -235,6 +246,12 @@ mod tests {
         assert_eq!(Strategy::ALL.iter().collect::<HashSet<_>>().len(), n);
         assert_eq!(distinct(|s| s.name.into()), n);
         assert_eq!(distinct(|s| s.tag.into()), n);
+        assert_eq!(distinct(|s| s.key_tag.into()), n);
+        assert!(
+            Strategy::ALL
+                .iter()
+                .all(|s| s.key_tag().is_ascii_alphabetic())
+        );
         assert_eq!(distinct(|s| s.lua.id.to_string()), n);
         for s in Strategy::ALL {
             assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));

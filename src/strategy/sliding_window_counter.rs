@@ -8,6 +8,7 @@ use super::{HeaderPolicy, Lua, StrategySpec};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-counter",
     tag: "swc",
+    key_tag: 'c',
     lua: Lua {
         id: 3,
         body: &[include_str!("../../lua/sliding_window_counter.lua")],

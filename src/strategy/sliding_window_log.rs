@@ -8,6 +8,7 @@ use crate::Quota;
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-log",
     tag: "swl",
+    key_tag: 'l',
     lua: Lua {
         id: 2,
         body: &[include_str!("../../lua/sliding_window_log.lua")],

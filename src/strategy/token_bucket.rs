@@ -7,6 +7,7 @@ use super::{HeaderPolicy, Lua, StrategySpec};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "token-bucket",
     tag: "tb",
+    key_tag: 't',
     lua: Lua {
         id: 4,
         body: &[include_str!("../../lua/token_bucket.lua")],
