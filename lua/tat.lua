@@ -1,7 +1,8 @@
--- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
 -- request of `cost` pushes the TAT by cost * interval and is allowed if the
--- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
--- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end

@@ -2,7 +2,7 @@
 -- limiter with one gcra quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA d93ae7c212a9c989784a45984e0e02acb9fd4a40).
+-- (SCRIPT LOAD, then EVALSHA 1dd18fb43856335190c3e6eb7471d902c8b07a78).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -69,10 +69,11 @@ do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
 -- admitted request proceeds at once.
 local queue = false
--- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
 -- request of `cost` pushes the TAT by cost * interval and is allowed if the
--- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
--- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end

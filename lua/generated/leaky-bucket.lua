@@ -2,7 +2,7 @@
 -- limiter with one leaky-bucket quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 30d81e28e9e7731b4c81cc9a963dbfaa9da2173c).
+-- (SCRIPT LOAD, then EVALSHA 91416698574a07aa9217119229a8eca5dd604127).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -70,10 +70,11 @@ do
 -- stored as one timestamp (tat.lua follows): GCRA admission, and an admitted
 -- request gets a delay until its slot.
 local queue = true
--- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
 -- request of `cost` pushes the TAT by cost * interval and is allowed if the
--- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
--- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end

@@ -4,7 +4,7 @@
 -- use (and zset.lua if none keeps a sorted set).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 101118efcec5226a2c68f7ff9712930ebb614106).
+-- (SCRIPT LOAD, then EVALSHA 1dea901269d28d42994823e0145d3c8175d5883c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -240,37 +240,35 @@ S[4] = function(key, n, period, burst, interval, cost, nonce, apply)
 local now = NOW
 local ok, rem, reset, retry, delay
 do
--- TokenBucket: hash {t = tokens, s = time of the last refill}. The bucket
--- holds `burst` tokens and gains one every `interval`; a missing key is a full
--- bucket. reset_after: until the bucket is full again.
-local st = redis.call('HMGET', key, 't', 's')
-local t, s = tonumber(st[1]), tonumber(st[2])
-if not t or not s then
-  t, s = burst, now
-end
-if now > s then
-  local add = math.floor((now - s) / interval)
-  if t + add >= burst then
-    t, s = burst, now
-  else
-    t, s = t + add, s + add * interval
-  end
-end
-if cost > burst or cost > t then
-  ok, rem, reset, retry, delay = 0, t, 0, -1, 0
-  if cost <= burst then retry = s + (cost - t) * interval - now end
-  if t < burst then reset = s + (burst - t) * interval - now end
+-- TokenBucket: `burst` tokens, one more every `interval`, stored as one
+-- integer: the time the bucket is full again (tat.lua follows). With t tokens
+-- counted at time s, that time is s + (burst - t) * interval; the tokens at
+-- `now` are burst - ceil((full - now) / interval). Taking `cost` tokens pushes
+-- it by cost * interval, which is the GCRA's theoretical arrival time: same
+-- admission, remaining, reset and retry; an admitted request proceeds at once.
+local queue = false
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- same admission, but the request is told to wait until its slot (delay).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
   if reset > 0 and redis.call('PTTL', key) == -1 then
     redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
   end
 else
-  local left = t - cost
-  ok, rem, reset, retry, delay = 1, left, 0, -1, 0
-  if left < burst then reset = s + (burst - left) * interval - now end
   if apply and cost > 0 then
-    redis.call('HSET', key, 't', fmt('%.0f', left), 's', fmt('%.0f', s))
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000) + GRACE))
   end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
 end
 end
 return ok, rem, reset, retry, delay
@@ -283,10 +281,11 @@ do
 -- stored as one timestamp (tat.lua follows): GCRA admission, and an admitted
 -- request gets a delay until its slot.
 local queue = true
--- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
 -- request of `cost` pushes the TAT by cost * interval and is allowed if the
--- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
--- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end
@@ -315,10 +314,11 @@ do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
 -- admitted request proceeds at once.
 local queue = false
--- Gcra and LeakyBucket: one string, the theoretical arrival time (TAT). A
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
 -- request of `cost` pushes the TAT by cost * interval and is allowed if the
--- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua
--- or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
 -- same admission, but the request is told to wait until its slot (delay).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end

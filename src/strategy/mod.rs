@@ -42,7 +42,8 @@ pub enum Strategy {
     /// exact when traffic is spread evenly.
     SlidingWindowCounter,
     /// A bucket of `burst` tokens (default `n`) refilled with one token every
-    /// `period / n`.
+    /// `period / n`. Stored as one integer, the time the bucket is full
+    /// again; it then decides exactly as [`Gcra`](Self::Gcra) does.
     TokenBucket,
     /// A queue of `burst` slots (default `n`) draining one request every
     /// `period / n`: requests are admitted with a [`delay`](crate::Decision::delay)

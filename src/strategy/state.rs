@@ -50,9 +50,8 @@ pub(crate) enum Value {
     Log(Vec<i64>),
     /// An aligned window, its count and the previous window's count.
     Counter { w: i64, c: i64, p: i64 },
-    /// Tokens and the time they were counted at.
-    Bucket { t: i64, s: i64 },
-    /// A theoretical arrival time.
+    /// A theoretical arrival time (GCRA, leaky bucket), or the time a token
+    /// bucket is full again: one integer.
     Tat(i64),
     /// (expiry, member), ascending by expiry (a sorted set of members).
     Leases(Vec<(i64, String)>),

@@ -1,6 +1,6 @@
-//! The theoretical-arrival-time algorithm shared by the GCRA and the leaky
-//! bucket (`lua/tat.lua`): they differ only in whether an admitted request
-//! waits for its slot.
+//! The theoretical-arrival-time algorithm shared by the GCRA, the token
+//! bucket and the leaky bucket (`lua/tat.lua`): they differ only in whether an
+//! admitted request waits for its slot (the leaky bucket's queue).
 
 use super::state::{Entry, Params, Raw, Value, floor_div};
 

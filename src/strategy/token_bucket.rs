@@ -1,8 +1,9 @@
 //! [`Strategy::TokenBucket`](super::Strategy::TokenBucket): `burst` tokens refilled one every
-//! `interval` (`lua/token_bucket.lua`).
+//! `interval`, stored as the time the bucket is full again (`lua/token_bucket.lua`
+//! then `lua/tat.lua`: that time is the GCRA's theoretical arrival time).
 
-use super::state::{Entry, Params, Raw, Value, floor_div};
-use super::{HeaderPolicy, Lua, StrategySpec};
+use super::state::{Entry, Params, Raw, Value};
+use super::{HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "token-bucket",
@@ -10,7 +11,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     key_tag: 't',
     lua: Lua {
         id: 4,
-        body: &[include_str!("../../lua/token_bucket.lua")],
+        body: &[include_str!("../../lua/token_bucket.lua"), tat::LUA],
         fast_path: None,
         zset_helpers: false,
         reads_time: true,
@@ -33,48 +34,5 @@ fn decide(
     cost: i64,
     _nonce: &str,
 ) -> (Raw, Option<Value>) {
-    token_bucket(slot, q.burst, q.interval, now, cost)
-}
-
-fn token_bucket(
-    slot: &Option<Entry>,
-    burst: i64,
-    interval: i64,
-    now: i64,
-    cost: i64,
-) -> (Raw, Option<Value>) {
-    let (mut t, mut s) = match slot {
-        Some(Entry {
-            value: Value::Bucket { t, s },
-            ..
-        }) => (*t, *s),
-        _ => (burst, now),
-    };
-    if now > s {
-        let add = floor_div(now - s, interval);
-        if t + add >= burst {
-            (t, s) = (burst, now);
-        } else {
-            (t, s) = (t + add, s + add * interval);
-        }
-    }
-    let reset_of = |tokens: i64| {
-        if tokens >= burst {
-            0
-        } else {
-            s + (burst - tokens) * interval - now
-        }
-    };
-    if cost > burst || cost > t {
-        let retry = if cost <= burst {
-            s + (cost - t) * interval - now
-        } else {
-            -1
-        };
-        return (Raw::deny(t, reset_of(t), retry), None);
-    }
-    (
-        Raw::allow(t - cost, reset_of(t - cost), 0),
-        Some(Value::Bucket { t: t - cost, s }),
-    )
+    tat::decide(slot, q, now, cost, false)
 }
