@@ -377,3 +377,93 @@ fn sorted_set_strategies_have_a_bounded_capacity() {
     assert!(build(Quota::sliding_window_counter(Rate::per_hour(max * 100))).is_ok());
     assert!(build(Quota::gcra(Rate::per_hour(max * 100))).is_ok());
 }
+
+/// On Redis's clock a sliding window counter's key is one integer,
+/// `(c * 2^21 + p) * 1024 + w % 1024`: the key's TTL keeps its window within
+/// a few of the current one, which the low bits tell apart. Each state is
+/// written by hand, then read by a peek (whose `reset_after` says which
+/// window the counts were taken for).
+#[tokio::test]
+async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
+    const P: u64 = 3_600_000_000; // one hour, in µs
+    let hour = Duration::from_micros(P);
+    let server = RedisServer::start();
+    let lim = redis_limiter(
+        &server,
+        "swcpack",
+        vec![Quota::sliding_window_counter(Rate::new(5, hour))],
+    );
+    let mut conn = server.conn().await;
+    let key = lim.storage_keys("k").remove(0);
+    assert!(lim.check("k").await.unwrap().allowed);
+    let window = async |conn: &mut redis::aio::MultiplexedConnection| {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+        (s * 1_000_000 + us) / P
+    };
+    let w = window(&mut conn).await;
+    let v: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let v: u64 = v.parse().expect("an integer");
+    assert_eq!(
+        (v % 1024, v / 1024 >> 21, v / 1024 % (1 << 21)),
+        (w % 1024, 1, 0)
+    );
+    // (window offset from now, c, p) -> (remaining range, reset_after range)
+    let cases: [(
+        i64,
+        u64,
+        u64,
+        std::ops::RangeInclusive<u64>,
+        std::ops::Range<Duration>,
+    ); 6] = [
+        (0, 2, 0, 3..=3, hour..hour * 2 + Duration::from_millis(1)),
+        // the previous window: its count weighs by the overlap, reset within the hour
+        (
+            -1,
+            2,
+            0,
+            4..=5,
+            Duration::ZERO..hour + Duration::from_millis(1),
+        ),
+        // two or many windows back: forgotten
+        (-2, 2, 4, 5..=5, Duration::ZERO..Duration::from_nanos(1)),
+        (-500, 2, 4, 5..=5, Duration::ZERO..Duration::from_nanos(1)),
+        // a window ahead: Redis's clock went back, the stored window holds
+        (
+            1,
+            2,
+            0,
+            3..=3,
+            hour * 2..hour * 3 + Duration::from_millis(1),
+        ),
+        // the current window with both counts (p weighs up to 1)
+        (0, 1, 1, 3..=4, hour..hour * 2 + Duration::from_millis(1)),
+    ];
+    for (dw, c, p, remaining, reset) in cases {
+        let w = window(&mut conn).await as i64 + dw;
+        let v = ((c << 21) + p) * 1024 + w.rem_euclid(1024) as u64;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(v)
+            .arg("PX")
+            .arg(10_000_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let d = lim.peek("k").await.unwrap();
+        assert!(remaining.contains(&d.remaining), "{dw} {c} {p}: {d:?}");
+        assert!(reset.contains(&d.reset_after), "{dw} {c} {p}: {d:?}");
+    }
+    // the text form `w c p` (a manual clock's) is read on Redis's clock too
+    let w = window(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("{w} 2 0"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(lim.peek("k").await.unwrap().remaining, 3);
+}

@@ -2,7 +2,7 @@
 -- limiter with one sliding-window-counter quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 7cef6eb65186b5c147fe3edc31ac4451a867bb8d).
+-- (SCRIPT LOAD, then EVALSHA 6d08e7d3e0351e159579ad15496af8388ec4f1a7).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -66,15 +66,39 @@ local burst, interval = tonumber(ARGV[5]), tonumber(ARGV[6])
 local cost, nonce, apply, now = tonumber(ARGV[2]), ARGV[7], true, NOW
 local ok, rem, reset, retry, delay
 do
--- SlidingWindowCounter: hash {w = aligned window index, c = its count,
--- p = previous window's count}. The estimate is c + floor(p * overlap), where
--- overlap is the share of the previous window still inside the sliding window.
--- reset_after: until the end of the next window while this one has a count,
--- else until the end of this one while the previous had one.
+-- SlidingWindowCounter: the aligned window w = floor(now / period), its count
+-- c and the previous window's count p. The estimate is c + floor(p * overlap),
+-- where overlap is the share of the previous window still inside the sliding
+-- window. reset_after: until the end of the next window while this one has a
+-- count, else until the end of this one while the previous had one.
+--
+-- The key is one string. On Redis's clock (with n < 2^21 and a period of at
+-- least 1 ms) it is one integer, (c * 2^21 + p) * 1024 + w % 1024: the key
+-- expires at the end of the window after its own (TTLs are exact on Redis's
+-- clock, up to a millisecond of rounding), so while it exists its window is
+-- at most a few windows back, which w's low ten bits tell apart (a few windows
+-- ahead: Redis's clock went back). Otherwise (a manual clock, whose time need
+-- not follow the TTL) it is the text 'w c p'. Either is read on any clock
+-- (an integer needs Redis's clock to be read), so a rate change of a named
+-- quota reads the counts (they mean the same under any count).
 local w = math.floor(now / period)
-local st = redis.call('HMGET', key, 'w', 'c', 'p')
-local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
-if not sw then
+local packed = not MANUAL and n < 2097152 and period >= 1000
+local v = redis.call('GET', key)
+local x = tonumber(v)
+local sw, c, p
+if x then
+  if packed then
+    local d = (w - x % 1024) % 1024
+    if d <= 8 then sw = w - d elseif d >= 1016 then sw = w + 1024 - d end
+    x = math.floor(x / 1024)
+    c = math.floor(x / 2097152)
+    p = x - c * 2097152
+  end
+elseif v then
+  local a, b, e = string.match(v, '^(%d+) (%d+) (%d+)$')
+  sw, c, p = tonumber(a), tonumber(b), tonumber(e)
+end
+if not sw or not c or not p then
   c, p = 0, 0
 elseif sw == w - 1 then
   c, p = 0, c
@@ -107,8 +131,12 @@ else
   ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
   if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if apply and cost > 0 then
-    redis.call('HSET', key, 'w', fmt('%.0f', w), 'c', fmt('%.0f', c + cost), 'p', fmt('%.0f', p))
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    local ttl = fmt('%.0f', ceil(reset / 1000) + GRACE)
+    if packed and p < 2097152 then
+      redis.call('SET', key, fmt('%.0f', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+    else
+      redis.call('SET', key, fmt('%.0f %.0f %.0f', w, c + cost, p), 'PX', ttl)
+    end
   end
 end
 end
