@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
 use common::RedisServer;
@@ -408,17 +409,12 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
         .unwrap();
     let v: u64 = v.parse().expect("an integer");
     assert_eq!(
-        (v % 1024, v / 1024 >> 21, v / 1024 % (1 << 21)),
+        (v % 1024, (v / 1024) >> 21, v / 1024 % (1 << 21)),
         (w % 1024, 1, 0)
     );
     // (window offset from now, c, p) -> (remaining range, reset_after range)
-    let cases: [(
-        i64,
-        u64,
-        u64,
-        std::ops::RangeInclusive<u64>,
-        std::ops::Range<Duration>,
-    ); 6] = [
+    #[allow(clippy::type_complexity)]
+    let cases: [(i64, u64, u64, RangeInclusive<u64>, Range<Duration>); 6] = [
         (0, 2, 0, 3..=3, hour..hour * 2 + Duration::from_millis(1)),
         // the previous window: its count weighs by the overlap, reset within the hour
         (
