@@ -237,14 +237,14 @@ impl Quota {
                 "burst times (period / count) must stay below 4 years",
             ));
         }
+        // Unnamed `<tag><count>/<period>`, named `<tag><period>/<name>`: the
+        // character before the first '/' is a digit only in the first form.
+        // A named quota keeps its state across a change of count (every
+        // strategy's state means the same under any count), not of period.
+        let (tag, period) = (self.strategy.key_tag(), compact_period(period_us));
         let key_id = match &self.name {
-            // names hold no '/', and a derived id has a digit after the tag
-            Some(n) => format!("{}/{n}", self.strategy.key_tag()),
-            None => format!(
-                "{}{count}/{}",
-                self.strategy.key_tag(),
-                compact_period(period_us)
-            ),
+            Some(name) => format!("{tag}{period}/{name}"),
+            None => format!("{tag}{count}/{period}"),
         };
         Ok(QuotaSpec {
             strategy: self.strategy,
@@ -333,8 +333,8 @@ pub(crate) struct QuotaSpec {
     pub(crate) name: String,
     /// The quota's part of its storage keys (after `{<prefix>:<key>}:`): the
     /// strategy's key tag, then the rate (`g60/1m`) or, for a named quota,
-    /// `/` and the name (`g/minute`). Two quotas share state exactly when
-    /// these are equal (and the prefix is).
+    /// the period and the name (`g1m/minute`). Two quotas share state exactly
+    /// when these are equal (and the prefix is).
     pub(crate) key_id: String,
     pub(crate) rate: Rate,
 }
