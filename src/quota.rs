@@ -421,10 +421,10 @@ mod tests {
             "c2/1500ms"
         );
         assert_eq!(id(Quota::concurrency(8)), "n8/1m");
-        assert_eq!(
-            id(Quota::gcra(Rate::per_minute(60)).name("minute")),
-            "g/minute"
-        );
+        let named = |r: Rate| id(Quota::gcra(r).name("minute"));
+        assert_eq!(named(Rate::per_minute(60)), "g1m/minute");
+        assert_eq!(named(Rate::per_minute(90)), "g1m/minute");
+        assert_eq!(named(Rate::per_hour(60)), "g1h/minute");
         // periods equal in one unit and not in another stay distinct
         assert_ne!(
             id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),
