@@ -40,8 +40,9 @@ impl Quota {
     /// The largest count of a [`SlidingWindowLog`](Strategy::SlidingWindowLog)
     /// or [`Concurrency`](Strategy::Concurrency) quota, checked at build.
     ///
-    /// These keep one sorted-set member per admitted unit of cost (a log entry,
-    /// a lease), so a key's memory and one call's work grow with the count. Above
+    /// These keep one entry per admitted unit of cost (a time in the log's
+    /// list, a lease in a sorted set), so a key's memory and one call's work
+    /// grow with the count. Above
     /// this, use [`SlidingWindowCounter`](Strategy::SlidingWindowCounter) (O(1)
     /// state) instead of the log.
     pub const MAX_SORTED_SET_LIMIT: u64 = 10_000;

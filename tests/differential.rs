@@ -160,3 +160,22 @@ fn memory_and_redis_decide_identically_for_several_quotas() {
         rt.block_on(run_case(&server, qs, ops))?;
     });
 }
+
+/// The sliding log with longer logs than `quota()` gives: many entries leave
+/// the window between two requests (the script's gallop and bisection), and
+/// costs above 1 (a batched push).
+#[test]
+fn memory_and_redis_decide_identically_for_long_sliding_logs() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 1u64..12])
+        .prop_map(|(key, cost)| Op::Check { key, cost });
+    let ops = prop_oneof![
+        1 => (0u64..3_000_000).prop_map(Op::Advance),
+        6 => check,
+    ];
+    proptest!(ProptestConfig::with_cases(100), |(n in 10u64..60, ops in proptest::collection::vec(ops, 1..150))| {
+        let q = Quota::sliding_window_log(Rate::new(n, Duration::from_secs(10)));
+        rt.block_on(run_case(&server, vec![q], ops))?;
+    });
+}

@@ -1,7 +1,7 @@
-//! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): a sorted set of request
-//! times (`lua/sliding_window_log.lua`).
+//! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): a list of request
+//! times, newest first (`lua/sliding_window_log.lua`).
 
-use super::state::{Entry, Params, Raw, Value, ttl_us};
+use super::state::{Entry, Params, Raw, Value};
 use super::{CountBound, HeaderPolicy, Lua, StrategySpec};
 use crate::Quota;
 
@@ -13,7 +13,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         id: 2,
         body: &[include_str!("../../lua/sliding_window_log.lua")],
         fast_path: None,
-        zset_helpers: true,
+        zset_helpers: false,
         reads_time: true,
         reads_burst: true,
     },
@@ -25,7 +25,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         suggest_counter: true,
     }),
     period_field: "rate.period",
-    needs_nonce: true,
+    needs_nonce: false,
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Window,
@@ -42,42 +42,40 @@ fn decide(
 }
 
 fn sliding_log(
-    slot: &mut Option<Entry>,
+    slot: &Option<Entry>,
     n: i64,
     period: i64,
     now: i64,
     cost: i64,
 ) -> (Raw, Option<Value>) {
-    let mut log = match slot.take() {
+    // oldest first (the Lua list is newest first: its index i is len - 1 - i here)
+    let mut log = match slot {
         Some(Entry {
             value: Value::Log(log),
             ..
-        }) => log,
+        }) => log.clone(),
         _ => Vec::new(),
     };
-    // ZREMRANGEBYSCORE -inf (now - period); keeps its TTL (a no-op on TTL in Redis).
-    log.retain(|t| *t > now - period);
-    let c = log.len() as i64;
-    let newest = log.last().copied().unwrap_or(now - period);
-    let mut reset = if c > 0 { newest + period - now } else { 0 };
-    if !log.is_empty() {
-        *slot = Some(Entry {
-            value: Value::Log(log.clone()),
-            expires_at: now + ttl_us(reset),
-        });
-    }
+    let old = now - period;
+    let len = log.len() as i64;
+    // sorted: the entries in the window are the newest c
+    let c = len - log.partition_point(|t| *t <= old) as i64;
+    let head = log.last().copied().unwrap_or(old);
+    let mut reset = if c > 0 { head + period - now } else { 0 };
     if cost > n || c + cost > n {
         let retry = if cost <= n {
-            log[(c + cost - n - 1) as usize] + period - now
+            log[(len - 1 - (n - cost)) as usize] + period - now
         } else {
             -1
         };
         return (Raw::deny(n - c, reset, retry), None);
     }
     if cost > 0 {
-        reset = newest.max(now) + period - now;
-        let at = log.partition_point(|t| *t <= now);
-        log.splice(at..at, std::iter::repeat_n(now, cost as usize));
+        let t = now.max(head);
+        reset = t + period - now;
+        // LPUSH, then LTRIM to the entries still in the window
+        log.drain(..(len - c) as usize);
+        log.extend(std::iter::repeat_n(t, cost as usize));
     }
     (Raw::allow(n - c - cost, reset, 0), Some(Value::Log(log)))
 }
