@@ -1,0 +1,310 @@
+//! What one decision costs Redis, per strategy, next to a baseline in the same
+//! run (compare the ratios: the machine may be shared and noisy).
+//!
+//! ```sh
+//! cargo bench --bench redis_cost                        # both modes, every strategy
+//! cargo bench --bench redis_cost -- cpu --rounds 5      # Redis CPU per decision
+//! cargo bench --bench redis_cost -- keys --keys 50000   # Redis bytes per key
+//! ```
+//!
+//! - `cpu`: per strategy, `CONFIG RESETSTAT`, then `--decisions` checks
+//!   (default 100 000) over `--keys` user keys (default 10 000) from 256 tasks
+//!   through a `RateLimiter` on `RedisStore`, then `usec_per_call` of
+//!   `EVALSHA` from `INFO commandstats`: the Redis time one decision takes,
+//!   script and commands included. Baseline: the same mix through a minimal
+//!   fixed-window script (`INCRBY`, `PEXPIRE` on the first hit; no reset time
+//!   returned). Limits are high: nothing is denied. The lowest of `--rounds`
+//!   rounds (default 3) is kept per strategy.
+//! - `keys`: per strategy, one check on each of `--keys` user keys (default
+//!   20 000; 24-byte ids `k_<22 digits>`, prefix `api`), then the growth of
+//!   `used_memory` per key, against the floor: a plain `SET` of a key as long
+//!   as the limiter's hash-tagged base key (`{api:k_<22 digits>}`), with an
+//!   integer value and a TTL. For the sliding log and concurrency (one entry
+//!   per request or lease), also the bytes each further entry adds (ten
+//!   requests per key).
+//!
+//! A private `redis-server` is started on a free loopback port.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unreachable_pub)]
+mod common;
+
+use std::time::Duration;
+
+use common::{RedisServer, info_field};
+use redis::aio::MultiplexedConnection;
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
+
+/// The CPU baseline: a fixed window as one would write it by hand.
+const BASELINE_SCRIPT: &str = r"
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+if n == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return n
+";
+
+const TASKS: usize = 256;
+
+struct Args {
+    cpu: bool,
+    keys_mode: bool,
+    rounds: usize,
+    decisions: usize,
+    keys: Option<usize>,
+}
+
+const USAGE: &str = "usage: cargo bench --bench redis_cost -- [cpu|keys] [--rounds R] \
+    [--decisions N] [--keys K]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        cpu: false,
+        keys_mode: false,
+        rounds: 3,
+        decisions: 100_000,
+        keys: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut number = || -> Result<usize, String> {
+            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            v.parse::<usize>().map_err(|e| format!("{v}: {e}"))
+        };
+        match flag.as_str() {
+            "--bench" => {}
+            "cpu" => a.cpu = true,
+            "keys" => a.keys_mode = true,
+            "--rounds" => a.rounds = number()?.max(1),
+            "--decisions" => a.decisions = number()?.max(1),
+            "--keys" => a.keys = Some(number()?.max(1)),
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    if !a.cpu && !a.keys_mode {
+        (a.cpu, a.keys_mode) = (true, true);
+    }
+    Ok(a)
+}
+
+/// The strategies measured, at a rate never reached.
+fn quota(s: Strategy, count: u64) -> Quota {
+    match s {
+        Strategy::Concurrency => Quota::concurrency(count),
+        s => Quota::new(s, Rate::per_hour(count)),
+    }
+}
+
+fn limiter(server: &RedisServer, prefix: &str, q: Quota) -> RateLimiter {
+    RateLimiter::builder()
+        .store(RedisStore::new(server.pool(4)).timeout(Duration::from_secs(30)))
+        .prefix(prefix)
+        .quota(q)
+        .build()
+        .unwrap()
+}
+
+async fn cmd<T: redis::FromRedisValue>(c: &mut MultiplexedConnection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(c).await.unwrap()
+}
+
+/// `used_memory`, once Redis has finished rehashing its tables (incremental
+/// rehashing holds two tables for a while after a growth).
+async fn used_memory(c: &mut MultiplexedConnection) -> i64 {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let info: String = cmd(c, &["INFO", "memory"]).await;
+    info_field(&info, "used_memory")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn usec_per_call(c: &mut MultiplexedConnection) -> f64 {
+    let info: String = cmd(c, &["INFO", "commandstats"]).await;
+    let line = info_field(&info, "cmdstat_evalsha").unwrap_or_default();
+    line.split(',')
+        .find_map(|kv| kv.strip_prefix("usec_per_call="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Runs `decide(i)` for i in 0..n from TASKS tasks.
+async fn drive<F, Fut>(n: usize, decide: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let decide = decide.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            while i < n {
+                decide(i).await;
+                i += TASKS;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+async fn cpu(server: &RedisServer, a: &Args) {
+    let keys = a.keys.unwrap_or(10_000);
+    let mut c = server.conn().await;
+    let script = redis::Script::new(BASELINE_SCRIPT);
+    println!(
+        "Redis CPU per decision (EVALSHA usec_per_call, lowest of {} rounds; {} decisions over {keys} keys)",
+        a.rounds, a.decisions
+    );
+    let mut names: Vec<String> = vec!["baseline".into()];
+    names.extend(
+        Strategy::ALL
+            .iter()
+            .filter(|s| **s != Strategy::Concurrency)
+            .map(|s| s.to_string()),
+    );
+    let mut best = vec![f64::INFINITY; names.len()];
+    for round in 0..a.rounds {
+        for (i, name) in names.iter().enumerate() {
+            let _: () = cmd(&mut c, &["FLUSHALL"]).await;
+            let key = move |i: usize| format!("k{}", (i * 7919) % keys);
+            if i == 0 {
+                let conn = server.conn().await;
+                let _: String = script
+                    .prepare_invoke()
+                    .load_async(&mut c.clone())
+                    .await
+                    .unwrap();
+                let _: () = cmd(&mut c, &["CONFIG", "RESETSTAT"]).await;
+                let script = script.clone();
+                drive(a.decisions, move |i| {
+                    let (mut conn, script) = (conn.clone(), script.clone());
+                    async move {
+                        let _: i64 = script
+                            .key(format!("{{cpu:{}}}", key(i)))
+                            .arg(1)
+                            .arg(3_600_000)
+                            .invoke_async(&mut conn)
+                            .await
+                            .unwrap();
+                    }
+                })
+                .await;
+            } else {
+                let s: Strategy = name.parse().unwrap();
+                let lim = limiter(server, "cpu", quota(s, 1_000_000_000));
+                lim.check("warm-up").await.unwrap();
+                let _: () = cmd(&mut c, &["CONFIG", "RESETSTAT"]).await;
+                drive(a.decisions, move |i| {
+                    let lim = lim.clone();
+                    async move {
+                        assert!(lim.check(key(i)).await.unwrap().allowed);
+                    }
+                })
+                .await;
+            }
+            let us = usec_per_call(&mut c).await;
+            best[i] = best[i].min(us);
+            println!("  round {}: {name:<24} {us:>6.2} µs", round + 1);
+        }
+    }
+    println!("lowest per strategy, and over the baseline:");
+    for (name, us) in names.iter().zip(&best) {
+        println!("  {name:<24} {us:>6.2} µs  {:>5.2}×", us / best[0]);
+    }
+}
+
+async fn keys(server: &RedisServer, a: &Args) {
+    let n = a.keys.unwrap_or(20_000);
+    let mut c = server.conn().await;
+    let user = |i: usize| format!("k_{i:022}");
+    println!("Redis bytes per key ({n} keys, prefix api, 24-byte user keys)");
+    let _: () = cmd(&mut c, &["FLUSHALL"]).await;
+    let before = used_memory(&mut c).await;
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("SET")
+            .arg(format!("{{api:{}}}", user(i)))
+            .arg(1_732_312_345_678_901u64)
+            .arg("PX")
+            .arg(3_600_000)
+            .ignore();
+    }
+    let () = pipe.query_async(&mut c).await.unwrap();
+    let floor = (used_memory(&mut c).await - before) as f64 / n as f64;
+    println!(
+        "  {:<24} {floor:>6.0} B  (SET {{api:k_<22 digits>}} <integer> PX)",
+        "floor"
+    );
+    for s in Strategy::ALL {
+        let lim = limiter(server, "api", quota(s, 1000));
+        let _: () = cmd(&mut c, &["FLUSHALL"]).await;
+        let before = used_memory(&mut c).await;
+        let l = lim.clone();
+        drive(n, move |i| {
+            let l = l.clone();
+            async move {
+                assert!(l.check(user(i)).await.unwrap().allowed);
+            }
+        })
+        .await;
+        let one = used_memory(&mut c).await;
+        let keys: i64 = cmd(&mut c, &["DBSIZE"]).await;
+        assert_eq!(keys as usize, n);
+        let per_key = (one - before) as f64 / n as f64;
+        print!(
+            "  {:<24} {per_key:>6.0} B  {:>5.2}×  {}",
+            s.to_string(),
+            per_key / floor,
+            lim.storage_keys(user(0))[0]
+        );
+        if matches!(s, Strategy::SlidingWindowLog | Strategy::Concurrency) {
+            let l = lim.clone();
+            drive(n * 9, move |i| {
+                let l = l.clone();
+                async move {
+                    assert!(l.check(user(i % n)).await.unwrap().allowed);
+                }
+            })
+            .await;
+            let ten = used_memory(&mut c).await;
+            print!(
+                "; each further entry: {:.1} B",
+                (ten - one) as f64 / (n * 9) as f64
+            );
+        }
+        println!();
+    }
+}
+
+fn main() {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        if a.keys_mode {
+            keys(&server, &a).await;
+        }
+        if a.cpu {
+            cpu(&server, &a).await;
+        }
+    });
+}
