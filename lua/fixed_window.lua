@@ -14,7 +14,7 @@ if not MANUAL then
     if ttl == -1 then
       -- repair a key found without a TTL
       ttl = ms
-      redis.call('PEXPIRE', key, fmt('%.0f', ms))
+      redis.call('PEXPIRE', key, fmt('%d', ms))
     end
     if ttl < 0 then ttl = 0 end
   end
@@ -24,8 +24,8 @@ if not MANUAL then
   else
     if cost > 0 and c == 0 then ttl = ms end
     if apply and cost > 0 then
-      redis.call('INCRBY', key, fmt('%.0f', cost))
-      if c == 0 then redis.call('PEXPIRE', key, fmt('%.0f', ms)) end
+      redis.call('INCRBY', key, fmt('%d', cost))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ms)) end
     end
     ok, rem, reset, retry, delay = 1, n - c - cost, ttl * 1000, -1, 0
   end
@@ -41,16 +41,16 @@ else
     if c > 0 then reset = left end
     if cost <= n then retry = left end
     if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
     end
   else
     if apply and cost > 0 then
       if c == 0 then
-        redis.call('HSET', key, 's', fmt('%.0f', s), 'c', fmt('%.0f', cost))
+        redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', cost))
       else
-        redis.call('HINCRBY', key, 'c', fmt('%.0f', cost))
+        redis.call('HINCRBY', key, 'c', fmt('%d', cost))
       end
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(left / 1000) + GRACE))
+      redis.call('PEXPIRE', key, fmt('%d', ceil(left / 1000) + GRACE))
     end
     ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
     if c + cost > 0 then reset = left end

@@ -9,13 +9,13 @@ if ARGV[1] == 'T' then
     local ttl
     if c == cost then
       ttl = math.ceil(tonumber(ARGV[4]) / 1000)
-      redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+      redis.call('PEXPIRE', key, string.format('%d', ttl))
     else
       ttl = redis.call('PTTL', key)
       if ttl < 0 then
         -- repair a key found without a TTL
         ttl = math.ceil(tonumber(ARGV[4]) / 1000)
-        redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+        redis.call('PEXPIRE', key, string.format('%d', ttl))
       end
     end
     if c > n then

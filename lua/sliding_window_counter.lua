@@ -57,17 +57,17 @@ if cost > n or used + cost > n then
   end
   if c > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
   end
 else
   ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
   if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if apply and cost > 0 then
-    local ttl = fmt('%.0f', ceil(reset / 1000) + GRACE)
+    local ttl = fmt('%d', ceil(reset / 1000) + GRACE)
     if packed and p < 2097152 then
-      redis.call('SET', key, fmt('%.0f', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+      redis.call('SET', key, fmt('%d', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
     else
-      redis.call('SET', key, fmt('%.0f %.0f %.0f', w, c + cost, p), 'PX', ttl)
+      redis.call('SET', key, fmt('%d %d %d', w, c + cost, p), 'PX', ttl)
     end
   end
 end

@@ -38,7 +38,7 @@ if cost > n or c + cost > n then
     retry = tonumber(redis.call('LINDEX', key, n - cost)) + period - now
   end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
   end
 else
   if cost > 0 then
@@ -47,7 +47,7 @@ else
     reset = t + period - now
     if apply then
       -- the push first: under maxmemory Redis refuses it before anything is dropped
-      local s = fmt('%.0f', t)
+      local s = fmt('%d', t)
       if cost == 1 then
         redis.call('LPUSH', key, s)
       else
@@ -62,7 +62,7 @@ else
         end
       end
       if c < len then redis.call('LTRIM', key, 0, c + cost - 1) end
-      redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
     end
   end
   ok, rem, retry, delay = 1, n - c - cost, -1, 0

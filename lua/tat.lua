@@ -12,11 +12,11 @@ if cost > burst or new_tat - now > tau then
   ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
   if cost <= burst then retry = new_tat - tau - now end
   if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%.0f', ceil(reset / 1000) + GRACE))
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
   end
 else
   if apply and cost > 0 then
-    redis.call('SET', key, fmt('%.0f', new_tat), 'PX', fmt('%.0f', ceil((new_tat - now) / 1000) + GRACE))
+    redis.call('SET', key, fmt('%d', new_tat), 'PX', fmt('%d', ceil((new_tat - now) / 1000) + GRACE))
   end
   ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
   if queue and cost > 0 then delay = tat - now end

@@ -2,7 +2,7 @@
 
 -- Adds `cost` members `<nonce>.<i>` with `score`, 256 per ZADD.
 local function zadd_members(key, score, nonce, cost)
-  local s = fmt('%.0f', score)
+  local s = fmt('%d', score)
   local i = 0
   while i < cost do
     local batch = {}

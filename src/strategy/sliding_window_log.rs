@@ -15,7 +15,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         fast_path: None,
         zset_helpers: false,
         reads_time: true,
-        reads_burst: true,
+        reads_burst: false,
     },
     algorithm: decide,
     takes_burst: false,
