@@ -3,7 +3,8 @@
 -- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
 -- falls through to the general code.
 if ARGV[1] == 'T' then
-  local key, cost, n = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  local key, cost, n = KEYS[1], 1, tonumber(ARGV[3])
+  if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
   if cost > 0 and cost <= n then
     local c = redis.call('INCRBY', key, ARGV[2])
     local ttl

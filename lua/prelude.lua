@@ -20,14 +20,12 @@ local MANUAL = ARGV[1] ~= 'T'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only
 -- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
-local NOW = tonumber(ARGV[1])
-if not MANUAL then
-  if READS_TIME then
-    local t = redis.call('TIME')
-    NOW = t[1] * 1000000 + t[2]
-  else
-    NOW = nil
-  end
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
 end
 
 local fmt, ceil = string.format, math.ceil

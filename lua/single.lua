@@ -1,13 +1,20 @@
--- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, count, period,
--- burst, interval (microseconds; a fixed window sends only count and period),
--- then the nonce when the strategy needs one.
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
+-- numbers the strategy reads, count and period (microseconds), or burst and
+-- interval when READS_BURST (set before the prelude), then the nonce when the
+-- strategy needs one. Only what the strategy reads is parsed: each tonumber
+-- costs Redis about a third of a command (a cost of 1 is not parsed).
 -- The strategy's code is spliced in at the marker below, as a block: no
 -- function is created per call.
 -- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
 -- (one bulk string is much cheaper for clients to parse than an array).
-local key, n, period = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
-local burst, interval = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cost, nonce, apply, now = tonumber(ARGV[2]), ARGV[7], true, NOW
+local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
+if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
+local n, period, burst, interval
+if READS_BURST then
+  burst, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
+else
+  n, period = tonumber(ARGV[3]), tonumber(ARGV[4])
+end
 local ok, rem, reset, retry, delay
 --@STRATEGY
 -- (each formatted number costs Redis about a sixth of a command: the common

@@ -2,9 +2,10 @@
 -- limiter with one gcra quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA ab61510bf69a895d5d1f42e07a7fab232903848f).
+-- (SCRIPT LOAD, then EVALSHA 96abf42136bfc4a93a0d5b1a15c42fceeeeba65e).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
+local READS_BURST = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
 -- single.lua with its strategy's block spliced in (one quota), or each used
 -- strategy's block wrapped as a function S[<id>] followed by multi.lua
@@ -27,14 +28,12 @@ local MANUAL = ARGV[1] ~= 'T'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only
 -- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
-local NOW = tonumber(ARGV[1])
-if not MANUAL then
-  if READS_TIME then
-    local t = redis.call('TIME')
-    NOW = t[1] * 1000000 + t[2]
-  else
-    NOW = nil
-  end
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
 end
 
 local fmt, ceil = string.format, math.ceil
@@ -57,16 +56,23 @@ if MANUAL then GRACE = 60000 end
 --   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
 --   a denied request writes nothing, but a key found without a TTL gets one:
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
--- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, count, period,
--- burst, interval (microseconds; a fixed window sends only count and period),
--- then the nonce when the strategy needs one.
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
+-- numbers the strategy reads, count and period (microseconds), or burst and
+-- interval when READS_BURST (set before the prelude), then the nonce when the
+-- strategy needs one. Only what the strategy reads is parsed: each tonumber
+-- costs Redis about a third of a command (a cost of 1 is not parsed).
 -- The strategy's code is spliced in at the marker below, as a block: no
 -- function is created per call.
 -- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
 -- (one bulk string is much cheaper for clients to parse than an array).
-local key, n, period = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
-local burst, interval = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cost, nonce, apply, now = tonumber(ARGV[2]), ARGV[7], true, NOW
+local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
+if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
+local n, period, burst, interval
+if READS_BURST then
+  burst, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
+else
+  n, period = tonumber(ARGV[3]), tonumber(ARGV[4])
+end
 local ok, rem, reset, retry, delay
 do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an

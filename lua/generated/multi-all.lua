@@ -4,7 +4,7 @@
 -- use (and zset.lua if none keeps a sorted set).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 769fcf58fd7a5f70f470f789c5017e410643af9f).
+-- (SCRIPT LOAD, then EVALSHA 667d4e717ea43dd1873b6dda436620939399910c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -29,14 +29,12 @@ local MANUAL = ARGV[1] ~= 'T'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only
 -- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
-local NOW = tonumber(ARGV[1])
-if not MANUAL then
-  if READS_TIME then
-    local t = redis.call('TIME')
-    NOW = t[1] * 1000000 + t[2]
-  else
-    NOW = nil
-  end
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
 end
 
 local fmt, ceil = string.format, math.ceil

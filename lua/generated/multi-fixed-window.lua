@@ -2,7 +2,7 @@
 -- limiter with several quotas, all fixed-window (no TIME on Redis's clock).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 20ce0399e98505af259131e8aab71f9e6daa0c7b).
+-- (SCRIPT LOAD, then EVALSHA 51714ab24dc021bbfbdbbe43b464c8eafa04f38e).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = false
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -27,14 +27,12 @@ local MANUAL = ARGV[1] ~= 'T'
 -- The decision's time: the manual clock's, or Redis's own TIME, read once.
 -- READS_TIME (set before this file) is false only for fixed-window-only
 -- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
-local NOW = tonumber(ARGV[1])
-if not MANUAL then
-  if READS_TIME then
-    local t = redis.call('TIME')
-    NOW = t[1] * 1000000 + t[2]
-  else
-    NOW = nil
-  end
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
 end
 
 local fmt, ceil = string.format, math.ceil

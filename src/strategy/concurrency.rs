@@ -16,7 +16,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         fast_path: None,
         zset_helpers: true,
         reads_time: true,
-        reads_burst: true,
+        reads_burst: false,
     },
     algorithm: decide,
     takes_burst: false,

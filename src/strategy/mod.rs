@@ -161,8 +161,9 @@ pub(crate) struct Lua {
     pub(crate) zset_helpers: bool,
     /// Whether it reads `now` on Redis's clock (the script then calls TIME).
     pub(crate) reads_time: bool,
-    /// Whether a one-quota script reads burst and interval (else only the
-    /// rate's count and period are sent).
+    /// Whether its block reads burst and interval rather than the rate's
+    /// count and period (never both): a one-quota script is sent, and
+    /// parses, only that pair.
     pub(crate) reads_burst: bool,
 }
 

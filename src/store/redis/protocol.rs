@@ -42,7 +42,7 @@ impl Prepared {
         // Script arguments after `now` and `cost` (see lua/single.lua, lua/multi.lua).
         let quota_args: Box<[Vec<u8>]> = match quotas {
             [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
-            [q] => vec![q.limit, q.period_us, q.burst, q.interval_us],
+            [q] => vec![q.burst, q.interval_us],
             many => many
                 .iter()
                 .flat_map(|q| {

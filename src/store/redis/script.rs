@@ -39,6 +39,14 @@ impl LimiterScript {
         } else {
             "local READS_TIME = false\n"
         });
+        if let [only] = strategies {
+            // what single.lua parses (see there)
+            source.push_str(if only.spec().lua.reads_burst {
+                "local READS_BURST = true\n"
+            } else {
+                "local READS_BURST = false\n"
+            });
+        }
         source.push_str(PRELUDE);
         if strategies.iter().any(|s| s.spec().lua.zset_helpers) {
             source.push_str(ZSET);
