@@ -1,4 +1,4 @@
--- Sorted-set helpers of SlidingWindowLog and Concurrency.
+-- Sorted-set helpers of Concurrency.
 
 -- Adds `cost` members `<nonce>.<i>` with `score`, 256 per ZADD.
 local function zadd_members(key, score, nonce, cost)

@@ -2,7 +2,7 @@
 -- limiter with one concurrency quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 0175439870984b74ed396767c6e3ab652df714b0).
+-- (SCRIPT LOAD, then EVALSHA b64261b10ea0a5d5a0e2b759f55839649cd4956c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = false
@@ -56,7 +56,7 @@ if MANUAL then GRACE = 60000 end
 --   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
 --   a denied request writes nothing, but a key found without a TTL gets one:
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
--- Sorted-set helpers of SlidingWindowLog and Concurrency.
+-- Sorted-set helpers of Concurrency.
 
 -- Adds `cost` members `<nonce>.<i>` with `score`, 256 per ZADD.
 local function zadd_members(key, score, nonce, cost)

@@ -4,7 +4,7 @@
 -- use (and zset.lua if none keeps a sorted set).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 667d4e717ea43dd1873b6dda436620939399910c).
+-- (SCRIPT LOAD, then EVALSHA b7f3dedce9244c93d055576afd5b3531ef96b9c0).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -57,7 +57,7 @@ if MANUAL then GRACE = 60000 end
 --   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
 --   a denied request writes nothing, but a key found without a TTL gets one:
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
--- Sorted-set helpers of SlidingWindowLog and Concurrency.
+-- Sorted-set helpers of Concurrency.
 
 -- Adds `cost` members `<nonce>.<i>` with `score`, 256 per ZADD.
 local function zadd_members(key, score, nonce, cost)
