@@ -94,7 +94,7 @@ pub(crate) struct Call<'a> {
     /// Manual clock reading (any value, 0 included, up to
     /// [`ManualClock::MAX`](crate::clock::ManualClock::MAX)); `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
-    /// Unique id for sorted-set members (sliding log entries, leases).
+    /// Unique id for sorted-set members (leases).
     pub(crate) nonce: &'a str,
 }
 
