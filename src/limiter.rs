@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::{Decision, Lease, QuotaDecision};
+use crate::decision::{Decision, Lease, QuotaDecision, QuotaDecisions, QuotaName};
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
-use crate::store::{Backend, Bound, Call, Outcome, QuotaOutcome, Store};
+use crate::store::memory::{LocalCall, MemoryStore};
+use crate::store::{Backend, Bound, Call, QuotaOutcome, Store};
 use crate::strategy::Strategy;
+use crate::strategy::state::Raw;
 
 /// Longest user key stored verbatim; longer keys are hashed.
 pub const MAX_VERBATIM_KEY_LEN: usize = 128;
@@ -62,12 +64,14 @@ struct Inner {
     store: Bound,
     prefix: String,
     quotas: Vec<QuotaSpec>,
-    names: Vec<Arc<str>>,
+    names: Vec<QuotaName>,
     /// `:<quota>:<strategy>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
     /// Whether decisions need a unique nonce (sorted-set strategies).
     needs_nonce: bool,
+    /// Whether a quota hands out leases (an admitted request then holds one).
+    holds_leases: bool,
     instance: u64,
     counter: AtomicU64,
 }
@@ -117,27 +121,18 @@ impl RateLimiter {
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
-        let base = self.base_key(key.as_ref());
-        let keys = self.keys(&base);
+        let key = key.as_ref();
         if inner.quotas.iter().any(|q| cost > q.capacity()) {
             // Never fits: no store call, so a huge cost costs nothing (and every
             // cost a store sees is at most a capacity, exact in its arithmetic).
-            let quotas = inner
-                .quotas
-                .iter()
-                .map(|q| QuotaOutcome {
-                    allowed: cost <= q.capacity(),
-                    remaining: 0,
-                    reset_after: Duration::ZERO,
-                    retry_after: None,
-                    delay: Duration::ZERO,
-                })
-                .collect();
-            let outcome = Outcome {
-                allowed: false,
-                quotas,
-            };
-            return Ok(self.decision(outcome, cost, base, keys, String::new()));
+            let quotas = inner.quotas.iter().map(|q| QuotaOutcome {
+                allowed: cost <= q.capacity(),
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+                delay: Duration::ZERO,
+            });
+            return Ok(self.decision(false, quotas, None));
         }
         let nonce = if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
@@ -145,6 +140,11 @@ impl RateLimiter {
         } else {
             String::new()
         };
+        if let Bound::Memory(store, scopes) = &inner.store {
+            return Ok(self.decide_in_memory(store, scopes, key, cost, nonce));
+        }
+        let base = self.base_key(&storable_key(key));
+        let keys = self.keys(&base);
         let call = Call {
             base: &base,
             keys: &keys,
@@ -154,7 +154,49 @@ impl RateLimiter {
             nonce: &nonce,
         };
         let outcome = inner.store.decide(call).await?;
-        Ok(self.decision(outcome, cost, base, keys, nonce))
+        let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys));
+        Ok(self.decision(outcome.allowed, outcome.quotas.iter().copied(), lease))
+    }
+
+    /// A decision of the memory store: no storage-key strings (unless a
+    /// lease needs them), no allocation for a key it already holds.
+    fn decide_in_memory(
+        &self,
+        store: &MemoryStore,
+        scopes: &[u32],
+        key: &[u8],
+        cost: u64,
+        nonce: String,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let user = storable_key(key);
+        let call = LocalCall {
+            scopes,
+            prefix: &inner.prefix,
+            user: user.as_bytes(),
+            quotas: &inner.quotas,
+            cost,
+            now_us: inner.clock.manual_now_us(),
+            nonce: &nonce,
+        };
+        let n = inner.quotas.len();
+        let placeholder = Raw::deny(0, 0, -1);
+        let mut inline = [placeholder; 4];
+        let mut heap = Vec::new();
+        let out: &mut [Raw] = match inline.get_mut(..n) {
+            Some(out) => out,
+            None => {
+                heap.resize(n, placeholder);
+                &mut heap
+            }
+        };
+        let allowed = store.decide(&call, out);
+        let lease = self.lease(allowed, cost, nonce, || {
+            let base = self.base_key(&user);
+            let keys = self.keys(&base);
+            (base, keys)
+        });
+        self.decision(allowed, out.iter().map(|&r| QuotaOutcome::from(r)), lease)
     }
 
     /// Reports the state of `key` without consuming anything (cost 0).
@@ -167,7 +209,7 @@ impl RateLimiter {
 
     /// Forgets every quota's state for `key` (one round trip).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let base = self.base_key(key.as_ref());
+        let base = self.base_key(&storable_key(key.as_ref()));
         let keys = self.keys(&base);
         self.inner.store.reset(&base, &keys).await
     }
@@ -180,11 +222,11 @@ impl RateLimiter {
 
     /// The storage keys `key` maps to, one per quota (for inspection and tests).
     pub fn storage_keys(&self, key: impl AsRef<[u8]>) -> Vec<String> {
-        self.keys(&self.base_key(key.as_ref()))
+        self.keys(&self.base_key(&storable_key(key.as_ref())))
     }
 
     /// The quotas' names, in order.
-    pub fn quota_names(&self) -> &[Arc<str>] {
+    pub fn quota_names(&self) -> &[QuotaName] {
         &self.inner.names
     }
 
@@ -193,13 +235,14 @@ impl RateLimiter {
         let i = &*self.inner;
         RateLimiter {
             inner: Arc::new(Inner {
-                store: store.into_backend().bind(&i.quotas),
+                store: store.into_backend().bind(&i.quotas, &i.key_suffixes),
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
                 key_suffixes: i.key_suffixes.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
+                holds_leases: i.holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
             }),
@@ -223,13 +266,12 @@ impl RateLimiter {
         self.inner.quotas.get(index).map(|q| q.strategy)
     }
 
-    fn base_key(&self, key: &[u8]) -> String {
-        let user = storable_key(key);
+    fn base_key(&self, user: &str) -> String {
         let mut base = String::with_capacity(self.inner.prefix.len() + user.len() + 3);
         base.push('{');
         base.push_str(&self.inner.prefix);
         base.push(':');
-        base.push_str(&user);
+        base.push_str(user);
         base.push('}');
         base
     }
@@ -247,31 +289,60 @@ impl RateLimiter {
             .collect()
     }
 
-    fn decision(
+    /// The lease of an admitted request, if a quota hands out leases; `keys`
+    /// gives the base and storage keys (only called then).
+    fn lease(
         &self,
-        outcome: Outcome,
+        allowed: bool,
         cost: u64,
-        base: String,
-        keys: Vec<String>,
         nonce: String,
-    ) -> Decision {
+        keys: impl FnOnce() -> (String, Vec<String>),
+    ) -> Option<Lease> {
         let inner = &*self.inner;
-        let quotas: Vec<QuotaDecision> = outcome
+        if !(allowed && cost > 0 && inner.holds_leases) {
+            return None;
+        }
+        let (base, keys) = keys();
+        let keys = inner
             .quotas
             .iter()
+            .zip(keys)
+            .filter(|(q, _)| q.spec().holds_leases)
+            .map(|(_, k)| k)
+            .collect();
+        Some(Lease {
+            base,
+            keys,
+            member: nonce,
+            cost,
+        })
+    }
+
+    fn decision(
+        &self,
+        allowed: bool,
+        outcomes: impl Iterator<Item = QuotaOutcome>,
+        lease: Option<Lease>,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let mut delay = Duration::ZERO;
+        let quotas: QuotaDecisions = outcomes
             .zip(&inner.quotas)
             .zip(&inner.names)
-            .map(|((o, spec), name)| QuotaDecision {
-                name: name.clone(),
-                allowed: o.allowed,
-                limit: spec.capacity(),
-                window: spec.rate.period(),
-                remaining: o.remaining,
-                reset_after: o.reset_after,
-                retry_after: o.retry_after,
+            .map(|((o, spec), &name)| {
+                delay = delay.max(o.delay);
+                QuotaDecision {
+                    name,
+                    allowed: o.allowed,
+                    limit: spec.capacity(),
+                    window: spec.rate.period(),
+                    remaining: o.remaining,
+                    reset_after: o.reset_after,
+                    retry_after: o.retry_after,
+                }
             })
             .collect();
-        let binding = if outcome.allowed {
+        let binding = if allowed {
             // the fewest requests left
             (0..quotas.len()).min_by_key(|&i| quotas[i].remaining)
         } else {
@@ -281,38 +352,15 @@ impl RateLimiter {
                 .max_by_key(|&i| quotas[i].retry_after.unwrap_or(Duration::MAX))
         }
         .unwrap_or(0);
-        let delay = outcome
-            .quotas
-            .iter()
-            .map(|o| o.delay)
-            .max()
-            .filter(|d| !d.is_zero());
-        let lease = (outcome.allowed && cost > 0)
-            .then(|| {
-                let conc: Vec<String> = inner
-                    .quotas
-                    .iter()
-                    .zip(keys)
-                    .filter(|(q, _)| q.spec().holds_leases)
-                    .map(|(_, k)| k)
-                    .collect();
-                (!conc.is_empty()).then_some(Lease {
-                    base,
-                    keys: conc,
-                    member: nonce,
-                    cost,
-                })
-            })
-            .flatten();
-        let b = &quotas[binding];
+        let b = quotas[binding];
         Decision {
-            allowed: outcome.allowed,
+            allowed,
             limit: b.limit,
             remaining: b.remaining,
             reset_after: b.reset_after,
-            retry_after: if outcome.allowed { None } else { b.retry_after },
-            quota: b.name.clone(),
-            delay: if outcome.allowed { delay } else { None },
+            retry_after: if allowed { None } else { b.retry_after },
+            quota: b.name,
+            delay: (allowed && !delay.is_zero()).then_some(delay),
             lease,
             quotas,
         }
@@ -324,11 +372,21 @@ fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
     if key.len() <= MAX_VERBATIM_KEY_LEN
         && key.first() != Some(&b'~')
         && let Ok(s) = std::str::from_utf8(key)
-        && !s.chars().any(|c| c == '{' || c == '}' || c.is_control())
+        && verbatim(s)
     {
         return std::borrow::Cow::Borrowed(s);
     }
     std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
+}
+
+/// Whether a key may be stored as is: no braces, no control characters.
+fn verbatim(s: &str) -> bool {
+    if s.is_ascii() {
+        !s.bytes()
+            .any(|b| b == b'{' || b == b'}' || b < 0x20 || b == 0x7f)
+    } else {
+        !s.chars().any(|c| c == '{' || c == '}' || c.is_control())
+    }
 }
 
 fn new_instance_id() -> u64 {
@@ -445,18 +503,22 @@ impl RateLimiterBuilder {
             specs.push(spec);
         }
         let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
+        let holds_leases = specs.iter().any(|q| q.spec().holds_leases);
+        // the storage-key suffix of each quota
+        let key_suffixes: Vec<String> = specs
+            .iter()
+            .map(|q| format!(":{}:{}", q.name, q.strategy.tag()))
+            .collect();
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                store: store.bind(&specs),
+                store: store.bind(&specs, &key_suffixes),
                 prefix,
-                names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
-                key_suffixes: specs
-                    .iter()
-                    .map(|q| format!(":{}:{}", q.name, q.strategy.tag()))
-                    .collect(),
+                names: specs.iter().map(|q| QuotaName::intern(&q.name)).collect(),
+                key_suffixes,
                 quotas: specs,
                 clock: self.clock,
                 needs_nonce,
+                holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
             }),

@@ -270,14 +270,12 @@ fn push_sf_string(out: &mut String, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::decision::QuotaDecision;
+    use crate::decision::{QuotaDecision, QuotaName};
 
     fn quota(name: &str, limit: u64, window: u64, remaining: u64) -> QuotaDecision {
         QuotaDecision {
-            name: Arc::from(name),
+            name: QuotaName::intern(name),
             allowed: true,
             limit,
             window: Duration::from_secs(window),
@@ -294,12 +292,13 @@ mod tests {
             remaining: 59,
             reset_after: Duration::from_millis(1_200),
             retry_after,
-            quota: Arc::from("minute"),
+            quota: QuotaName::intern("minute"),
             delay: None,
             quotas: vec![
                 quota("minute", 60, 60, 59),
                 quota("day", 10_000, 86_400, 9_999),
-            ],
+            ]
+            .into(),
             lease: None,
         }
     }

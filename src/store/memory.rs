@@ -1,13 +1,27 @@
 //! [`MemoryStore`]: limiter state in process memory.
+//!
+//! State lives in shards, each a mutex over a `hashbrown` table of slots.
+//! A slot is one storage key: a *scope* (the storage-key suffix, interned
+//! per store when a limiter binds it, so `:<quota>:<strategy>` is a `u32`)
+//! and the bytes inside the hash tag, `<prefix>:<user key>` (held inline up
+//! to 22 bytes). The pair maps one to one to the Redis key
+//! `{<prefix>:<user key>}<suffix>`, so limiters share state exactly when
+//! they would on Redis. A decision hashes the borrowed key, finds its slot
+//! and updates the state in place: no allocation unless a new key longer
+//! than the inline size is stored. Every quota of one user key is in the
+//! same shard (the shard comes from the tag bytes alone), so a multi-quota
+//! decision is atomic under one lock.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::{Call, Outcome, QuotaOutcome};
+use hashbrown::HashTable;
+
 use crate::decision::Lease;
+use crate::quota::QuotaSpec;
 use crate::strategy::state::{self, Entry, Raw};
 
 /// How many operations on a shard between sweeps of its expired keys.
@@ -15,13 +29,19 @@ const SWEEP_EVERY: u32 = 1024;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
+/// The longest `<prefix>:<user key>`: a 64-byte prefix, `:`, a 128-byte key.
+const MAX_TAG_LEN: usize =
+    crate::limiter::MAX_PREFIX_LEN + 1 + crate::limiter::MAX_VERBATIM_KEY_LEN;
+/// Tag bytes held in a slot without allocating.
+const INLINE_KEY: usize = 22;
 
 /// An in-process store with exactly the semantics of [`RedisStore`](crate::RedisStore).
 ///
 /// The embedded default for development and single-instance apps, and the
 /// fallback of the middleware's fallback failure policy. State is
-/// sharded behind short-lived mutexes (never held across an `.await`), and
-/// expired keys are swept as the store is used, so memory stays bounded by the
+/// sharded behind short-lived mutexes (never held across an `.await`) and
+/// updated in place: a decision on a known key allocates nothing. Expired
+/// keys are swept as the store is used, so memory stays bounded by the
 /// number of keys active within their windows: a shard left mostly empty by a
 /// sweep shrinks, so a burst of distinct keys does not keep its peak memory
 /// ([`capacity`](Self::capacity) shows it).
@@ -38,8 +58,10 @@ pub struct MemoryStore {
 
 #[derive(Debug)]
 struct Inner {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    shards: Box<[Padded]>,
+    hasher: foldhash::fast::RandomState,
+    /// Storage-key suffixes (`:<quota>:<strategy>`) and their scope ids.
+    scopes: Mutex<HashMap<Box<str>, u32>>,
     start: tokio::time::Instant,
     start_us: i64,
     /// The latest manual-clock time a decision was made at (`i64::MIN`:
@@ -48,22 +70,162 @@ struct Inner {
     manual_now: AtomicI64,
 }
 
+/// A shard on cache lines of its own: two cores locking neighbouring
+/// shards do not contend.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<String, Entry>,
+    table: HashTable<Slot>,
     ops: u32,
+}
+
+/// One storage key and its state.
+#[derive(Debug)]
+struct Slot {
+    scope: u32,
+    key: KeyBytes,
+    /// `None` only for a moment, while a strategy runs on the slot.
+    entry: Option<Entry>,
+}
+
+/// The bytes inside a storage key's hash tag, `<prefix>:<user key>`.
+#[derive(Debug)]
+enum KeyBytes {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(tag: &[u8]) -> Self {
+        match u8::try_from(tag.len()) {
+            Ok(len) if tag.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..tag.len()].copy_from_slice(tag);
+                KeyBytes::Inline { len, bytes }
+            }
+            _ => KeyBytes::Heap(tag.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
+/// A table hash for one scope of a tag hash: every scope of a tag lands in
+/// the same shard, spread over its table (a folded multiply, as foldhash).
+fn scoped(tag_hash: u64, scope: u32) -> u64 {
+    let x = tag_hash
+        ^ u64::from(scope)
+            .wrapping_add(1)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let m = u128::from(x) * 0xd6e8_feb8_6659_fd93;
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+/// The tag bytes `<prefix>:<user>`, assembled on the stack.
+struct Tag {
+    len: usize,
+    bytes: [u8; MAX_TAG_LEN],
+}
+
+impl Tag {
+    /// `None` if too long (the limiter never passes such parts).
+    fn new(prefix: &[u8], user: &[u8]) -> Option<Self> {
+        let len = prefix.len() + 1 + user.len();
+        if len > MAX_TAG_LEN {
+            return None;
+        }
+        let mut bytes = [0; MAX_TAG_LEN];
+        bytes[..prefix.len()].copy_from_slice(prefix);
+        bytes[prefix.len()] = b':';
+        bytes[prefix.len() + 1..len].copy_from_slice(user);
+        Some(Tag { len, bytes })
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// One decision for the memory store: the quotas of one user key.
+pub(crate) struct LocalCall<'a> {
+    /// The limiter's scope ids, one per quota (see [`MemoryStore::scope`]).
+    pub(crate) scopes: &'a [u32],
+    /// The limiter's prefix.
+    pub(crate) prefix: &'a str,
+    /// The user key as stored (verbatim or hashed by the limiter).
+    pub(crate) user: &'a [u8],
+    /// The limiter's quotas, in the order of `scopes`.
+    pub(crate) quotas: &'a [QuotaSpec],
+    pub(crate) cost: u64,
+    /// Manual clock reading; `None`: the store's clock.
+    pub(crate) now_us: Option<u64>,
+    /// Unique id for sorted-set members (sliding log entries, leases).
+    pub(crate) nonce: &'a str,
 }
 
 impl Shard {
     /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
     /// (a burst of distinct keys must not hold its peak memory for ever).
-    fn sweep(&mut self, now: i64) {
-        self.map.retain(|_, e| e.expires_at > now);
-        let (len, capacity) = (self.map.len(), self.map.capacity());
+    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
+        self.table
+            .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
+        let (len, capacity) = (self.table.len(), self.table.capacity());
         if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
-            self.map.shrink_to((len * 2).max(MIN_SHARD_CAPACITY));
+            self.table
+                .shrink_to((len * 2).max(MIN_SHARD_CAPACITY), |s| rehash(hasher, s));
         }
     }
+
+    /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
+    /// place; a state left `None` is removed, a new one inserted.
+    fn with_entry<R>(
+        &mut self,
+        hasher: &foldhash::fast::RandomState,
+        tag_hash: u64,
+        scope: u32,
+        tag: &[u8],
+        f: impl FnOnce(&mut Option<Entry>) -> R,
+    ) -> R {
+        let hash = scoped(tag_hash, scope);
+        let eq = |s: &Slot| s.scope == scope && s.key.as_bytes() == tag;
+        match self.table.find_entry(hash, eq) {
+            Ok(mut found) => {
+                let r = f(&mut found.get_mut().entry);
+                if found.get().entry.is_none() {
+                    found.remove();
+                }
+                r
+            }
+            Err(absent) => {
+                let mut entry = None;
+                let r = f(&mut entry);
+                if entry.is_some() {
+                    let slot = Slot {
+                        scope,
+                        key: KeyBytes::new(tag),
+                        entry,
+                    };
+                    absent
+                        .into_table()
+                        .insert_unique(hash, slot, |s| rehash(hasher, s));
+                }
+                r
+            }
+        }
+    }
+}
+
+/// A slot's table hash, computed again (when the table grows or shrinks).
+fn rehash(hasher: &foldhash::fast::RandomState, s: &Slot) -> u64 {
+    scoped(hasher.hash_one(s.key.as_bytes()), s.scope)
 }
 
 impl Default for MemoryStore {
@@ -86,10 +248,9 @@ impl MemoryStore {
             .map_or(0, |d| d.as_micros() as i64);
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards.max(1))
-                    .map(|_| Mutex::new(Shard::default()))
-                    .collect(),
-                hasher: RandomState::new(),
+                shards: (0..shards.max(1)).map(|_| Padded::default()).collect(),
+                hasher: foldhash::fast::RandomState::default(),
+                scopes: Mutex::new(HashMap::new()),
                 start: tokio::time::Instant::now(),
                 start_us,
                 manual_now: AtomicI64::new(i64::MIN),
@@ -99,7 +260,7 @@ impl MemoryStore {
 
     /// The number of keys held, including expired ones not yet swept.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.inner.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
     /// How many keys the store's maps can hold without allocating: the sum of
@@ -110,7 +271,7 @@ impl MemoryStore {
         self.inner
             .shards
             .iter()
-            .map(|s| lock(s).map.capacity())
+            .map(|s| lock(s).table.capacity())
             .sum()
     }
 
@@ -133,92 +294,136 @@ impl MemoryStore {
             manual
         };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now);
+            lock(s).sweep(now, &self.inner.hasher);
         }
     }
 
     fn now_us(&self) -> i64 {
-        self.inner.start_us + self.inner.start.elapsed().as_micros() as i64
+        // (whole microseconds, without 128-bit arithmetic)
+        let d = self.inner.start.elapsed();
+        self.inner.start_us + d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros())
     }
 
-    fn shard(&self, base: &str) -> MutexGuard<'_, Shard> {
-        let i = self.inner.hasher.hash_one(base) as usize % self.inner.shards.len();
-        lock(&self.inner.shards[i])
+    /// The scope id of a storage-key suffix, interned on first use (when a
+    /// limiter binds the store).
+    pub(crate) fn scope(&self, suffix: &str) -> u32 {
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let next = scopes.len() as u32;
+        *scopes.entry(suffix.into()).or_insert(next)
     }
 
-    pub(crate) fn decide(&self, call: Call<'_>) -> Outcome {
+    /// The scope id of a suffix already interned; `None`: no limiter of this
+    /// store uses it, so no key of it holds state.
+    fn known_scope(&self, suffix: &str) -> Option<u32> {
+        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.get(suffix).copied()
+    }
+
+    /// The hash of the tag bytes and the shard they live in.
+    fn locate(&self, tag: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = self.inner.hasher.hash_one(tag);
+        // the high half picks the shard; the table hash mixes all of it
+        let n = self.inner.shards.len() as u64;
+        let i = ((hash >> 32) * n) >> 32;
+        (hash, lock(&self.inner.shards[i as usize]))
+    }
+
+    /// Decides `call`, writing each quota's answer into `out` (one per
+    /// quota); returns whether every quota allowed it.
+    pub(crate) fn decide(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> bool {
         let now = match call.now_us {
             Some(manual) => {
                 let manual = manual as i64;
-                self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
+                if manual > self.inner.manual_now.load(Ordering::Relaxed) {
+                    self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
+                }
                 manual
             }
             None => self.now_us(),
         };
+        let Some(tag) = Tag::new(call.prefix.as_bytes(), call.user) else {
+            // unreachable: the limiter bounds prefix and key
+            out.fill(Raw::deny(0, 0, -1));
+            return false;
+        };
+        let tag = tag.as_bytes();
         let cost = call.cost as i64;
-        let mut shard = self.shard(call.base);
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(tag);
         shard.ops += 1;
         if shard.ops >= SWEEP_EVERY {
             shard.ops = 0;
-            shard.sweep(now);
+            shard.sweep(now, hasher);
         }
-        let map = &mut shard.map;
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
-            let key = &call.keys[i];
-            let (owned, mut slot) = map.remove_entry(key).unzip();
-            let raw = state::run(&mut slot, &call.quotas[i], now, cost, call.nonce, apply);
-            if let Some(e) = slot {
-                map.insert(owned.unwrap_or_else(|| key.clone()), e);
-            }
-            raw
+            shard.with_entry(hasher, hash, call.scopes[i], tag, |slot| {
+                state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
+            })
         };
-        let nq = call.keys.len();
-        let raws: Vec<Raw> = if nq == 1 {
-            vec![run(0, cost, true)]
-        } else {
-            let mut res: Vec<Raw> = (0..nq).map(|i| run(i, cost, false)).collect();
-            let all = res.iter().all(|r| r.ok);
-            if all && cost > 0 {
-                res = (0..nq).map(|i| run(i, cost, true)).collect();
-            } else if !all {
-                for (i, r) in res.iter_mut().enumerate() {
-                    if r.ok {
-                        *r = run(i, 0, false);
-                    }
+        if out.len() == 1 {
+            out[0] = run(0, cost, true);
+            return out[0].ok;
+        }
+        for (i, r) in out.iter_mut().enumerate() {
+            *r = run(i, cost, false);
+        }
+        let all = out.iter().all(|r| r.ok);
+        if all && cost > 0 {
+            for (i, r) in out.iter_mut().enumerate() {
+                *r = run(i, cost, true);
+            }
+        } else if !all {
+            for (i, r) in out.iter_mut().enumerate() {
+                if r.ok {
+                    *r = run(i, 0, false);
                 }
             }
-            res
-        };
-        Outcome {
-            allowed: raws.iter().all(|r| r.ok),
-            quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
         }
+        out.iter().all(|r| r.ok)
+    }
+
+    /// The tag bytes and scopes of storage keys `{<tag>}<suffix>` under one
+    /// tag (`base`: `{<tag>}`); keys of unknown suffixes hold no state and
+    /// are left out.
+    fn parse<'k>(&self, base: &'k str, keys: &'k [String]) -> Option<(&'k [u8], Vec<u32>)> {
+        let tag = base.strip_prefix('{')?.strip_suffix('}')?;
+        let scopes = keys
+            .iter()
+            .filter_map(|k| self.known_scope(k.strip_prefix(base)?))
+            .collect();
+        Some((tag.as_bytes(), scopes))
     }
 
     pub(crate) fn release(&self, lease: &Lease) {
+        let Some((tag, scopes)) = self.parse(&lease.base, &lease.keys) else {
+            return;
+        };
         let members: Vec<String> = lease.members().collect();
-        let mut shard = self.shard(&lease.base);
-        for key in &lease.keys {
-            let mut slot = shard.map.remove(key);
-            state::remove_members(&mut slot, &members);
-            if let Some(e) = slot {
-                shard.map.insert(key.clone(), e);
-            }
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(tag);
+        for scope in scopes {
+            shard.with_entry(hasher, hash, scope, tag, |slot| {
+                state::remove_members(slot, &members)
+            });
         }
     }
 
     pub(crate) fn reset(&self, base: &str, keys: &[String]) {
-        let mut shard = self.shard(base);
-        for key in keys {
-            shard.map.remove(key);
+        let Some((tag, scopes)) = self.parse(base, keys) else {
+            return;
+        };
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(tag);
+        for scope in scopes {
+            shard.with_entry(hasher, hash, scope, tag, |slot| *slot = None);
         }
     }
 }
 
 /// Locks a shard; a panic elsewhere while it was held leaves plain data, so
 /// a poisoned lock is used as is.
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(m: &Padded) -> MutexGuard<'_, Shard> {
+    m.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

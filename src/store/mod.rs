@@ -142,15 +142,19 @@ impl Backend {
         }
     }
 
-    /// Binds the store to one limiter's `quotas`: what the store needs for
-    /// every call of that limiter is prepared here, once.
-    pub(crate) fn bind(self, quotas: &[QuotaSpec]) -> Bound {
+    /// Binds the store to one limiter's `quotas`, whose storage keys end in
+    /// `suffixes`: what the store needs for every call of that limiter is
+    /// prepared here, once.
+    pub(crate) fn bind(self, quotas: &[QuotaSpec], suffixes: &[String]) -> Bound {
         let redis = || Arc::new(protocol::Prepared::new(quotas));
         match self {
             Backend::Redis(s) => Bound::Redis(s, redis()),
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => Bound::Cluster(s, redis()),
-            Backend::Memory(s) => Bound::Memory(s),
+            Backend::Memory(s) => {
+                let scopes = suffixes.iter().map(|x| s.scope(x)).collect();
+                Bound::Memory(s, scopes)
+            }
         }
     }
 }
@@ -162,7 +166,8 @@ pub(crate) enum Bound {
     Redis(RedisStore, Arc<protocol::Prepared>),
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore, Arc<protocol::Prepared>),
-    Memory(MemoryStore),
+    /// The store and the scope id of each quota's storage-key suffix.
+    Memory(MemoryStore, Box<[u32]>),
 }
 
 impl std::fmt::Debug for Bound {
@@ -172,18 +177,43 @@ impl std::fmt::Debug for Bound {
             Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
-            Bound::Memory(s) => f.debug_tuple("Memory").field(s).finish(),
+            Bound::Memory(s, _) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
 }
 
 impl Bound {
+    /// Decides `call`. The limiter calls a memory store with
+    /// [`MemoryStore::decide`] instead, without storage-key strings; this is
+    /// the same decision from the strings.
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
             Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
-            Bound::Memory(s) => Ok(s.decide(call)),
+            Bound::Memory(s, scopes) => {
+                // `{<prefix>:<user>}`: split at any `:`, the tag is the same
+                let tag = call
+                    .base
+                    .strip_prefix('{')
+                    .and_then(|b| b.strip_suffix('}'));
+                let (prefix, user) = tag.and_then(|t| t.split_once(':')).unwrap_or_default();
+                let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
+                let local = memory::LocalCall {
+                    scopes,
+                    prefix,
+                    user: user.as_bytes(),
+                    quotas: call.quotas,
+                    cost: call.cost,
+                    now_us: call.now_us,
+                    nonce: call.nonce,
+                };
+                let allowed = s.decide(&local, &mut raws);
+                Ok(Outcome {
+                    allowed,
+                    quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
+                })
+            }
         }
     }
 
@@ -192,7 +222,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
-            Bound::Memory(s) => {
+            Bound::Memory(s, _) => {
                 s.release(lease);
                 Ok(())
             }
@@ -204,7 +234,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
-            Bound::Memory(s) => {
+            Bound::Memory(s, _) => {
                 s.reset(base, keys);
                 Ok(())
             }
