@@ -235,6 +235,14 @@ enum Repr {
 }
 
 impl QuotaDecisions {
+    /// One quota's part.
+    pub(crate) fn one(q: QuotaDecision) -> Self {
+        QuotaDecisions(Repr::Inline {
+            len: 1,
+            items: [q, PLACEHOLDER],
+        })
+    }
+
     /// The quotas, as a slice.
     pub fn as_slice(&self) -> &[QuotaDecision] {
         match &self.0 {

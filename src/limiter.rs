@@ -1,6 +1,7 @@
 //! [`RateLimiter`]'s builder and limits: quotas, a store
 //! and a clock, answering [`Decision`]s.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -65,6 +66,8 @@ struct Inner {
     prefix: String,
     quotas: Vec<QuotaSpec>,
     names: Vec<QuotaName>,
+    /// Per quota, what every decision says of it (name, limit, window).
+    templates: Vec<QuotaDecision>,
     /// `:<quota>:<strategy>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
@@ -96,8 +99,12 @@ impl RateLimiter {
     /// Checks one request (cost 1) for `key`.
     ///
     /// Keys may be any bytes; see [`check_n`](Self::check_n) for how they are stored.
-    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
-        self.check_n(key, 1).await
+    pub fn check(
+        &self,
+        key: impl AsRef<[u8]>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> {
+        // (the future of `check_n` itself: no further state, no copy of the decision)
+        self.check_n(key, 1)
     }
 
     /// Checks a request of weight `cost` for `key`: consumed only if every
@@ -132,7 +139,7 @@ impl RateLimiter {
                 retry_after: None,
                 delay: Duration::ZERO,
             });
-            return Ok(self.decision(false, quotas, None));
+            return Ok(self.decision_of(false, quotas, None));
         }
         let nonce = if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
@@ -140,8 +147,8 @@ impl RateLimiter {
         } else {
             String::new()
         };
-        if let Bound::Memory(store, scopes) = &inner.store {
-            return Ok(self.decide_in_memory(store, scopes, key, cost, nonce));
+        if let Bound::Memory(store, scopes, tail) = &inner.store {
+            return Ok(self.decide_in_memory(store, scopes, tail.as_deref(), key, cost, nonce));
         }
         let base = self.base_key(&storable_key(key));
         let keys = self.keys(&base);
@@ -155,7 +162,7 @@ impl RateLimiter {
         };
         let outcome = inner.store.decide(call).await?;
         let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys));
-        Ok(self.decision(outcome.allowed, outcome.quotas.iter().copied(), lease))
+        Ok(self.decision_of(outcome.allowed, outcome.quotas.iter().copied(), lease))
     }
 
     /// A decision of the memory store: no storage-key strings (unless a
@@ -164,6 +171,7 @@ impl RateLimiter {
         &self,
         store: &MemoryStore,
         scopes: &[u32],
+        tail: Option<&str>,
         key: &[u8],
         cost: u64,
         nonce: String,
@@ -172,8 +180,8 @@ impl RateLimiter {
         let user = storable_key(key);
         let call = LocalCall {
             scopes,
-            prefix: &inner.prefix,
-            user: user.as_bytes(),
+            tail,
+            user: &user,
             quotas: &inner.quotas,
             cost,
             now_us: inner.clock.manual_now_us(),
@@ -181,6 +189,14 @@ impl RateLimiter {
         };
         let n = inner.quotas.len();
         let placeholder = Raw::deny(0, 0, -1);
+        if n == 1 {
+            let mut raw = placeholder;
+            let allowed = store.decide(&call, std::slice::from_mut(&mut raw));
+            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+            let q = self.quota_decision(0, QuotaOutcome::from(raw));
+            let delay = QuotaOutcome::from(raw).delay;
+            return self.decision(allowed, QuotaDecisions::one(q), delay, lease);
+        }
         let mut inline = [placeholder; 4];
         let mut heap = Vec::new();
         let out: &mut [Raw] = match inline.get_mut(..n) {
@@ -191,12 +207,15 @@ impl RateLimiter {
             }
         };
         let allowed = store.decide(&call, out);
-        let lease = self.lease(allowed, cost, nonce, || {
-            let base = self.base_key(&user);
-            let keys = self.keys(&base);
-            (base, keys)
-        });
-        self.decision(allowed, out.iter().map(|&r| QuotaOutcome::from(r)), lease)
+        let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+        self.decision_of(allowed, out.iter().map(|&r| QuotaOutcome::from(r)), lease)
+    }
+
+    /// The base and storage keys of a user key as [`storable_key`] gives it.
+    fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
+        let base = self.base_key(user);
+        let keys = self.keys(&base);
+        (base, keys)
     }
 
     /// Reports the state of `key` without consuming anything (cost 0).
@@ -235,10 +254,13 @@ impl RateLimiter {
         let i = &*self.inner;
         RateLimiter {
             inner: Arc::new(Inner {
-                store: store.into_backend().bind(&i.quotas, &i.key_suffixes),
+                store: store
+                    .into_backend()
+                    .bind(&i.quotas, &i.prefix, &i.key_suffixes),
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
+                templates: i.templates.clone(),
                 key_suffixes: i.key_suffixes.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
@@ -266,12 +288,14 @@ impl RateLimiter {
         self.inner.quotas.get(index).map(|q| q.strategy)
     }
 
-    fn base_key(&self, user: &str) -> String {
+    /// `{<prefix>:<user>}`, `user` as [`storable_key`] gives it.
+    fn base_key(&self, user: &[u8]) -> String {
+        let user = String::from_utf8_lossy(user);
         let mut base = String::with_capacity(self.inner.prefix.len() + user.len() + 3);
         base.push('{');
         base.push_str(&self.inner.prefix);
         base.push(':');
-        base.push_str(user);
+        base.push_str(&user);
         base.push('}');
         base
     }
@@ -318,40 +342,57 @@ impl RateLimiter {
         })
     }
 
-    fn decision(
+    /// Quota `i`'s part of a decision.
+    fn quota_decision(&self, i: usize, o: QuotaOutcome) -> QuotaDecision {
+        QuotaDecision {
+            allowed: o.allowed,
+            remaining: o.remaining,
+            reset_after: o.reset_after,
+            retry_after: o.retry_after,
+            ..self.inner.templates[i]
+        }
+    }
+
+    /// The decision of every quota's outcome (in the limiter's order).
+    fn decision_of(
         &self,
         allowed: bool,
         outcomes: impl Iterator<Item = QuotaOutcome>,
         lease: Option<Lease>,
     ) -> Decision {
-        let inner = &*self.inner;
         let mut delay = Duration::ZERO;
         let quotas: QuotaDecisions = outcomes
-            .zip(&inner.quotas)
-            .zip(&inner.names)
-            .map(|((o, spec), &name)| {
+            .enumerate()
+            .map(|(i, o)| {
                 delay = delay.max(o.delay);
-                QuotaDecision {
-                    name,
-                    allowed: o.allowed,
-                    limit: spec.capacity(),
-                    window: spec.rate.period(),
-                    remaining: o.remaining,
-                    reset_after: o.reset_after,
-                    retry_after: o.retry_after,
-                }
+                self.quota_decision(i, o)
             })
             .collect();
-        let binding = if allowed {
+        self.decision(allowed, quotas, delay, lease)
+    }
+
+    /// The decision of every quota's part, the longest delay among them.
+    fn decision(
+        &self,
+        allowed: bool,
+        quotas: QuotaDecisions,
+        delay: Duration,
+        lease: Option<Lease>,
+    ) -> Decision {
+        let binding = if quotas.len() == 1 {
+            0
+        } else if allowed {
             // the fewest requests left
-            (0..quotas.len()).min_by_key(|&i| quotas[i].remaining)
+            (0..quotas.len())
+                .min_by_key(|&i| quotas[i].remaining)
+                .unwrap_or(0)
         } else {
             // a denial that never fits, else the one that frees up last
             (0..quotas.len())
                 .filter(|&i| !quotas[i].allowed)
                 .max_by_key(|&i| quotas[i].retry_after.unwrap_or(Duration::MAX))
-        }
-        .unwrap_or(0);
+                .unwrap_or(0)
+        };
         let b = quotas[binding];
         Decision {
             allowed,
@@ -367,26 +408,34 @@ impl RateLimiter {
     }
 }
 
-/// The user key as it appears inside the hash tag.
-fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
-    if key.len() <= MAX_VERBATIM_KEY_LEN
-        && key.first() != Some(&b'~')
-        && let Ok(s) = std::str::from_utf8(key)
-        && verbatim(s)
-    {
-        return std::borrow::Cow::Borrowed(s);
+/// The user key as it appears inside the hash tag: UTF-8, always.
+fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
+    if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') && verbatim(key) {
+        return Cow::Borrowed(key);
     }
-    std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
+    Cow::Owned(format!("~{}", hash_hex(key)).into_bytes())
 }
 
-/// Whether a key may be stored as is: no braces, no control characters.
-fn verbatim(s: &str) -> bool {
-    if s.is_ascii() {
-        !s.bytes()
-            .any(|b| b == b'{' || b == b'}' || b < 0x20 || b == 0x7f)
-    } else {
-        !s.chars().any(|c| c == '{' || c == '}' || c.is_control())
+/// The bytes a key of printable ASCII but braces is made of.
+static PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = b' ';
+    while b <= b'~' {
+        t[b as usize] = b != b'{' && b != b'}';
+        b += 1;
     }
+    t
+};
+
+/// Whether a key may be stored as is: UTF-8 without braces or control
+/// characters.
+fn verbatim(key: &[u8]) -> bool {
+    // printable ASCII but braces: the usual keys, one pass
+    if key.iter().all(|&b| PLAIN[usize::from(b)]) {
+        return true;
+    }
+    std::str::from_utf8(key)
+        .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
 }
 
 fn new_instance_id() -> u64 {
@@ -504,6 +553,20 @@ impl RateLimiterBuilder {
         }
         let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
         let holds_leases = specs.iter().any(|q| q.spec().holds_leases);
+        let names: Vec<QuotaName> = specs.iter().map(|q| QuotaName::intern(&q.name)).collect();
+        let templates = specs
+            .iter()
+            .zip(&names)
+            .map(|(spec, &name)| QuotaDecision {
+                name,
+                allowed: false,
+                limit: spec.capacity(),
+                window: spec.rate.period(),
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+            })
+            .collect();
         // the storage-key suffix of each quota
         let key_suffixes: Vec<String> = specs
             .iter()
@@ -511,9 +574,10 @@ impl RateLimiterBuilder {
             .collect();
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                store: store.bind(&specs, &key_suffixes),
+                store: store.bind(&specs, &prefix, &key_suffixes),
                 prefix,
-                names: specs.iter().map(|q| QuotaName::intern(&q.name)).collect(),
+                names,
+                templates,
                 key_suffixes,
                 quotas: specs,
                 clock: self.clock,
@@ -611,7 +675,12 @@ mod tests {
 
     #[test]
     fn keys_that_could_steer_slots_or_bloat_memory_are_hashed() {
-        assert_eq!(storable_key(b"user:42"), "user:42");
+        assert_eq!(storable_key(b"user:42"), &b"user:42"[..]);
+        assert_eq!(storable_key("caf\u{e9}".as_bytes()), "caf\u{e9}".as_bytes());
+        assert!(
+            storable_key("\u{85}".as_bytes()).starts_with(b"~"),
+            "C1 control"
+        );
         for bad in [
             &b"a{b}"[..],
             b"}",
@@ -621,7 +690,7 @@ mod tests {
             &[b'x'; 129][..],
         ] {
             let k = storable_key(bad);
-            assert!(k.starts_with('~') && k.len() == 33, "{k}");
+            assert!(k.starts_with(b"~") && k.len() == 33, "{k:?}");
         }
         assert_eq!(storable_key(&[b'x'; 128]).len(), 128);
         assert_ne!(storable_key(b"a{b}"), storable_key(b"a{c}"));

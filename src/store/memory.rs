@@ -1,16 +1,18 @@
 //! [`MemoryStore`]: limiter state in process memory.
 //!
 //! State lives in shards, each a mutex over a `hashbrown` table of slots.
-//! A slot is one storage key: a *scope* (the storage-key suffix, interned
-//! per store when a limiter binds it, so `:<quota>:<strategy>` is a `u32`)
-//! and the bytes inside the hash tag, `<prefix>:<user key>` (held inline up
-//! to 22 bytes). The pair maps one to one to the Redis key
-//! `{<prefix>:<user key>}<suffix>`, so limiters share state exactly when
-//! they would on Redis. A decision hashes the borrowed key, finds its slot
-//! and updates the state in place: no allocation unless a new key longer
-//! than the inline size is stored. Every quota of one user key is in the
-//! same shard (the shard comes from the tag bytes alone), so a multi-quota
-//! decision is atomic under one lock.
+//! A slot is one storage key `{<tag>}<suffix>`, where the hash tag `<tag>` is
+//! `<prefix>:<user key>`. Cut at the tag's first `:`, it is a *head* (the
+//! prefix up to its first `:`) and a *rest* (usually the user key itself);
+//! a slot holds a *scope*, `<head><suffix>` interned per store when a
+//! limiter binds it (a `u32`), and the rest's bytes (inline up to 22 bytes).
+//! The pair maps one to one to the Redis key, so limiters share state exactly
+//! when they would on Redis, even those whose prefix and key split one tag
+//! differently. A decision hashes the borrowed key, finds its slot and
+//! updates the state in place: no allocation unless a new key longer than
+//! the inline size is stored. Every quota of one tag is in the same shard
+//! (the shard comes from the rest alone), so a multi-quota decision is
+//! atomic under one lock.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -29,10 +31,7 @@ const SWEEP_EVERY: u32 = 1024;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
-/// The longest `<prefix>:<user key>`: a 64-byte prefix, `:`, a 128-byte key.
-const MAX_TAG_LEN: usize =
-    crate::limiter::MAX_PREFIX_LEN + 1 + crate::limiter::MAX_VERBATIM_KEY_LEN;
-/// Tag bytes held in a slot without allocating.
+/// Bytes of a tag's rest held in a slot without allocating.
 const INLINE_KEY: usize = 22;
 
 /// An in-process store with exactly the semantics of [`RedisStore`](crate::RedisStore).
@@ -60,7 +59,7 @@ pub struct MemoryStore {
 struct Inner {
     shards: Box<[Padded]>,
     hasher: foldhash::fast::RandomState,
-    /// Storage-key suffixes (`:<quota>:<strategy>`) and their scope ids.
+    /// Scopes (`<head>:<quota>:<strategy>`) and their ids.
     scopes: Mutex<HashMap<Box<str>, u32>>,
     start: tokio::time::Instant,
     start_us: i64,
@@ -91,7 +90,7 @@ struct Slot {
     entry: Option<Entry>,
 }
 
-/// The bytes inside a storage key's hash tag, `<prefix>:<user key>`.
+/// The rest of a storage key's hash tag, after its first `:`.
 #[derive(Debug)]
 enum KeyBytes {
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
@@ -129,37 +128,17 @@ fn scoped(tag_hash: u64, scope: u32) -> u64 {
     (m as u64) ^ ((m >> 64) as u64)
 }
 
-/// The tag bytes `<prefix>:<user>`, assembled on the stack.
-struct Tag {
-    len: usize,
-    bytes: [u8; MAX_TAG_LEN],
-}
-
-impl Tag {
-    /// `None` if too long (the limiter never passes such parts).
-    fn new(prefix: &[u8], user: &[u8]) -> Option<Self> {
-        let len = prefix.len() + 1 + user.len();
-        if len > MAX_TAG_LEN {
-            return None;
-        }
-        let mut bytes = [0; MAX_TAG_LEN];
-        bytes[..prefix.len()].copy_from_slice(prefix);
-        bytes[prefix.len()] = b':';
-        bytes[prefix.len() + 1..len].copy_from_slice(user);
-        Some(Tag { len, bytes })
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
+/// A hash tag `<head>:<rest>` as its head and rest (`None`: no `:`).
+fn split_tag(tag: &str) -> Option<(&str, &str)> {
+    tag.split_once(':')
 }
 
 /// One decision for the memory store: the quotas of one user key.
 pub(crate) struct LocalCall<'a> {
-    /// The limiter's scope ids, one per quota (see [`MemoryStore::scope`]).
+    /// The limiter's scopes, one per quota (see [`MemoryStore::bind`]).
     pub(crate) scopes: &'a [u32],
-    /// The limiter's prefix.
-    pub(crate) prefix: &'a str,
+    /// The rest of the limiter's prefix after its first `:`, if it has one.
+    pub(crate) tail: Option<&'a str>,
     /// The user key as stored (verbatim or hashed by the limiter).
     pub(crate) user: &'a [u8],
     /// The limiter's quotas, in the order of `scopes`.
@@ -174,10 +153,17 @@ pub(crate) struct LocalCall<'a> {
 impl Shard {
     /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
     /// (a burst of distinct keys must not hold its peak memory for ever).
-    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
+    ///
+    /// `eager`: judges by the keys left. Otherwise (the sweeps made as the
+    /// store is used) by the keys held before the sweep, the keys of the
+    /// last [`SWEEP_EVERY`] operations: keys that come and go within that
+    /// time would otherwise have the map shrunk and grown again every time.
+    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, eager: bool) {
+        let before = self.table.len();
         self.table
             .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
-        let (len, capacity) = (self.table.len(), self.table.capacity());
+        let len = if eager { self.table.len() } else { before };
+        let capacity = self.table.capacity();
         if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
             self.table
                 .shrink_to((len * 2).max(MIN_SHARD_CAPACITY), |s| rehash(hasher, s));
@@ -189,13 +175,13 @@ impl Shard {
     fn with_entry<R>(
         &mut self,
         hasher: &foldhash::fast::RandomState,
-        tag_hash: u64,
+        rest_hash: u64,
         scope: u32,
-        tag: &[u8],
+        rest: &[u8],
         f: impl FnOnce(&mut Option<Entry>) -> R,
     ) -> R {
-        let hash = scoped(tag_hash, scope);
-        let eq = |s: &Slot| s.scope == scope && s.key.as_bytes() == tag;
+        let hash = scoped(rest_hash, scope);
+        let eq = |s: &Slot| s.scope == scope && s.key.as_bytes() == rest;
         match self.table.find_entry(hash, eq) {
             Ok(mut found) => {
                 let r = f(&mut found.get_mut().entry);
@@ -210,7 +196,7 @@ impl Shard {
                 if entry.is_some() {
                     let slot = Slot {
                         scope,
-                        key: KeyBytes::new(tag),
+                        key: KeyBytes::new(rest),
                         entry,
                     };
                     absent
@@ -294,7 +280,7 @@ impl MemoryStore {
             manual
         };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now, &self.inner.hasher);
+            lock(s).sweep(now, &self.inner.hasher, true);
         }
     }
 
@@ -304,24 +290,37 @@ impl MemoryStore {
         self.inner.start_us + d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros())
     }
 
-    /// The scope id of a storage-key suffix, interned on first use (when a
-    /// limiter binds the store).
-    pub(crate) fn scope(&self, suffix: &str) -> u32 {
+    /// The scopes of a limiter of `prefix` whose quotas' storage keys end
+    /// in `suffixes`, interned on first use, and the prefix's tail (after its
+    /// first `:`).
+    pub(crate) fn bind(&self, prefix: &str, suffixes: &[String]) -> (Box<[u32]>, Option<Box<str>>) {
+        let (head, tail) = match split_tag(prefix) {
+            Some((head, tail)) => (head, Some(tail.into())),
+            None => (prefix, None),
+        };
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let next = scopes.len() as u32;
-        *scopes.entry(suffix.into()).or_insert(next)
+        let ids = suffixes
+            .iter()
+            .map(|suffix| {
+                let next = scopes.len() as u32;
+                *scopes
+                    .entry(format!("{head}{suffix}").into())
+                    .or_insert(next)
+            })
+            .collect();
+        (ids, tail)
     }
 
-    /// The scope id of a suffix already interned; `None`: no limiter of this
+    /// The id of a scope already interned; `None`: no limiter of this
     /// store uses it, so no key of it holds state.
-    fn known_scope(&self, suffix: &str) -> Option<u32> {
+    fn known_scope(&self, head: &str, suffix: &str) -> Option<u32> {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        scopes.get(suffix).copied()
+        scopes.get(format!("{head}{suffix}").as_str()).copied()
     }
 
-    /// The hash of the tag bytes and the shard they live in.
-    fn locate(&self, tag: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
-        let hash = self.inner.hasher.hash_one(tag);
+    /// The hash of a tag's rest and the shard it lives in.
+    fn locate(&self, rest: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = self.inner.hasher.hash_one(rest);
         // the high half picks the shard; the table hash mixes all of it
         let n = self.inner.shards.len() as u64;
         let i = ((hash >> 32) * n) >> 32;
@@ -341,22 +340,25 @@ impl MemoryStore {
             }
             None => self.now_us(),
         };
-        let Some(tag) = Tag::new(call.prefix.as_bytes(), call.user) else {
-            // unreachable: the limiter bounds prefix and key
-            out.fill(Raw::deny(0, 0, -1));
-            return false;
+        // the tag's rest: the user key, after the prefix's tail if any
+        let joined;
+        let rest = match call.tail {
+            None => call.user,
+            Some(tail) => {
+                joined = [tail.as_bytes(), b":", call.user].concat();
+                &joined
+            }
         };
-        let tag = tag.as_bytes();
         let cost = call.cost as i64;
         let hasher = &self.inner.hasher;
-        let (hash, mut shard) = self.locate(tag);
+        let (hash, mut shard) = self.locate(rest);
         shard.ops += 1;
         if shard.ops >= SWEEP_EVERY {
             shard.ops = 0;
-            shard.sweep(now, hasher);
+            shard.sweep(now, hasher, false);
         }
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
-            shard.with_entry(hasher, hash, call.scopes[i], tag, |slot| {
+            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
             })
         };
@@ -382,40 +384,41 @@ impl MemoryStore {
         out.iter().all(|r| r.ok)
     }
 
-    /// The tag bytes and scopes of storage keys `{<tag>}<suffix>` under one
-    /// tag (`base`: `{<tag>}`); keys of unknown suffixes hold no state and
-    /// are left out.
+    /// The rest and scopes of storage keys `{<tag>}<suffix>` under one tag
+    /// (`base`: `{<tag>}`); keys of unknown scopes hold no state and are
+    /// left out.
     fn parse<'k>(&self, base: &'k str, keys: &'k [String]) -> Option<(&'k [u8], Vec<u32>)> {
         let tag = base.strip_prefix('{')?.strip_suffix('}')?;
+        let (head, rest) = split_tag(tag)?;
         let scopes = keys
             .iter()
-            .filter_map(|k| self.known_scope(k.strip_prefix(base)?))
+            .filter_map(|k| self.known_scope(head, k.strip_prefix(base)?))
             .collect();
-        Some((tag.as_bytes(), scopes))
+        Some((rest.as_bytes(), scopes))
     }
 
     pub(crate) fn release(&self, lease: &Lease) {
-        let Some((tag, scopes)) = self.parse(&lease.base, &lease.keys) else {
+        let Some((rest, scopes)) = self.parse(&lease.base, &lease.keys) else {
             return;
         };
         let members: Vec<String> = lease.members().collect();
         let hasher = &self.inner.hasher;
-        let (hash, mut shard) = self.locate(tag);
+        let (hash, mut shard) = self.locate(rest);
         for scope in scopes {
-            shard.with_entry(hasher, hash, scope, tag, |slot| {
+            shard.with_entry(hasher, hash, scope, rest, |slot| {
                 state::remove_members(slot, &members)
             });
         }
     }
 
     pub(crate) fn reset(&self, base: &str, keys: &[String]) {
-        let Some((tag, scopes)) = self.parse(base, keys) else {
+        let Some((rest, scopes)) = self.parse(base, keys) else {
             return;
         };
         let hasher = &self.inner.hasher;
-        let (hash, mut shard) = self.locate(tag);
+        let (hash, mut shard) = self.locate(rest);
         for scope in scopes {
-            shard.with_entry(hasher, hash, scope, tag, |slot| *slot = None);
+            shard.with_entry(hasher, hash, scope, rest, |slot| *slot = None);
         }
     }
 }
@@ -458,6 +461,56 @@ mod tests {
         store.sweep();
         assert_eq!(store.len(), 1, "only the new key is live in manual time");
         assert!(lim.check("k").await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn limiters_share_state_exactly_when_their_redis_keys_are_equal() {
+        let store = MemoryStore::with_shards(4);
+        let lim = |prefix: &str, quota: Quota| {
+            RateLimiter::builder()
+                .store(store.clone())
+                .prefix(prefix)
+                .quota(quota)
+                .build()
+                .unwrap()
+        };
+        let hour = |n| Quota::fixed_window(Rate::per_hour(n));
+        let long = "k".repeat(100);
+        // {a:b:c}:…: one key, whichever way prefix and key split the tag
+        let (a, ab, abc) = (
+            lim("a", hour(3)),
+            lim("a:b", hour(3)),
+            lim("a:b:c", hour(3)),
+        );
+        for (l, key, remaining) in [
+            (&a, "b:c:d", 2),
+            (&ab, "c:d", 1),
+            (&abc, "d", 0),
+            (&a, &*long, 2),
+            (&ab, &*long, 2),
+        ] {
+            let d = l.check(key).await.unwrap();
+            assert_eq!((d.allowed, d.remaining), (true, remaining), "{key}");
+        }
+        assert_eq!(ab.storage_keys("c:d"), a.storage_keys("b:c:d"));
+        // another quota name, strategy or prefix: other keys
+        for other in [
+            lim("a", hour(3).name("other")),
+            lim(
+                "a",
+                Quota::gcra(Rate::per_hour(3)).name("fixed-window-3-per-3600s"),
+            ),
+            lim("b", hour(3)),
+        ] {
+            assert_eq!(other.check("b:c:d").await.unwrap().remaining, 2);
+        }
+        // reset through one limiter is seen through the other
+        abc.reset("d").await.unwrap();
+        assert_eq!(a.peek("b:c:d").await.unwrap().remaining, 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2);
+        ab.reset(&*long).await.unwrap();
+        assert_eq!(ab.peek(&*long).await.unwrap().remaining, 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2, "its own key");
     }
 
     #[tokio::test(start_paused = true)]

@@ -145,15 +145,15 @@ impl Backend {
     /// Binds the store to one limiter's `quotas`, whose storage keys end in
     /// `suffixes`: what the store needs for every call of that limiter is
     /// prepared here, once.
-    pub(crate) fn bind(self, quotas: &[QuotaSpec], suffixes: &[String]) -> Bound {
+    pub(crate) fn bind(self, quotas: &[QuotaSpec], prefix: &str, suffixes: &[String]) -> Bound {
         let redis = || Arc::new(protocol::Prepared::new(quotas));
         match self {
             Backend::Redis(s) => Bound::Redis(s, redis()),
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => Bound::Cluster(s, redis()),
             Backend::Memory(s) => {
-                let scopes = suffixes.iter().map(|x| s.scope(x)).collect();
-                Bound::Memory(s, scopes)
+                let (scopes, tail) = s.bind(prefix, suffixes);
+                Bound::Memory(s, scopes, tail)
             }
         }
     }
@@ -167,7 +167,7 @@ pub(crate) enum Bound {
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore, Arc<protocol::Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
-    Memory(MemoryStore, Box<[u32]>),
+    Memory(MemoryStore, Box<[u32]>, Option<Box<str>>),
 }
 
 impl std::fmt::Debug for Bound {
@@ -177,7 +177,7 @@ impl std::fmt::Debug for Bound {
             Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
-            Bound::Memory(s, _) => f.debug_tuple("Memory").field(s).finish(),
+            Bound::Memory(s, ..) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
 }
@@ -191,18 +191,24 @@ impl Bound {
             Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
-            Bound::Memory(s, scopes) => {
-                // `{<prefix>:<user>}`: split at any `:`, the tag is the same
+            Bound::Memory(s, scopes, tail) => {
+                // `{<prefix>:<user>}`, the user key after the prefix
                 let tag = call
                     .base
                     .strip_prefix('{')
                     .and_then(|b| b.strip_suffix('}'));
-                let (prefix, user) = tag.and_then(|t| t.split_once(':')).unwrap_or_default();
+                let user = tag
+                    .and_then(|t| t.get(t.find(':')? + 1..))
+                    .unwrap_or_default();
+                let user = match tail {
+                    Some(tail) => user.strip_prefix(&**tail).and_then(|u| u.strip_prefix(':')),
+                    None => Some(user),
+                };
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
                 let local = memory::LocalCall {
                     scopes,
-                    prefix,
-                    user: user.as_bytes(),
+                    tail: tail.as_deref(),
+                    user: user.unwrap_or_default().as_bytes(),
                     quotas: call.quotas,
                     cost: call.cost,
                     now_us: call.now_us,
@@ -222,7 +228,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
-            Bound::Memory(s, _) => {
+            Bound::Memory(s, ..) => {
                 s.release(lease);
                 Ok(())
             }
@@ -234,7 +240,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
-            Bound::Memory(s, _) => {
+            Bound::Memory(s, ..) => {
                 s.reset(base, keys);
                 Ok(())
             }

@@ -120,7 +120,7 @@ pub(crate) fn comparable(d: &Decision) -> String {
                 q.remaining,
                 q.reset_after,
                 q.retry_after,
-                q.name.clone(),
+                q.name,
             )
         })
         .collect();
