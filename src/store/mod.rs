@@ -119,13 +119,25 @@ pub(crate) struct QuotaOutcome {
 /// into outcomes, in `redis::protocol`).
 impl From<Raw> for QuotaOutcome {
     fn from(r: Raw) -> Self {
-        let us = |v: i64| Duration::from_micros(v.max(0) as u64);
+        let us = |v: i64| {
+            // (most values are below a second: no division then)
+            let v = v.max(0) as u64;
+            if v < 1_000_000 {
+                Duration::new(0, v as u32 * 1_000)
+            } else {
+                Duration::from_micros(v)
+            }
+        };
         QuotaOutcome {
             allowed: r.ok,
             remaining: r.remaining.max(0) as u64,
             reset_after: us(r.reset),
             retry_after: (r.retry >= 0 && !r.ok).then(|| us(r.retry)),
-            delay: us(r.delay),
+            delay: if r.delay > 0 {
+                us(r.delay)
+            } else {
+                Duration::ZERO
+            },
         }
     }
 }
