@@ -125,19 +125,27 @@ impl Lease {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QuotaName(&'static str);
 
-/// Every quota name interned so far.
-static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+/// Every string interned so far: quota names, and the `RateLimit-Policy`
+/// of each distinct set of quotas.
+static INTERNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+
+/// `s`, kept for the life of the process (once per distinct string): for
+/// strings made from a limiter's configuration only, so the set is bounded
+/// by the configurations a process builds.
+pub(crate) fn intern(s: &str) -> &'static str {
+    let mut set = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&interned) = set.get(s) {
+        return interned;
+    }
+    let interned: &'static str = Box::leak(s.into());
+    set.insert(interned);
+    interned
+}
 
 impl QuotaName {
     /// The interned `name` (interned now if it is new).
     pub(crate) fn intern(name: &str) -> Self {
-        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&interned) = names.get(name) {
-            return QuotaName(interned);
-        }
-        let interned: &'static str = Box::leak(name.into());
-        names.insert(interned);
-        QuotaName(interned)
+        QuotaName(intern(name))
     }
 
     /// The name.

@@ -127,8 +127,18 @@ impl RateLimiter {
     /// control characters, or starts with `~` is stored as `~` and a SHA-256
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
-        let inner = &*self.inner;
         let key = key.as_ref();
+        match self.decide_now(key, cost) {
+            Some(decision) => Ok(decision),
+            None => self.decide_in_store(key, cost).await,
+        }
+    }
+
+    /// The decision of [`check_n`](Self::check_n) when it needs no waiting:
+    /// the limiter's store is a [`MemoryStore`] (which never fails), or the
+    /// cost can never fit. `None`: the store must be asked.
+    pub(crate) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Decision> {
+        let inner = &*self.inner;
         if inner.quotas.iter().any(|q| cost > q.capacity()) {
             // Never fits: no store call, so a huge cost costs nothing (and every
             // cost a store sees is at most a capacity, exact in its arithmetic).
@@ -139,17 +149,30 @@ impl RateLimiter {
                 retry_after: None,
                 delay: Duration::ZERO,
             });
-            return Ok(self.decision_of(false, quotas, None));
+            return Some(self.decision_of(false, quotas, None));
         }
-        let nonce = if inner.needs_nonce {
+        let Bound::Memory(store, scopes, tail) = &inner.store else {
+            return None;
+        };
+        let nonce = self.nonce();
+        Some(self.decide_in_memory(store, scopes, tail.as_deref(), key, cost, nonce))
+    }
+
+    /// A unique id for sorted-set members, if a quota needs one.
+    fn nonce(&self) -> String {
+        let inner = &*self.inner;
+        if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
             format!("{:x}-{n:x}", inner.instance)
         } else {
             String::new()
-        };
-        if let Bound::Memory(store, scopes, tail) = &inner.store {
-            return Ok(self.decide_in_memory(store, scopes, tail.as_deref(), key, cost, nonce));
         }
+    }
+
+    /// The decision of a Redis store (after [`decide_now`](Self::decide_now)).
+    async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+        let inner = &*self.inner;
+        let nonce = self.nonce();
         let base = self.base_key(&storable_key(key));
         let keys = self.keys(&base);
         let call = Call {
