@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::Decision;
 use crate::limiter::RateLimiter;
@@ -204,8 +204,16 @@ impl RateHeaders {
 /// Appends `item` to the structured-field list `name`: one line, the items
 /// already there (from any number of lines) first.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
+    // one lookup: the usual response has no such header yet
+    let mut entry = match headers.entry(name) {
+        Entry::Vacant(v) => {
+            v.insert(item);
+            return;
+        }
+        Entry::Occupied(o) => o,
+    };
     let mut joined = Vec::new();
-    for v in headers.get_all(&name) {
+    for v in entry.iter() {
         let v = v.as_bytes().trim_ascii();
         if !v.is_empty() {
             joined.extend_from_slice(v);
@@ -213,12 +221,12 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
         }
     }
     if joined.is_empty() {
-        headers.insert(name, item);
+        entry.insert(item);
         return;
     }
     joined.extend_from_slice(item.as_bytes());
     if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(joined)) {
-        headers.insert(name, v);
+        entry.insert(v);
     }
 }
 
