@@ -272,7 +272,7 @@ impl RateLimiter {
         &self.inner.names
     }
 
-    /// The same configuration over another store (e.g. a fallback [`MemoryStore`](crate::MemoryStore)).
+    /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
     pub fn with_store(&self, store: impl Store) -> RateLimiter {
         let i = &*self.inner;
         RateLimiter {
@@ -510,7 +510,7 @@ impl fmt::Debug for RateLimiterBuilder {
 }
 
 impl RateLimiterBuilder {
-    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`](crate::MemoryStore). Required.
+    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`]. Required.
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(store.into_backend());
         self
