@@ -14,7 +14,11 @@
 //!   per decision. A private `redis-server` is started on a free loopback
 //!   port unless `--redis-url` names one.
 //! - `--store memory`: the limiter over `MemoryStore` against a hand-written
-//!   fixed window in a sharded `Mutex<HashMap>`.
+//!   fixed window in a sharded `Mutex<HashMap>`; with `--strategy gcra`,
+//!   against a hand-written keyed GCRA as governor's keyed limiter does it
+//!   (sharded `RwLock<HashMap<String, AtomicU64>>`: a read lock, then a
+//!   compare-and-swap of the key's theoretical arrival time; the key is owned
+//!   only when first seen; state is never evicted).
 //!
 //! Every task loops: take the next request number, decide for key
 //! `k<i % keys>`, record the latency. The limit is high (10^9 per minute)
@@ -29,8 +33,8 @@ mod common;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -243,7 +247,64 @@ impl HandWritten {
     }
 }
 
+/// A keyed GCRA as governor's keyed limiter does it: per key one `u64`
+/// theoretical arrival time (nanoseconds since `start`), updated by
+/// compare-and-swap under a shard's read lock.
+struct KeyedGcra {
+    shards: Box<[RwLock<HashMap<String, AtomicU64>>]>,
+    hasher: RandomState,
+    start: Instant,
+}
+
+impl KeyedGcra {
+    fn new() -> Self {
+        let threads = std::thread::available_parallelism().map_or(4, usize::from);
+        Self {
+            shards: (0..(threads * 4).next_power_of_two())
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
+            hasher: RandomState::new(),
+            start: Instant::now(),
+        }
+    }
+
+    /// Whether one more request fits `burst` at one per `interval_ns`.
+    fn check(&self, key: &str, burst: u64, interval_ns: u64) -> bool {
+        let shard = &self.shards[self.hasher.hash_one(key) as usize % self.shards.len()];
+        let now = self.start.elapsed().as_nanos() as u64;
+        let tau = burst * interval_ns;
+        let decide = |tat: &AtomicU64| {
+            tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                let t = t.max(now);
+                (t + interval_ns - now <= tau).then_some(t + interval_ns)
+            })
+            .is_ok()
+        };
+        if let Some(tat) = shard.read().unwrap().get(key) {
+            return decide(tat);
+        }
+        let mut map = shard.write().unwrap();
+        decide(
+            map.entry(key.to_owned())
+                .or_insert_with(|| AtomicU64::new(0)),
+        )
+    }
+}
+
 async fn memory_baseline(args: &Args) -> Run {
+    if args.strategy == Strategy::Gcra {
+        let store = Arc::new(KeyedGcra::new());
+        let keys = args.keys;
+        // the quota of `quota(Strategy::Gcra)`: HUGE per minute
+        let interval_ns = (60_000_000_000 / HUGE).max(1);
+        return drive(args, move |i| {
+            let store = store.clone();
+            async move {
+                assert!(store.check(&format!("k{}", i % keys), HUGE, interval_ns));
+            }
+        })
+        .await;
+    }
     let store = Arc::new(HandWritten::new());
     let keys = args.keys;
     drive(args, move |i| {
@@ -299,6 +360,7 @@ async fn bench_store(args: &Args, store: &str) -> Result<(), Box<dyn std::error:
             .await;
             "bare redis-rs EVALSHA"
         }
+        None if args.strategy == Strategy::Gcra => "keyed GCRA a la governor",
         None => "hand-written Mutex<HashMap>",
     };
     println!(

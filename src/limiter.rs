@@ -1,6 +1,7 @@
 //! [`RateLimiter`]'s builder and limits: quotas, a store
 //! and a clock, answering [`Decision`]s.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -8,12 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::{Decision, Lease, QuotaDecision};
+use crate::decision::{Decision, Lease, QuotaDecision, QuotaDecisions, QuotaName};
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
-use crate::store::{Backend, Bound, Call, Outcome, QuotaOutcome, Store};
+use crate::store::memory::{LocalCall, MemoryStore};
+use crate::store::{Backend, Bound, Call, QuotaOutcome, Store};
 use crate::strategy::Strategy;
+use crate::strategy::state::Raw;
 
 /// Longest user key stored verbatim; longer keys are hashed.
 pub const MAX_VERBATIM_KEY_LEN: usize = 128;
@@ -62,12 +65,16 @@ struct Inner {
     store: Bound,
     prefix: String,
     quotas: Vec<QuotaSpec>,
-    names: Vec<Arc<str>>,
+    names: Vec<QuotaName>,
+    /// Per quota, what every decision says of it (name, limit, window).
+    templates: Vec<QuotaDecision>,
     /// `:<quota id>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
     /// Whether decisions need a unique nonce (sorted-set strategies).
     needs_nonce: bool,
+    /// Whether a quota hands out leases (an admitted request then holds one).
+    holds_leases: bool,
     instance: u64,
     counter: AtomicU64,
 }
@@ -92,8 +99,12 @@ impl RateLimiter {
     /// Checks one request (cost 1) for `key`.
     ///
     /// Keys may be any bytes; see [`check_n`](Self::check_n) for how they are stored.
-    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
-        self.check_n(key, 1).await
+    pub fn check(
+        &self,
+        key: impl AsRef<[u8]>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> {
+        // (the future of `check_n` itself: no further state, no copy of the decision)
+        self.check_n(key, 1)
     }
 
     /// Checks a request of weight `cost` for `key`: consumed only if every
@@ -119,35 +130,54 @@ impl RateLimiter {
     /// control characters, or starts with `~` is stored as `~` and a SHA-256
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
+        let key = key.as_ref();
+        match self.decide_now(key, cost) {
+            Some(decision) => Ok(decision),
+            None => self.decide_in_store(key, cost).await,
+        }
+    }
+
+    /// The decision of [`check_n`](Self::check_n) when it needs no waiting:
+    /// the limiter's store is a [`MemoryStore`] (which never fails), or the
+    /// cost can never fit. `None`: the store must be asked.
+    pub(crate) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
-        let base = self.base_key(key.as_ref());
-        let keys = self.keys(&base);
         if inner.quotas.iter().any(|q| cost > q.capacity()) {
             // Never fits: no store call, so a huge cost costs nothing (and every
             // cost a store sees is at most a capacity, exact in its arithmetic).
-            let quotas = inner
-                .quotas
-                .iter()
-                .map(|q| QuotaOutcome {
-                    allowed: cost <= q.capacity(),
-                    remaining: 0,
-                    reset_after: Duration::ZERO,
-                    retry_after: None,
-                    delay: Duration::ZERO,
-                })
-                .collect();
-            let outcome = Outcome {
-                allowed: false,
-                quotas,
-            };
-            return Ok(self.decision(outcome, cost, base, keys, String::new()));
+            let quotas = inner.quotas.iter().map(|q| QuotaOutcome {
+                allowed: cost <= q.capacity(),
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+                delay: Duration::ZERO,
+            });
+            return Some(self.decision_of(false, quotas, None));
         }
-        let nonce = if inner.needs_nonce {
+        let Bound::Memory(store, scopes, tail) = &inner.store else {
+            return None;
+        };
+        let nonce = self.nonce();
+        Some(self.decide_in_memory(store, scopes, tail.as_deref(), key, cost, nonce))
+    }
+
+    /// A unique id for sorted-set members, if a quota needs one.
+    fn nonce(&self) -> String {
+        let inner = &*self.inner;
+        if inner.needs_nonce {
             let n = inner.counter.fetch_add(1, Ordering::Relaxed);
             format!("{:x}-{n:x}", inner.instance)
         } else {
             String::new()
-        };
+        }
+    }
+
+    /// The decision of a Redis store (after [`decide_now`](Self::decide_now)).
+    async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+        let inner = &*self.inner;
+        let nonce = self.nonce();
+        let base = self.base_key(&storable_key(key));
+        let keys = self.keys(&base);
         let call = Call {
             base: &base,
             keys: &keys,
@@ -157,7 +187,61 @@ impl RateLimiter {
             nonce: &nonce,
         };
         let outcome = inner.store.decide(call).await?;
-        Ok(self.decision(outcome, cost, base, keys, nonce))
+        let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys));
+        Ok(self.decision_of(outcome.allowed, outcome.quotas.iter().copied(), lease))
+    }
+
+    /// A decision of the memory store: no storage-key strings (unless a
+    /// lease needs them), no allocation for a key it already holds.
+    fn decide_in_memory(
+        &self,
+        store: &MemoryStore,
+        scopes: &[u32],
+        tail: Option<&str>,
+        key: &[u8],
+        cost: u64,
+        nonce: String,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let user = storable_key(key);
+        let call = LocalCall {
+            scopes,
+            tail,
+            user: &user,
+            quotas: &inner.quotas,
+            cost,
+            now_us: inner.clock.manual_now_us(),
+            nonce: &nonce,
+        };
+        let n = inner.quotas.len();
+        let placeholder = Raw::deny(0, 0, -1);
+        if n == 1 {
+            let mut raw = placeholder;
+            let allowed = store.decide(&call, std::slice::from_mut(&mut raw));
+            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+            let o = QuotaOutcome::from(raw);
+            let q = self.quota_decision(0, o);
+            return self.decision(allowed, QuotaDecisions::one(q), o.delay, lease);
+        }
+        let mut inline = [placeholder; 4];
+        let mut heap = Vec::new();
+        let out: &mut [Raw] = match inline.get_mut(..n) {
+            Some(out) => out,
+            None => {
+                heap.resize(n, placeholder);
+                &mut heap
+            }
+        };
+        let allowed = store.decide(&call, out);
+        let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+        self.decision_of(allowed, out.iter().map(|&r| QuotaOutcome::from(r)), lease)
+    }
+
+    /// The base and storage keys of a user key as [`storable_key`] gives it.
+    fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
+        let base = self.base_key(user);
+        let keys = self.keys(&base);
+        (base, keys)
     }
 
     /// Reports the state of `key` without consuming anything (cost 0).
@@ -170,7 +254,7 @@ impl RateLimiter {
 
     /// Forgets every quota's state for `key` (one round trip).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let base = self.base_key(key.as_ref());
+        let base = self.base_key(&storable_key(key.as_ref()));
         let keys = self.keys(&base);
         self.inner.store.reset(&base, &keys).await
     }
@@ -183,26 +267,30 @@ impl RateLimiter {
 
     /// The storage keys `key` maps to, one per quota (for inspection and tests).
     pub fn storage_keys(&self, key: impl AsRef<[u8]>) -> Vec<String> {
-        self.keys(&self.base_key(key.as_ref()))
+        self.keys(&self.base_key(&storable_key(key.as_ref())))
     }
 
     /// The quotas' names, in order.
-    pub fn quota_names(&self) -> &[Arc<str>] {
+    pub fn quota_names(&self) -> &[QuotaName] {
         &self.inner.names
     }
 
-    /// The same configuration over another store (e.g. a fallback [`MemoryStore`](crate::MemoryStore)).
+    /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
     pub fn with_store(&self, store: impl Store) -> RateLimiter {
         let i = &*self.inner;
         RateLimiter {
             inner: Arc::new(Inner {
-                store: store.into_backend().bind(&i.quotas),
+                store: store
+                    .into_backend()
+                    .bind(&i.quotas, &i.prefix, &i.key_suffixes),
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
+                templates: i.templates.clone(),
                 key_suffixes: i.key_suffixes.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
+                holds_leases: i.holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
             }),
@@ -226,8 +314,9 @@ impl RateLimiter {
         self.inner.quotas.get(index).map(|q| q.strategy)
     }
 
-    fn base_key(&self, key: &[u8]) -> String {
-        let user = storable_key(key);
+    /// `{<prefix>:<user>}`, `user` as [`storable_key`] gives it.
+    fn base_key(&self, user: &[u8]) -> String {
+        let user = String::from_utf8_lossy(user);
         let mut base = String::with_capacity(self.inner.prefix.len() + user.len() + 3);
         base.push('{');
         base.push_str(&self.inner.prefix);
@@ -250,88 +339,149 @@ impl RateLimiter {
             .collect()
     }
 
-    fn decision(
+    /// The lease of an admitted request, if a quota hands out leases; `keys`
+    /// gives the base and storage keys (only called then).
+    fn lease(
         &self,
-        outcome: Outcome,
+        allowed: bool,
         cost: u64,
-        base: String,
-        keys: Vec<String>,
         nonce: String,
-    ) -> Decision {
+        keys: impl FnOnce() -> (String, Vec<String>),
+    ) -> Option<Lease> {
         let inner = &*self.inner;
-        let quotas: Vec<QuotaDecision> = outcome
+        if !(allowed && cost > 0 && inner.holds_leases) {
+            return None;
+        }
+        let (base, keys) = keys();
+        let keys = inner
             .quotas
             .iter()
-            .zip(&inner.quotas)
-            .zip(&inner.names)
-            .map(|((o, spec), name)| QuotaDecision {
-                name: name.clone(),
-                allowed: o.allowed,
-                limit: spec.capacity(),
-                window: spec.rate.period(),
-                remaining: o.remaining,
-                reset_after: o.reset_after,
-                retry_after: o.retry_after,
+            .zip(keys)
+            .filter(|(q, _)| q.spec().holds_leases)
+            .map(|(_, k)| k)
+            .collect();
+        Some(Lease {
+            base,
+            keys,
+            member: nonce,
+            cost,
+        })
+    }
+
+    /// Quota `i`'s part of a decision.
+    fn quota_decision(&self, i: usize, o: QuotaOutcome) -> QuotaDecision {
+        QuotaDecision {
+            allowed: o.allowed,
+            remaining: o.remaining,
+            reset_after: o.reset_after,
+            retry_after: o.retry_after,
+            ..self.inner.templates[i]
+        }
+    }
+
+    /// The decision of every quota's outcome (in the limiter's order).
+    fn decision_of(
+        &self,
+        allowed: bool,
+        outcomes: impl Iterator<Item = QuotaOutcome>,
+        lease: Option<Lease>,
+    ) -> Decision {
+        let mut delay = Duration::ZERO;
+        let quotas: QuotaDecisions = outcomes
+            .enumerate()
+            .map(|(i, o)| {
+                delay = delay.max(o.delay);
+                self.quota_decision(i, o)
             })
             .collect();
-        let binding = if outcome.allowed {
+        self.decision(allowed, quotas, delay, lease)
+    }
+
+    /// The decision of every quota's part, the longest delay among them.
+    fn decision(
+        &self,
+        allowed: bool,
+        quotas: QuotaDecisions,
+        delay: Duration,
+        lease: Option<Lease>,
+    ) -> Decision {
+        let binding = if quotas.len() == 1 {
+            0
+        } else if allowed {
             // the fewest requests left
-            (0..quotas.len()).min_by_key(|&i| quotas[i].remaining)
+            (0..quotas.len())
+                .min_by_key(|&i| quotas[i].remaining)
+                .unwrap_or(0)
         } else {
             // a denial that never fits, else the one that frees up last
             (0..quotas.len())
                 .filter(|&i| !quotas[i].allowed)
                 .max_by_key(|&i| quotas[i].retry_after.unwrap_or(Duration::MAX))
-        }
-        .unwrap_or(0);
-        let delay = outcome
-            .quotas
-            .iter()
-            .map(|o| o.delay)
-            .max()
-            .filter(|d| !d.is_zero());
-        let lease = (outcome.allowed && cost > 0)
-            .then(|| {
-                let conc: Vec<String> = inner
-                    .quotas
-                    .iter()
-                    .zip(keys)
-                    .filter(|(q, _)| q.spec().holds_leases)
-                    .map(|(_, k)| k)
-                    .collect();
-                (!conc.is_empty()).then_some(Lease {
-                    base,
-                    keys: conc,
-                    member: nonce,
-                    cost,
-                })
-            })
-            .flatten();
-        let b = &quotas[binding];
+                .unwrap_or(0)
+        };
+        let b = quotas[binding];
         Decision {
-            allowed: outcome.allowed,
+            allowed,
             limit: b.limit,
             remaining: b.remaining,
             reset_after: b.reset_after,
-            retry_after: if outcome.allowed { None } else { b.retry_after },
-            quota: b.name.clone(),
-            delay: if outcome.allowed { delay } else { None },
+            retry_after: if allowed { None } else { b.retry_after },
+            quota: b.name,
+            delay: (allowed && !delay.is_zero()).then_some(delay),
             lease,
             quotas,
         }
     }
 }
 
-/// The user key as it appears inside the hash tag.
-fn storable_key(key: &[u8]) -> std::borrow::Cow<'_, str> {
-    if key.len() <= MAX_VERBATIM_KEY_LEN
-        && key.first() != Some(&b'~')
-        && let Ok(s) = std::str::from_utf8(key)
-        && !s.chars().any(|c| c == '{' || c == '}' || c.is_control())
-    {
-        return std::borrow::Cow::Borrowed(s);
+/// The user key as it appears inside the hash tag: UTF-8, always.
+fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
+    if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') && verbatim(key) {
+        return Cow::Borrowed(key);
     }
-    std::borrow::Cow::Owned(format!("~{}", hash_hex(key)))
+    Cow::Owned(format!("~{}", hash_hex(key)).into_bytes())
+}
+
+/// The bytes a key of printable ASCII but braces is made of.
+static PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = b' ';
+    while b <= b'~' {
+        t[b as usize] = b != b'{' && b != b'}';
+        b += 1;
+    }
+    t
+};
+
+/// Whether all eight bytes of `w` are printable ASCII but braces.
+fn plain_word(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // a byte below `n` (n <= 128), or equal to zero
+    let less = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
+    let zero = |x: u64| less(x, 1);
+    let controls = less(w, 0x20);
+    // a byte above 0x7e: 0x7f (DEL) or not ASCII
+    let above = (w.wrapping_add(ONES) | w) & HIGH;
+    let braces = zero(w ^ (ONES * u64::from(b'{'))) | zero(w ^ (ONES * u64::from(b'}')));
+    controls | above | braces == 0
+}
+
+/// Whether a key may be stored as is: UTF-8 without braces or control
+/// characters.
+fn verbatim(key: &[u8]) -> bool {
+    // printable ASCII but braces: the usual keys, eight bytes at a time
+    let mut words = key.chunks_exact(8);
+    let plain = words.all(|w| {
+        plain_word(u64::from_le_bytes([
+            w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
+        ]))
+    }) && words.remainder().iter().all(|&b| PLAIN[usize::from(b)]);
+    if plain {
+        return true;
+    }
+    std::str::from_utf8(key)
+        .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
 }
 
 fn new_instance_id() -> u64 {
@@ -363,7 +513,7 @@ impl fmt::Debug for RateLimiterBuilder {
 }
 
 impl RateLimiterBuilder {
-    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`](crate::MemoryStore). Required.
+    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`]. Required.
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(store.into_backend());
         self
@@ -448,15 +598,37 @@ impl RateLimiterBuilder {
             specs.push(spec);
         }
         let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
+        let holds_leases = specs.iter().any(|q| q.spec().holds_leases);
+        let names: Vec<QuotaName> = specs.iter().map(|q| QuotaName::intern(&q.name)).collect();
+        let templates = specs
+            .iter()
+            .zip(&names)
+            .map(|(spec, &name)| QuotaDecision {
+                name,
+                allowed: false,
+                limit: spec.capacity(),
+                window: spec.rate.period(),
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+            })
+            .collect();
+        // the storage-key suffix of each quota
+        let key_suffixes: Vec<String> = specs
+            .iter()
+            .map(|q| format!(":{}", q.key_id))
+            .collect();
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                store: store.bind(&specs),
+                store: store.bind(&specs, &prefix, &key_suffixes),
                 prefix,
-                names: specs.iter().map(|q| Arc::from(q.name.as_str())).collect(),
-                key_suffixes: specs.iter().map(|q| format!(":{}", q.key_id)).collect(),
+                names,
+                templates,
+                key_suffixes,
                 quotas: specs,
                 clock: self.clock,
                 needs_nonce,
+                holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
             }),
@@ -549,7 +721,12 @@ mod tests {
 
     #[test]
     fn keys_that_could_steer_slots_or_bloat_memory_are_hashed() {
-        assert_eq!(storable_key(b"user:42"), "user:42");
+        assert_eq!(storable_key(b"user:42"), &b"user:42"[..]);
+        assert_eq!(storable_key("caf\u{e9}".as_bytes()), "caf\u{e9}".as_bytes());
+        assert!(
+            storable_key("\u{85}".as_bytes()).starts_with(b"~"),
+            "C1 control"
+        );
         for bad in [
             &b"a{b}"[..],
             b"}",
@@ -559,9 +736,29 @@ mod tests {
             &[b'x'; 129][..],
         ] {
             let k = storable_key(bad);
-            assert!(k.starts_with('~') && k.len() == 33, "{k}");
+            assert!(k.starts_with(b"~") && k.len() == 33, "{k:?}");
         }
         assert_eq!(storable_key(&[b'x'; 128]).len(), 128);
         assert_ne!(storable_key(b"a{b}"), storable_key(b"a{c}"));
+    }
+
+    #[test]
+    fn the_word_at_a_time_check_agrees_with_the_bytewise_one() {
+        let bytewise = |k: &[u8]| {
+            std::str::from_utf8(k)
+                .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
+        };
+        for b in 0..=255u8 {
+            for at in 0..10 {
+                let mut k = *b"user:12345";
+                k[at] = b;
+                assert_eq!(verbatim(&k), bytewise(&k), "{k:?}");
+                assert_eq!(
+                    plain_word(u64::from_le_bytes([b; 8])),
+                    PLAIN[usize::from(b)],
+                    "{b}"
+                );
+            }
+        }
     }
 }

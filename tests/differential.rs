@@ -64,7 +64,7 @@ fn comparable(d: &Decision) -> impl PartialEq + std::fmt::Debug {
         d.remaining,
         d.reset_after,
         d.retry_after,
-        d.quota.clone(),
+        d.quota,
         d.delay,
         d.quotas.clone(),
         d.lease.is_some(),

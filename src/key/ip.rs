@@ -152,7 +152,18 @@ pub(super) fn canonical(ip: IpAddr) -> IpAddr {
 /// `ip:<v4>`, `ip:<v6 network>/<len>`, or `ip:<v6>` when `len` is 128.
 pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
     match canonical(ip) {
-        IpAddr::V4(v4) => format!("ip:{v4}").into_bytes(),
+        IpAddr::V4(v4) => {
+            // `ip:` and four decimal octets, without the formatting machinery
+            let mut key = Vec::with_capacity(18);
+            key.extend_from_slice(b"ip:");
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    key.push(b'.');
+                }
+                key.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            }
+            key
+        }
         IpAddr::V6(v6) => {
             let len = clamp_prefix(ipv6_prefix);
             if len == 128 {
@@ -186,6 +197,9 @@ mod tests {
     #[test]
     fn ipv4_key_is_the_address() {
         assert_eq!(key("203.0.113.7", 64), "ip:203.0.113.7");
+        for ip in ["0.0.0.0", "255.255.255.255", "10.0.100.9"] {
+            assert_eq!(key(ip, 64), format!("ip:{ip}"));
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::Response;
@@ -30,6 +31,8 @@ use crate::error::StoreError;
 use crate::limiter::RateLimiter;
 
 /// What the check of a request found before any store call.
+// (a decision inline: boxing it would cost the allocation this avoids)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Check {
     /// No key, and [`MissingKey::skip`](crate::middleware::MissingKey::skip): the
     /// request goes on unlimited.
@@ -37,17 +40,37 @@ pub(crate) enum Check {
     /// The middleware's answer, without a store call: a request without a
     /// key rejected, or a denial from the deny cache.
     Answer(Response<Bytes>),
-    /// The store decides: this future gives the verdict.
-    Store(CheckFuture),
+    /// The store decides: this gives the verdict.
+    Store(Pending),
 }
 
 /// The store call of a [`Check::Store`], and the failure policy after it.
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
+/// The verdict of a check: made already (a memory store decides at once),
+/// or the store call that gives it.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Pending {
+    Ready(Option<Verdict>),
+    Store(CheckFuture),
+}
+
+impl Pending {
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Verdict> {
+        match self {
+            Pending::Ready(verdict) => match verdict.take() {
+                Some(v) => Poll::Ready(v),
+                None => panic!("ResponseFuture polled after completion"),
+            },
+            Pending::Store(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
 /// The result of the store call of a check.
 pub(crate) enum Verdict {
-    /// A decision, and the limiter that made it (to release its lease).
-    Decided(Decision, RateLimiter),
+    /// A decision of the layer's limiter.
+    Decided(Decision),
     /// The store failed (the error); the fallback store decided.
     Fallback(Decision, RateLimiter, Arc<StoreError>),
     /// The store failed (the error); let the request through.
@@ -78,7 +101,15 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
         let headers = RateHeaders::new(config.style, &decision, &config.policy);
         return Check::Answer(response::denied(config, parts, &decision, headers));
     }
-    Check::Store(boxed_in_place(|| decide(config.clone(), key, cost)))
+    // A memory store decides at once: no future, no store error.
+    let started = config.deny_cache.as_ref().map(|c| c.now(&config.limiter));
+    if let Some(decision) = config.limiter.decide_now(&key, cost) {
+        remember(config, &config.limiter, &key, cost, started, &decision);
+        return Check::Store(Pending::Ready(Some(Verdict::Decided(decision))));
+    }
+    Check::Store(Pending::Store(boxed_in_place(|| {
+        decide(config.clone(), key, cost)
+    })))
 }
 
 /// Checks `key` with the store (bounded by the store's own timeout),
@@ -92,7 +123,7 @@ async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
     match check.await {
         Ok(decision) => {
             remember(&config, &config.limiter, &key, cost, started, &decision);
-            Verdict::Decided(decision, config.limiter.clone())
+            Verdict::Decided(decision)
         }
         Err(error) => {
             let error = Arc::new(error);

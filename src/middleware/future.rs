@@ -14,7 +14,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
-use super::check::{CheckFuture, Verdict};
+use super::check::{Pending, Verdict};
 use super::config::Config;
 use super::headers::RateHeaders;
 use super::outcome::RateLimitOutcome;
@@ -61,7 +61,7 @@ pin_project! {
         Answered { response: Option<Response<Bytes>> },
         /// Waiting for the store.
         Checking {
-            check: CheckFuture,
+            check: Pending,
             inner: Option<S>,
             request: Option<Request<ReqBody>>,
             config: Arc<Config>,
@@ -109,7 +109,7 @@ where
 
     /// A store check, then the ready `inner` service for `request`.
     pub(crate) fn checking(
-        check: CheckFuture,
+        check: Pending,
         inner: S,
         request: Request<ReqBody>,
         config: Arc<Config>,
@@ -150,15 +150,15 @@ where
                     request,
                     config,
                 } => {
-                    let verdict = ready!(check.as_mut().poll(cx));
+                    let verdict = ready!(check.poll(cx));
                     let (Some(mut inner), Some(mut request)) = (inner.take(), request.take())
                     else {
                         panic!("ResponseFuture polled after completion");
                     };
                     let (decision, limiter, store_error) = match verdict {
-                        Verdict::Decided(decision, limiter) => (decision, limiter, None),
+                        Verdict::Decided(decision) => (decision, None, None),
                         Verdict::Fallback(decision, limiter, error) => {
-                            (decision, limiter, Some(error))
+                            (decision, Some(limiter), Some(error))
                         }
                         Verdict::Open(error) => {
                             request
@@ -192,7 +192,10 @@ where
                     // The whole delay, never less: the request's slot is taken.
                     let delay = decision.delay.filter(|d| !d.is_zero());
                     // The handler sees the lease too (releasing twice is harmless).
-                    let lease = decision.lease.clone().map(|l| LeaseGuard::new(limiter, l));
+                    let lease = decision.lease.clone().map(|l| {
+                        let limiter = limiter.unwrap_or_else(|| config.limiter.clone());
+                        LeaseGuard::new(limiter, l)
+                    });
                     let outcome = match store_error {
                         None => RateLimitOutcome::Allowed(decision.clone()),
                         Some(error) => RateLimitOutcome::Fallback {

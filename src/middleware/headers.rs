@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::Decision;
 use crate::limiter::RateLimiter;
@@ -77,11 +77,14 @@ impl HeaderStyle {
 /// once when the layer is built.
 #[derive(Debug)]
 pub(crate) struct Policy {
-    /// `RateLimit-Policy`.
+    /// `RateLimit-Policy` (static bytes: cloned per response without a
+    /// reference count shared between threads).
     value: Option<HeaderValue>,
     /// Per quota, in the limiter's order: whether its `RateLimit` item has
     /// a `t` (a concurrency quota has none).
     timed: Box<[bool]>,
+    /// Per quota: the start of its `RateLimit` item, `"<name>";r=`.
+    items: Box<[Box<[u8]>]>,
 }
 
 impl Policy {
@@ -111,9 +114,24 @@ impl Policy {
                 ),
             };
         }
+        // (what a configuration gives: printable ASCII, which `from_static` takes)
+        let value = if s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            Some(HeaderValue::from_static(crate::decision::intern(&s)))
+        } else {
+            HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+        };
         Self {
-            value: HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
+            value,
             timed: specs.iter().map(|q| q.spec().header.timed()).collect(),
+            items: specs
+                .iter()
+                .map(|q| {
+                    let mut item = String::with_capacity(q.name.len() + 5);
+                    push_sf_string(&mut item, &q.name);
+                    item.push_str(";r=");
+                    item.into_bytes().into_boxed_slice()
+                })
+                .collect(),
         }
     }
 }
@@ -135,13 +153,15 @@ impl RateHeaders {
         let mut h = Self::default();
         if style.ietf() {
             h.policy = policy.value.clone();
-            let timed = decision
+            let binding = decision
                 .quotas
                 .iter()
-                .position(|q| q.name == decision.quota)
+                .position(|q| q.name == decision.quota);
+            let timed = binding
                 .and_then(|i| policy.timed.get(i).copied())
                 .unwrap_or(true);
-            h.ratelimit = ratelimit_value(decision, timed);
+            let item = binding.and_then(|i| policy.items.get(i));
+            h.ratelimit = ratelimit_value(decision, timed, item.map(|i| &**i));
         }
         if style.legacy() {
             let reset = SystemTime::now()
@@ -184,8 +204,16 @@ impl RateHeaders {
 /// Appends `item` to the structured-field list `name`: one line, the items
 /// already there (from any number of lines) first.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
+    // one lookup: the usual response has no such header yet
+    let mut entry = match headers.entry(name) {
+        Entry::Vacant(v) => {
+            v.insert(item);
+            return;
+        }
+        Entry::Occupied(o) => o,
+    };
     let mut joined = Vec::new();
-    for v in headers.get_all(&name) {
+    for v in entry.iter() {
         let v = v.as_bytes().trim_ascii();
         if !v.is_empty() {
             joined.extend_from_slice(v);
@@ -193,12 +221,12 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
         }
     }
     if joined.is_empty() {
-        headers.insert(name, item);
+        entry.insert(item);
         return;
     }
     joined.extend_from_slice(item.as_bytes());
     if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(joined)) {
-        headers.insert(name, v);
+        entry.insert(v);
     }
 }
 
@@ -234,21 +262,32 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
 }
 
 /// `"minute";r=59;t=1`; on a denial `t` is the `Retry-After`; no `t` when
-/// the quota has no time of reset (concurrency).
-fn ratelimit_value(decision: &Decision, timed: bool) -> Option<HeaderValue> {
-    let mut s = String::with_capacity(32);
-    push_sf_string(&mut s, &decision.quota);
-    let _ = write!(s, ";r={}", decision.remaining);
+/// the quota has no time of reset (concurrency). `item`: the quota's
+/// `"minute";r=`, prebuilt.
+fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Option<HeaderValue> {
+    // the item, two numbers of at most 20 digits and `;t=`
+    let mut v = Vec::with_capacity(item.map_or(decision.quota.len() + 8, <[u8]>::len) + 43);
+    match item {
+        Some(item) => v.extend_from_slice(item),
+        None => {
+            let mut s = String::new();
+            push_sf_string(&mut s, &decision.quota);
+            v.extend_from_slice(s.as_bytes());
+            v.extend_from_slice(b";r=");
+        }
+    }
+    v.extend_from_slice(itoa::Buffer::new().format(decision.remaining).as_bytes());
     if timed {
         let t = if decision.allowed {
             ceil_secs(decision.reset_after)
         } else {
             retry_after_secs(decision)
         };
-        let _ = write!(s, ";t={t}");
+        v.extend_from_slice(b";t=");
+        v.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
     }
-    // Handing the String over as Bytes avoids a copy.
-    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+    // Handing the Vec over as Bytes avoids a copy.
+    HeaderValue::from_maybe_shared(Bytes::from(v)).ok()
 }
 
 /// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,
@@ -270,14 +309,12 @@ fn push_sf_string(out: &mut String, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::decision::QuotaDecision;
+    use crate::decision::{QuotaDecision, QuotaName};
 
     fn quota(name: &str, limit: u64, window: u64, remaining: u64) -> QuotaDecision {
         QuotaDecision {
-            name: Arc::from(name),
+            name: QuotaName::intern(name),
             allowed: true,
             limit,
             window: Duration::from_secs(window),
@@ -294,12 +331,13 @@ mod tests {
             remaining: 59,
             reset_after: Duration::from_millis(1_200),
             retry_after,
-            quota: Arc::from("minute"),
+            quota: QuotaName::intern("minute"),
             delay: None,
             quotas: vec![
                 quota("minute", 60, 60, 59),
                 quota("day", 10_000, 86_400, 9_999),
-            ],
+            ]
+            .into(),
             lease: None,
         }
     }

@@ -1,13 +1,29 @@
 //! [`MemoryStore`]: limiter state in process memory.
+//!
+//! State lives in shards, each a mutex over a `hashbrown` table of slots.
+//! A slot is one storage key `{<tag>}<suffix>`, where the hash tag `<tag>` is
+//! `<prefix>:<user key>`. Cut at the tag's first `:`, it is a *head* (the
+//! prefix up to its first `:`) and a *rest* (usually the user key itself);
+//! a slot holds a *scope*, `<head><suffix>` interned per store when a
+//! limiter binds it (a `u32`), and the rest's bytes (inline up to 22 bytes).
+//! The pair maps one to one to the Redis key, so limiters share state exactly
+//! when they would on Redis, even those whose prefix and key split one tag
+//! differently. A decision hashes the borrowed key, finds its slot and
+//! updates the state in place: no allocation unless a new key longer than
+//! the inline size is stored. Every quota of one tag is in the same shard
+//! (the shard comes from the rest alone), so a multi-quota decision is
+//! atomic under one lock.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::{Call, Outcome, QuotaOutcome};
+use hashbrown::HashTable;
+
 use crate::decision::Lease;
+use crate::quota::QuotaSpec;
 use crate::strategy::state::{self, Entry, Raw};
 
 /// How many operations on a shard between sweeps of its expired keys.
@@ -15,13 +31,16 @@ const SWEEP_EVERY: u32 = 1024;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
+/// Bytes of a tag's rest held in a slot without allocating.
+const INLINE_KEY: usize = 22;
 
 /// An in-process store with exactly the semantics of [`RedisStore`](crate::RedisStore).
 ///
 /// The embedded default for development and single-instance apps, and the
 /// fallback of the middleware's fallback failure policy. State is
-/// sharded behind short-lived mutexes (never held across an `.await`), and
-/// expired keys are swept as the store is used, so memory stays bounded by the
+/// sharded behind short-lived mutexes (never held across an `.await`) and
+/// updated in place: a decision on a known key allocates nothing. Expired
+/// keys are swept as the store is used, so memory stays bounded by the
 /// number of keys active within their windows: a shard left mostly empty by a
 /// sweep shrinks, so a burst of distinct keys does not keep its peak memory
 /// ([`capacity`](Self::capacity) shows it).
@@ -38,8 +57,10 @@ pub struct MemoryStore {
 
 #[derive(Debug)]
 struct Inner {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    shards: Box<[Padded]>,
+    hasher: foldhash::fast::RandomState,
+    /// Scopes (`<head>:<quota>:<strategy>`) and their ids.
+    scopes: Mutex<HashMap<Box<str>, u32>>,
     start: tokio::time::Instant,
     start_us: i64,
     /// The latest manual-clock time a decision was made at (`i64::MIN`:
@@ -48,22 +69,149 @@ struct Inner {
     manual_now: AtomicI64,
 }
 
+/// A shard on cache lines of its own: two cores locking neighbouring
+/// shards do not contend.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<String, Entry>,
+    table: HashTable<Slot>,
     ops: u32,
+}
+
+/// One storage key and its state.
+#[derive(Debug)]
+struct Slot {
+    scope: u32,
+    key: KeyBytes,
+    /// `None` only for a moment, while a strategy runs on the slot.
+    entry: Option<Entry>,
+}
+
+/// The rest of a storage key's hash tag, after its first `:`.
+#[derive(Debug)]
+enum KeyBytes {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(tag: &[u8]) -> Self {
+        match u8::try_from(tag.len()) {
+            Ok(len) if tag.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..tag.len()].copy_from_slice(tag);
+                KeyBytes::Inline { len, bytes }
+            }
+            _ => KeyBytes::Heap(tag.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
+/// A table hash for one scope of a tag hash: every scope of a tag lands in
+/// the same shard, spread over its table (a folded multiply, as foldhash).
+fn scoped(tag_hash: u64, scope: u32) -> u64 {
+    let x = tag_hash
+        ^ u64::from(scope)
+            .wrapping_add(1)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let m = u128::from(x) * 0xd6e8_feb8_6659_fd93;
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+/// A hash tag `<head>:<rest>` as its head and rest (`None`: no `:`).
+fn split_tag(tag: &str) -> Option<(&str, &str)> {
+    tag.split_once(':')
+}
+
+/// One decision for the memory store: the quotas of one user key.
+pub(crate) struct LocalCall<'a> {
+    /// The limiter's scopes, one per quota (see [`MemoryStore::bind`]).
+    pub(crate) scopes: &'a [u32],
+    /// The rest of the limiter's prefix after its first `:`, if it has one.
+    pub(crate) tail: Option<&'a str>,
+    /// The user key as stored (verbatim or hashed by the limiter).
+    pub(crate) user: &'a [u8],
+    /// The limiter's quotas, in the order of `scopes`.
+    pub(crate) quotas: &'a [QuotaSpec],
+    pub(crate) cost: u64,
+    /// Manual clock reading; `None`: the store's clock.
+    pub(crate) now_us: Option<u64>,
+    /// Unique id for sorted-set members (sliding log entries, leases).
+    pub(crate) nonce: &'a str,
 }
 
 impl Shard {
     /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
     /// (a burst of distinct keys must not hold its peak memory for ever).
-    fn sweep(&mut self, now: i64) {
-        self.map.retain(|_, e| e.expires_at > now);
-        let (len, capacity) = (self.map.len(), self.map.capacity());
+    ///
+    /// `eager`: judges by the keys left. Otherwise (the sweeps made as the
+    /// store is used) by the keys held before the sweep, the keys of the
+    /// last [`SWEEP_EVERY`] operations: keys that come and go within that
+    /// time would otherwise have the map shrunk and grown again every time.
+    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, eager: bool) {
+        let before = self.table.len();
+        self.table
+            .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
+        let len = if eager { self.table.len() } else { before };
+        let capacity = self.table.capacity();
         if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
-            self.map.shrink_to((len * 2).max(MIN_SHARD_CAPACITY));
+            self.table
+                .shrink_to((len * 2).max(MIN_SHARD_CAPACITY), |s| rehash(hasher, s));
         }
     }
+
+    /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
+    /// place; a state left `None` is removed, a new one inserted.
+    fn with_entry<R>(
+        &mut self,
+        hasher: &foldhash::fast::RandomState,
+        rest_hash: u64,
+        scope: u32,
+        rest: &[u8],
+        f: impl FnOnce(&mut Option<Entry>) -> R,
+    ) -> R {
+        let hash = scoped(rest_hash, scope);
+        let eq = |s: &Slot| s.scope == scope && s.key.as_bytes() == rest;
+        match self.table.find_entry(hash, eq) {
+            Ok(mut found) => {
+                let r = f(&mut found.get_mut().entry);
+                if found.get().entry.is_none() {
+                    found.remove();
+                }
+                r
+            }
+            Err(absent) => {
+                let mut entry = None;
+                let r = f(&mut entry);
+                if entry.is_some() {
+                    let slot = Slot {
+                        scope,
+                        key: KeyBytes::new(rest),
+                        entry,
+                    };
+                    absent
+                        .into_table()
+                        .insert_unique(hash, slot, |s| rehash(hasher, s));
+                }
+                r
+            }
+        }
+    }
+}
+
+/// A slot's table hash, computed again (when the table grows or shrinks).
+fn rehash(hasher: &foldhash::fast::RandomState, s: &Slot) -> u64 {
+    scoped(hasher.hash_one(s.key.as_bytes()), s.scope)
 }
 
 impl Default for MemoryStore {
@@ -86,10 +234,9 @@ impl MemoryStore {
             .map_or(0, |d| d.as_micros() as i64);
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards.max(1))
-                    .map(|_| Mutex::new(Shard::default()))
-                    .collect(),
-                hasher: RandomState::new(),
+                shards: (0..shards.max(1)).map(|_| Padded::default()).collect(),
+                hasher: foldhash::fast::RandomState::default(),
+                scopes: Mutex::new(HashMap::new()),
                 start: tokio::time::Instant::now(),
                 start_us,
                 manual_now: AtomicI64::new(i64::MIN),
@@ -99,7 +246,7 @@ impl MemoryStore {
 
     /// The number of keys held, including expired ones not yet swept.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.inner.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
     /// How many keys the store's maps can hold without allocating: the sum of
@@ -110,7 +257,7 @@ impl MemoryStore {
         self.inner
             .shards
             .iter()
-            .map(|s| lock(s).map.capacity())
+            .map(|s| lock(s).table.capacity())
             .sum()
     }
 
@@ -133,92 +280,153 @@ impl MemoryStore {
             manual
         };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now);
+            lock(s).sweep(now, &self.inner.hasher, true);
         }
     }
 
     fn now_us(&self) -> i64 {
-        self.inner.start_us + self.inner.start.elapsed().as_micros() as i64
+        // (whole microseconds, without 128-bit arithmetic)
+        let d = self.inner.start.elapsed();
+        self.inner.start_us + d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros())
     }
 
-    fn shard(&self, base: &str) -> MutexGuard<'_, Shard> {
-        let i = self.inner.hasher.hash_one(base) as usize % self.inner.shards.len();
-        lock(&self.inner.shards[i])
+    /// The scopes of a limiter of `prefix` whose quotas' storage keys end
+    /// in `suffixes`, interned on first use, and the prefix's tail (after its
+    /// first `:`).
+    pub(crate) fn bind(&self, prefix: &str, suffixes: &[String]) -> (Box<[u32]>, Option<Box<str>>) {
+        let (head, tail) = match split_tag(prefix) {
+            Some((head, tail)) => (head, Some(tail.into())),
+            None => (prefix, None),
+        };
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let ids = suffixes
+            .iter()
+            .map(|suffix| {
+                let next = scopes.len() as u32;
+                *scopes
+                    .entry(format!("{head}{suffix}").into())
+                    .or_insert(next)
+            })
+            .collect();
+        (ids, tail)
     }
 
-    pub(crate) fn decide(&self, call: Call<'_>) -> Outcome {
+    /// The id of a scope already interned; `None`: no limiter of this
+    /// store uses it, so no key of it holds state.
+    fn known_scope(&self, head: &str, suffix: &str) -> Option<u32> {
+        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.get(format!("{head}{suffix}").as_str()).copied()
+    }
+
+    /// The hash of a tag's rest and the shard it lives in.
+    fn locate(&self, rest: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = self.inner.hasher.hash_one(rest);
+        // the high half picks the shard; the table hash mixes all of it
+        let n = self.inner.shards.len() as u64;
+        let i = ((hash >> 32) * n) >> 32;
+        (hash, lock(&self.inner.shards[i as usize]))
+    }
+
+    /// Decides `call`, writing each quota's answer into `out` (one per
+    /// quota); returns whether every quota allowed it.
+    pub(crate) fn decide(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> bool {
         let now = match call.now_us {
             Some(manual) => {
                 let manual = manual as i64;
-                self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
+                if manual > self.inner.manual_now.load(Ordering::Relaxed) {
+                    self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
+                }
                 manual
             }
             None => self.now_us(),
         };
+        // the tag's rest: the user key, after the prefix's tail if any
+        let joined;
+        let rest = match call.tail {
+            None => call.user,
+            Some(tail) => {
+                joined = [tail.as_bytes(), b":", call.user].concat();
+                &joined
+            }
+        };
         let cost = call.cost as i64;
-        let mut shard = self.shard(call.base);
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
         shard.ops += 1;
         if shard.ops >= SWEEP_EVERY {
             shard.ops = 0;
-            shard.sweep(now);
+            shard.sweep(now, hasher, false);
         }
-        let map = &mut shard.map;
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
-            let key = &call.keys[i];
-            let (owned, mut slot) = map.remove_entry(key).unzip();
-            let raw = state::run(&mut slot, &call.quotas[i], now, cost, call.nonce, apply);
-            if let Some(e) = slot {
-                map.insert(owned.unwrap_or_else(|| key.clone()), e);
-            }
-            raw
+            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
+                state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
+            })
         };
-        let nq = call.keys.len();
-        let raws: Vec<Raw> = if nq == 1 {
-            vec![run(0, cost, true)]
-        } else {
-            let mut res: Vec<Raw> = (0..nq).map(|i| run(i, cost, false)).collect();
-            let all = res.iter().all(|r| r.ok);
-            if all && cost > 0 {
-                res = (0..nq).map(|i| run(i, cost, true)).collect();
-            } else if !all {
-                for (i, r) in res.iter_mut().enumerate() {
-                    if r.ok {
-                        *r = run(i, 0, false);
-                    }
+        if out.len() == 1 {
+            out[0] = run(0, cost, true);
+            return out[0].ok;
+        }
+        for (i, r) in out.iter_mut().enumerate() {
+            *r = run(i, cost, false);
+        }
+        let all = out.iter().all(|r| r.ok);
+        if all && cost > 0 {
+            for (i, r) in out.iter_mut().enumerate() {
+                *r = run(i, cost, true);
+            }
+        } else if !all {
+            for (i, r) in out.iter_mut().enumerate() {
+                if r.ok {
+                    *r = run(i, 0, false);
                 }
             }
-            res
-        };
-        Outcome {
-            allowed: raws.iter().all(|r| r.ok),
-            quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
         }
+        out.iter().all(|r| r.ok)
+    }
+
+    /// The rest and scopes of storage keys `{<tag>}<suffix>` under one tag
+    /// (`base`: `{<tag>}`); keys of unknown scopes hold no state and are
+    /// left out.
+    fn parse<'k>(&self, base: &'k str, keys: &'k [String]) -> Option<(&'k [u8], Vec<u32>)> {
+        let tag = base.strip_prefix('{')?.strip_suffix('}')?;
+        let (head, rest) = split_tag(tag)?;
+        let scopes = keys
+            .iter()
+            .filter_map(|k| self.known_scope(head, k.strip_prefix(base)?))
+            .collect();
+        Some((rest.as_bytes(), scopes))
     }
 
     pub(crate) fn release(&self, lease: &Lease) {
+        let Some((rest, scopes)) = self.parse(&lease.base, &lease.keys) else {
+            return;
+        };
         let members: Vec<String> = lease.members().collect();
-        let mut shard = self.shard(&lease.base);
-        for key in &lease.keys {
-            let mut slot = shard.map.remove(key);
-            state::remove_members(&mut slot, &members);
-            if let Some(e) = slot {
-                shard.map.insert(key.clone(), e);
-            }
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        for scope in scopes {
+            shard.with_entry(hasher, hash, scope, rest, |slot| {
+                state::remove_members(slot, &members)
+            });
         }
     }
 
     pub(crate) fn reset(&self, base: &str, keys: &[String]) {
-        let mut shard = self.shard(base);
-        for key in keys {
-            shard.map.remove(key);
+        let Some((rest, scopes)) = self.parse(base, keys) else {
+            return;
+        };
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        for scope in scopes {
+            shard.with_entry(hasher, hash, scope, rest, |slot| *slot = None);
         }
     }
 }
 
 /// Locks a shard; a panic elsewhere while it was held leaves plain data, so
 /// a poisoned lock is used as is.
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(m: &Padded) -> MutexGuard<'_, Shard> {
+    m.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -253,6 +461,56 @@ mod tests {
         store.sweep();
         assert_eq!(store.len(), 1, "only the new key is live in manual time");
         assert!(lim.check("k").await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn limiters_share_state_exactly_when_their_redis_keys_are_equal() {
+        let store = MemoryStore::with_shards(4);
+        let lim = |prefix: &str, quota: Quota| {
+            RateLimiter::builder()
+                .store(store.clone())
+                .prefix(prefix)
+                .quota(quota)
+                .build()
+                .unwrap()
+        };
+        let hour = |n| Quota::fixed_window(Rate::per_hour(n));
+        let long = "k".repeat(100);
+        // {a:b:c}:…: one key, whichever way prefix and key split the tag
+        let (a, ab, abc) = (
+            lim("a", hour(3)),
+            lim("a:b", hour(3)),
+            lim("a:b:c", hour(3)),
+        );
+        for (l, key, remaining) in [
+            (&a, "b:c:d", 2),
+            (&ab, "c:d", 1),
+            (&abc, "d", 0),
+            (&a, &*long, 2),
+            (&ab, &*long, 2),
+        ] {
+            let d = l.check(key).await.unwrap();
+            assert_eq!((d.allowed, d.remaining), (true, remaining), "{key}");
+        }
+        assert_eq!(ab.storage_keys("c:d"), a.storage_keys("b:c:d"));
+        // another quota name, strategy or prefix: other keys
+        for other in [
+            lim("a", hour(3).name("other")),
+            lim(
+                "a",
+                Quota::gcra(Rate::per_hour(3)).name("fixed-window-3-per-3600s"),
+            ),
+            lim("b", hour(3)),
+        ] {
+            assert_eq!(other.check("b:c:d").await.unwrap().remaining, 2);
+        }
+        // reset through one limiter is seen through the other
+        abc.reset("d").await.unwrap();
+        assert_eq!(a.peek("b:c:d").await.unwrap().remaining, 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2);
+        ab.reset(&*long).await.unwrap();
+        assert_eq!(ab.peek(&*long).await.unwrap().remaining, 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2, "its own key");
     }
 
     #[tokio::test(start_paused = true)]

@@ -119,13 +119,25 @@ pub(crate) struct QuotaOutcome {
 /// into outcomes, in `redis::protocol`).
 impl From<Raw> for QuotaOutcome {
     fn from(r: Raw) -> Self {
-        let us = |v: i64| Duration::from_micros(v.max(0) as u64);
+        let us = |v: i64| {
+            // (most values are below a second: no division then)
+            let v = v.max(0) as u64;
+            if v < 1_000_000 {
+                Duration::new(0, v as u32 * 1_000)
+            } else {
+                Duration::from_micros(v)
+            }
+        };
         QuotaOutcome {
             allowed: r.ok,
             remaining: r.remaining.max(0) as u64,
             reset_after: us(r.reset),
             retry_after: (r.retry >= 0 && !r.ok).then(|| us(r.retry)),
-            delay: us(r.delay),
+            delay: if r.delay > 0 {
+                us(r.delay)
+            } else {
+                Duration::ZERO
+            },
         }
     }
 }
@@ -142,15 +154,19 @@ impl Backend {
         }
     }
 
-    /// Binds the store to one limiter's `quotas`: what the store needs for
-    /// every call of that limiter is prepared here, once.
-    pub(crate) fn bind(self, quotas: &[QuotaSpec]) -> Bound {
+    /// Binds the store to one limiter's `quotas`, whose storage keys end in
+    /// `suffixes`: what the store needs for every call of that limiter is
+    /// prepared here, once.
+    pub(crate) fn bind(self, quotas: &[QuotaSpec], prefix: &str, suffixes: &[String]) -> Bound {
         let redis = || Arc::new(protocol::Prepared::new(quotas));
         match self {
             Backend::Redis(s) => Bound::Redis(s, redis()),
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => Bound::Cluster(s, redis()),
-            Backend::Memory(s) => Bound::Memory(s),
+            Backend::Memory(s) => {
+                let (scopes, tail) = s.bind(prefix, suffixes);
+                Bound::Memory(s, scopes, tail)
+            }
         }
     }
 }
@@ -162,7 +178,8 @@ pub(crate) enum Bound {
     Redis(RedisStore, Arc<protocol::Prepared>),
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore, Arc<protocol::Prepared>),
-    Memory(MemoryStore),
+    /// The store and the scope id of each quota's storage-key suffix.
+    Memory(MemoryStore, Box<[u32]>, Option<Box<str>>),
 }
 
 impl std::fmt::Debug for Bound {
@@ -172,18 +189,49 @@ impl std::fmt::Debug for Bound {
             Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
-            Bound::Memory(s) => f.debug_tuple("Memory").field(s).finish(),
+            Bound::Memory(s, ..) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
 }
 
 impl Bound {
+    /// Decides `call`. The limiter calls a memory store with
+    /// [`MemoryStore::decide`] instead, without storage-key strings; this is
+    /// the same decision from the strings.
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
             Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
-            Bound::Memory(s) => Ok(s.decide(call)),
+            Bound::Memory(s, scopes, tail) => {
+                // `{<prefix>:<user>}`, the user key after the prefix
+                let tag = call
+                    .base
+                    .strip_prefix('{')
+                    .and_then(|b| b.strip_suffix('}'));
+                let user = tag
+                    .and_then(|t| t.get(t.find(':')? + 1..))
+                    .unwrap_or_default();
+                let user = match tail {
+                    Some(tail) => user.strip_prefix(&**tail).and_then(|u| u.strip_prefix(':')),
+                    None => Some(user),
+                };
+                let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
+                let local = memory::LocalCall {
+                    scopes,
+                    tail: tail.as_deref(),
+                    user: user.unwrap_or_default().as_bytes(),
+                    quotas: call.quotas,
+                    cost: call.cost,
+                    now_us: call.now_us,
+                    nonce: call.nonce,
+                };
+                let allowed = s.decide(&local, &mut raws);
+                Ok(Outcome {
+                    allowed,
+                    quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
+                })
+            }
         }
     }
 
@@ -192,7 +240,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
-            Bound::Memory(s) => {
+            Bound::Memory(s, ..) => {
                 s.release(lease);
                 Ok(())
             }
@@ -204,7 +252,7 @@ impl Bound {
             Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
-            Bound::Memory(s) => {
+            Bound::Memory(s, ..) => {
                 s.reset(base, keys);
                 Ok(())
             }

@@ -114,15 +114,7 @@ pub(crate) fn comparable(d: &Decision) -> String {
     let quotas: Vec<_> = d
         .quotas
         .iter()
-        .map(|q| {
-            (
-                q.allowed,
-                q.remaining,
-                q.reset_after,
-                q.retry_after,
-                q.name.clone(),
-            )
-        })
+        .map(|q| (q.allowed, q.remaining, q.reset_after, q.retry_after, q.name))
         .collect();
     format!(
         "allowed {} remaining {} reset {:?} retry {:?} delay {:?} quota {} lease {} {quotas:?}",
