@@ -614,10 +614,7 @@ impl RateLimiterBuilder {
             })
             .collect();
         // the storage-key suffix of each quota
-        let key_suffixes: Vec<String> = specs
-            .iter()
-            .map(|q| format!(":{}", q.key_id))
-            .collect();
+        let key_suffixes: Vec<String> = specs.iter().map(|q| format!(":{}", q.key_id)).collect();
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 store: store.bind(&specs, &prefix, &key_suffixes),
