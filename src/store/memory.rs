@@ -330,6 +330,43 @@ impl MemoryStore {
     /// Decides `call`, writing each quota's answer into `out` (one per
     /// quota); returns whether every quota allowed it.
     pub(crate) fn decide(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> bool {
+        self.decide_at(call, out).0
+    }
+
+    /// A local reservation's take (`src/reserve.rs`): [`decide`](Self::decide),
+    /// and the time it decided at (what its give-back needs).
+    pub(crate) fn take(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
+        self.decide_at(call, out)
+    }
+
+    /// Gives back `call.cost` unspent units of a reservation taken at `at`
+    /// to every quota of `call`, as `lua/give_back.lua` does: quota `i` as
+    /// its strategy's give-back twin allows, `fins[i]` the take's time plus
+    /// that quota's `reset_after`.
+    pub(crate) fn give_back(&self, call: &LocalCall<'_>, at: i64, fins: &[i64]) {
+        let now = match call.now_us {
+            Some(manual) => manual as i64,
+            None => self.now_us(),
+        };
+        let joined;
+        let rest = match call.tail {
+            None => call.user,
+            Some(tail) => {
+                joined = [tail.as_bytes(), b":", call.user].concat();
+                &joined
+            }
+        };
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        for (i, fin) in fins.iter().enumerate().take(call.quotas.len()) {
+            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
+                state::give_back(slot, &call.quotas[i], now, call.cost as i64, at, *fin)
+            });
+        }
+    }
+
+    /// [`decide`](Self::decide), and the time it decided at.
+    fn decide_at(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
         let now = match call.now_us {
             Some(manual) => {
                 let manual = manual as i64;
@@ -364,7 +401,7 @@ impl MemoryStore {
         };
         if out.len() == 1 {
             out[0] = run(0, cost, true);
-            return out[0].ok;
+            return (out[0].ok, now);
         }
         for (i, r) in out.iter_mut().enumerate() {
             *r = run(i, cost, false);
@@ -381,7 +418,7 @@ impl MemoryStore {
                 }
             }
         }
-        out.iter().all(|r| r.ok)
+        (out.iter().all(|r| r.ok), now)
     }
 
     /// The rest and scopes of storage keys `{<tag>}<suffix>` under one tag

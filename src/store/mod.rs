@@ -259,3 +259,85 @@ impl Bound {
         }
     }
 }
+
+/// The store side of local reservations (`src/reserve.rs`): a take and a
+/// give-back, each one atomic call on every store.
+impl Bound {
+    /// What a Redis store prepares for a reservation's calls (`None`: a
+    /// memory store, which needs nothing).
+    pub(crate) fn reserve_scripts(&self, quotas: &[QuotaSpec]) -> Option<Arc<redis::reserve::Scripts>> {
+        match self {
+            Bound::Memory(..) => None,
+            _ => Some(Arc::new(redis::reserve::Scripts::new(quotas))),
+        }
+    }
+
+    /// A reservation's take: the decision of `call` for the reserved units,
+    /// and the time the store decided at. `user` is the user key as stored.
+    pub(crate) async fn take(
+        &self,
+        scripts: Option<&redis::reserve::Scripts>,
+        call: Call<'_>,
+        user: &[u8],
+    ) -> Result<(Outcome, i64), StoreError> {
+        match (self, scripts) {
+            (Bound::Redis(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
+            #[cfg(feature = "cluster")]
+            (Bound::Cluster(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
+            (Bound::Memory(s, scopes, tail), _) => {
+                let local = memory::LocalCall {
+                    scopes,
+                    tail: tail.as_deref(),
+                    user,
+                    quotas: call.quotas,
+                    cost: call.cost,
+                    now_us: call.now_us,
+                    nonce: call.nonce,
+                };
+                let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
+                let (allowed, now) = s.take(&local, &mut raws);
+                Ok((
+                    Outcome {
+                        allowed,
+                        quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
+                    },
+                    now,
+                ))
+            }
+            _ => Err(StoreError::Protocol(
+                "reservation scripts were not prepared".to_owned(),
+            )),
+        }
+    }
+
+    /// Gives back a reservation's unspent units (one atomic call).
+    pub(crate) async fn give_back(
+        &self,
+        scripts: Option<&redis::reserve::Scripts>,
+        quotas: &[QuotaSpec],
+        gb: redis::reserve::GiveBackCall<'_>,
+        user: &[u8],
+    ) -> Result<(), StoreError> {
+        match (self, scripts) {
+            (Bound::Redis(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
+            #[cfg(feature = "cluster")]
+            (Bound::Cluster(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
+            (Bound::Memory(s, scopes, tail), _) => {
+                let local = memory::LocalCall {
+                    scopes,
+                    tail: tail.as_deref(),
+                    user,
+                    quotas,
+                    cost: gb.units,
+                    now_us: gb.now_us,
+                    nonce: "",
+                };
+                s.give_back(&local, gb.at, gb.fins);
+                Ok(())
+            }
+            _ => Err(StoreError::Protocol(
+                "reservation scripts were not prepared".to_owned(),
+            )),
+        }
+    }
+}

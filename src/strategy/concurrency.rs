@@ -3,7 +3,7 @@
 //! (`lua/concurrency.lua`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{CountBound, HeaderPolicy, Lua, StrategySpec};
+use super::{CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec};
 use crate::Quota;
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -30,6 +30,9 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: true,
     denials_cacheable: false,
     header: HeaderPolicy::InFlight,
+    give_back: GiveBack::Never(
+        "a concurrency quota counts requests in flight: units spent locally would hold no lease",
+    ),
 };
 
 fn decide(

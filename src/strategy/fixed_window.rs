@@ -2,7 +2,7 @@
 //! window starting at the key's first hit (`lua/fixed_window.lua`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{HeaderPolicy, Lua, StrategySpec};
+use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "fixed-window",
@@ -24,6 +24,11 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Window,
+    give_back: GiveBack::Units {
+        lua: include_str!("../../lua/give_back_fixed_window.lua"),
+        twin: give_back,
+        horizon: until_reset,
+    },
 };
 
 fn decide(
@@ -65,4 +70,24 @@ fn fixed_window(
         Raw::allow(n - after, reset, 0),
         Some(Value::Window { s, c: after }),
     )
+}
+
+/// The twin of `lua/give_back_fixed_window.lua` (its manual-clock branch: a
+/// memory window always holds its start): only into the take's window,
+/// whose end is `fin`; a count given back to 0 is no state.
+fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64, fin: i64) {
+    let Some(Entry {
+        value: Value::Window { s, c },
+        ..
+    }) = slot
+    else {
+        return;
+    };
+    if *c > 0 && *s + q.period == fin && now < fin {
+        if units >= *c {
+            *slot = None;
+        } else {
+            *c -= units;
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! request proceeds at once.
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{HeaderPolicy, Lua, StrategySpec, tat};
+use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "gcra",
@@ -25,6 +25,11 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Refill,
+    give_back: GiveBack::Units {
+        lua: tat::GIVE_BACK_LUA,
+        twin: tat::give_back,
+        horizon: until_reset,
+    },
 };
 
 fn decide(

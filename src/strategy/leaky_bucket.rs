@@ -3,7 +3,7 @@
 //! until its slot (`delay`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{HeaderPolicy, Lua, StrategySpec, tat};
+use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "leaky-bucket",
@@ -25,6 +25,9 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Refill,
+    give_back: GiveBack::Never(
+        "a leaky bucket gives each request its own delay: units spent locally would skip the queue",
+    ),
 };
 
 fn decide(

@@ -22,6 +22,8 @@ use crate::error::ParseStrategyError;
 use crate::quota::QuotaSpec;
 use state::Algorithm;
 
+
+
 /// The algorithm that enforces a [`Quota`](crate::Quota).
 ///
 /// Every strategy is one atomic Lua script on Redis (see `lua/`) and the same
@@ -145,6 +147,35 @@ pub(crate) struct StrategySpec {
     pub(crate) denials_cacheable: bool,
     /// The `RateLimit-Policy` parameters of a quota of this strategy.
     pub(crate) header: HeaderPolicy,
+    /// How the unspent units of a local reservation go back to the store
+    /// (the settle call, `src/reserve.rs`), or why local reservations do
+    /// not apply to the strategy.
+    pub(crate) give_back: GiveBack,
+}
+
+/// A strategy's give-back: one atomic call on every store that returns
+/// `units` taken by a reservation and not spent.
+#[derive(Debug)]
+pub(crate) enum GiveBack {
+    /// Unspent units go back as far as the strategy allows.
+    Units {
+        /// The Lua block (`lua/give_back_<name>.lua`, see `lua/give_back.lua`
+        /// for what it reads), run once per quota in one script.
+        lua: &'static str,
+        /// Its memory twin, line by line.
+        twin: state::GiveBackFn,
+        /// How long after the take its units may be spent, from the take's
+        /// `reset_after` and the quota's period (µs): never past the end of
+        /// the state they were taken from.
+        horizon: fn(reset: i64, period: i64) -> i64,
+    },
+    /// Local spending would break the strategy's meaning: the build error.
+    Never(&'static str),
+}
+
+/// The horizon of strategies whose state ends at `reset_after`.
+pub(crate) const fn until_reset(reset: i64, _period: i64) -> i64 {
+    reset
 }
 
 /// A strategy's Lua: its body (`lua/<name>.lua`) and what it needs around it.

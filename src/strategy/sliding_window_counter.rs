@@ -3,7 +3,7 @@
 //! (`lua/sliding_window_counter.lua`).
 
 use super::state::{Entry, Params, Raw, Value, floor_div};
-use super::{HeaderPolicy, Lua, StrategySpec};
+use super::{GiveBack, HeaderPolicy, Lua, StrategySpec};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-counter",
@@ -25,6 +25,12 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Window,
+    give_back: GiveBack::Units {
+        lua: include_str!("../../lua/give_back_sliding_window_counter.lua"),
+        twin: give_back,
+        // the aligned window's end: reset_after runs to the next one's
+        horizon: |reset, period| reset - period,
+    },
 };
 
 fn decide(
@@ -96,4 +102,22 @@ fn sliding_counter(
         Raw::allow(n - used - cost, reset_of(c + cost), 0),
         Some(Value::Counter { w, c: c + cost, p }),
     )
+}
+
+/// The twin of `lua/give_back_sliding_window_counter.lua`: only while now is
+/// in the take's aligned window and the state holds it; the TTL is kept.
+fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64, _fin: i64) {
+    let w = floor_div(now, q.period);
+    if w != floor_div(at, q.period) {
+        return;
+    }
+    if let Some(Entry {
+        value: Value::Counter { w: sw, c, .. },
+        ..
+    }) = slot
+        && *sw == w
+        && *c > 0
+    {
+        *c -= units.min(*c);
+    }
 }

@@ -2,7 +2,7 @@
 //! times, newest first (`lua/sliding_window_log.lua`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{CountBound, HeaderPolicy, Lua, StrategySpec};
+use super::{CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 use crate::Quota;
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -29,6 +29,11 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     holds_leases: false,
     denials_cacheable: true,
     header: HeaderPolicy::Window,
+    give_back: GiveBack::Units {
+        lua: include_str!("../../lua/give_back_sliding_window_log.lua"),
+        twin: give_back,
+        horizon: until_reset,
+    },
 };
 
 fn decide(
@@ -78,4 +83,33 @@ fn sliding_log(
         log.extend(std::iter::repeat_n(t, cost as usize));
     }
     (Raw::allow(n - c - cost, reset, 0), Some(Value::Log(log)))
+}
+
+/// The twin of `lua/give_back_sliding_window_log.lua`: removes up to `units`
+/// entries of the take's time (`fin - period`), newest first, while that
+/// time is in the window; an empty log is no state.
+fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64, fin: i64) {
+    let t = fin - q.period;
+    if t <= now - q.period {
+        return;
+    }
+    let Some(Entry {
+        value: Value::Log(log),
+        ..
+    }) = slot
+    else {
+        return;
+    };
+    let mut left = units;
+    let mut i = log.len();
+    while i > 0 && left > 0 {
+        i -= 1;
+        if log[i] == t {
+            log.remove(i);
+            left -= 1;
+        }
+    }
+    if log.is_empty() {
+        *slot = None;
+    }
 }

@@ -145,3 +145,33 @@ pub(crate) fn ttl_us(reset: i64) -> i64 {
 pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
     a.div_euclid(b)
 }
+
+/// A strategy's give-back twin (see `StrategySpec::give_back`): gives back
+/// up to `units` of a reservation taken at `at` whose reply's
+/// `reset_after` ends at `fin`, on a key's live state, as its Lua block does.
+pub(crate) type GiveBackFn =
+    fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64, fin: i64);
+
+/// Gives back `units` to one quota's key, as the give-back script's block
+/// does; a strategy without give-back changes nothing.
+pub(crate) fn give_back(
+    slot: &mut Option<Entry>,
+    q: &QuotaSpec,
+    now: i64,
+    units: i64,
+    at: i64,
+    fin: i64,
+) {
+    if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
+        *slot = None;
+    }
+    if let crate::strategy::GiveBack::Units { twin, .. } = q.spec().give_back {
+        let params = Params {
+            n: q.limit as i64,
+            period: q.period_us as i64,
+            burst: q.burst as i64,
+            interval: q.interval_us as i64,
+        };
+        twin(slot, params, now, units, at, fin);
+    }
+}

@@ -2,7 +2,7 @@
 //! bucket and the leaky bucket (`lua/tat.lua`): they differ only in whether an
 //! admitted request waits for its slot (the leaky bucket's queue).
 
-use super::state::{Entry, Params, Raw, Value, floor_div};
+use super::state::{Entry, Params, Raw, Value, floor_div, ttl_us};
 
 /// The Lua block, after the strategy's `local queue = …` line.
 pub(super) const LUA: &str = include_str!("../../lua/tat.lua");
@@ -52,4 +52,28 @@ pub(super) fn decide(
         ),
         Some(Value::Tat(new_tat)),
     )
+}
+
+/// The give-back block (`lua/give_back_tat.lua`) of the GCRA and the token bucket.
+pub(super) const GIVE_BACK_LUA: &str = include_str!("../../lua/give_back_tat.lua");
+
+/// The twin of `lua/give_back_tat.lua`: takes off the TAT the part of
+/// `units` still ahead of now (at most `fin - now`), never below now.
+pub(super) fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64, fin: i64) {
+    let Some(Entry {
+        value: Value::Tat(tat),
+        ..
+    }) = slot
+    else {
+        return;
+    };
+    let tat = *tat;
+    if tat > now && fin > now {
+        let credit = (units * q.interval).min(fin - now);
+        let t = tat - credit;
+        *slot = (t > now).then(|| Entry {
+            value: Value::Tat(t),
+            expires_at: now + ttl_us(t - now),
+        });
+    }
 }

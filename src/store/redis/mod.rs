@@ -21,6 +21,7 @@
 pub(crate) mod cluster;
 pub(crate) mod conn;
 pub(crate) mod protocol;
+pub(crate) mod reserve;
 pub(crate) mod script;
 
 use std::sync::Arc;

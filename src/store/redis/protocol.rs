@@ -185,7 +185,7 @@ pub(crate) async fn reset<P: Pooled>(
 /// Turns the script's reply, a string of space-separated integers (all
 /// allowed, then per quota: allowed, remaining, reset after, retry after
 /// with -1 for never, delay; times in microseconds), into an [`Outcome`].
-fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreError> {
+pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreError> {
     let bad = || {
         StoreError::Protocol(format!(
             "expected {} integers from the limiter script, got {:?}",

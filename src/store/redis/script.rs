@@ -7,7 +7,7 @@
 //! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
 //! compiles each distinct script once; every decision is one `EVALSHA`.
 
-use crate::strategy::Strategy;
+use crate::strategy::{GiveBack, Strategy};
 
 /// A script's text and SHA1.
 #[derive(Debug)]
@@ -22,19 +22,67 @@ const SINGLE: &str = include_str!("../../../lua/single.lua");
 const MULTI: &str = include_str!("../../../lua/multi.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
+const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
+/// A take script's reply (one quota): `single.lua`'s, then the decision's
+/// `NOW` (the time the give-back needs to find what the take wrote).
+const TAKE_SINGLE_TAIL: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
+return fmt('%d %d %d %d %d %d %d', ok, ok, rem, reset, retry, delay, NOW)\n";
+/// `multi.lua`'s reply, which a take script extends with `NOW`.
+const MULTI_RETURN: &str = "return table.concat(out, ' ')";
+const TAKE_MULTI_RETURN: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
+out[nq + 2] = fmt('%d', NOW)\nreturn table.concat(out, ' ')";
 
 impl LimiterScript {
     /// The script for a limiter whose quotas use `strategies`, in order.
     pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
+        Self::assemble(strategies, false)
+    }
+
+    /// The take script of a limiter with local reservations
+    /// (`src/reserve.rs`): its decision script, without a fast path, that
+    /// always reads the time and ends its reply with the decision's `NOW`.
+    pub(crate) fn for_take(strategies: &[Strategy]) -> Self {
+        Self::assemble(strategies, true)
+    }
+
+    /// The give-back script of a limiter with local reservations: each
+    /// used strategy's give-back block as a function `G[<id>]`, then
+    /// `lua/give_back.lua`. Strategies without one are never reserved on.
+    pub(crate) fn for_give_back(strategies: &[Strategy]) -> Self {
+        let mut source = String::from("local READS_TIME = true\n");
+        source.push_str(PRELUDE);
+        source.push_str("local G = {}\n");
+        for s in Strategy::ALL {
+            let GiveBack::Units { lua, .. } = s.spec().give_back else {
+                continue;
+            };
+            if !strategies.contains(&s) {
+                continue;
+            }
+            source.push_str(&format!(
+                "G[{}] = function(key, n, period, burst, interval, units, at, fin)\n\
+                 local now = NOW\ndo\n",
+                s.id()
+            ));
+            source.push_str(lua);
+            source.push_str("end\nend\n");
+        }
+        source.push_str(GIVE_BACK);
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        LimiterScript { source, sha }
+    }
+
+    fn assemble(strategies: &[Strategy], take: bool) -> Self {
         let mut source = String::new();
         if let [only] = strategies
             && let Some(fast) = only.spec().lua.fast_path
+            && !take
         {
             source.push_str(fast);
         }
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua).
-        source.push_str(if strategies.iter().any(|s| s.spec().lua.reads_time) {
+        source.push_str(if take || strategies.iter().any(|s| s.spec().lua.reads_time) {
             "local READS_TIME = true\n"
         } else {
             "local READS_TIME = false\n"
@@ -59,7 +107,7 @@ impl LimiterScript {
                 source.push_str(part);
             }
             source.push_str("end\n");
-            source.push_str(tail);
+            source.push_str(if take { TAKE_SINGLE_TAIL } else { tail });
         } else {
             source.push_str("local S = {}\n");
             for s in Strategy::ALL {
@@ -76,7 +124,14 @@ impl LimiterScript {
                 }
                 source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
             }
-            source.push_str(MULTI);
+            match MULTI.rsplit_once(MULTI_RETURN) {
+                Some((head, tail)) if take => {
+                    source.push_str(head);
+                    source.push_str(TAKE_MULTI_RETURN);
+                    source.push_str(tail);
+                }
+                _ => source.push_str(MULTI),
+            }
         }
         let sha = redis::Script::new(&source).get_hash().to_owned();
         LimiterScript { source, sha }
@@ -123,6 +178,21 @@ mod tests {
             Strategy::ALL.to_vec(),
         ));
         out.push((
+            "take-gcra".to_owned(),
+            "one gcra quota and local reservations: the take".to_owned(),
+            vec![Strategy::Gcra],
+        ));
+        out.push((
+            "take-multi".to_owned(),
+            "a fixed-window and a sliding-window-log quota and local reservations: the take".to_owned(),
+            vec![Strategy::FixedWindow, Strategy::SlidingWindowLog],
+        ));
+        out.push((
+            "give-back-all".to_owned(),
+            "one quota of every strategy that gives back and local reservations: the give-back".to_owned(),
+            Strategy::ALL.to_vec(),
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow; 2],
@@ -154,7 +224,14 @@ mod tests {
         let mut expected = std::collections::BTreeSet::new();
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
-            let text = render(&what, &LimiterScript::for_quotas(&strategies));
+            let script = if stem.starts_with("take-") {
+                LimiterScript::for_take(&strategies)
+            } else if stem.starts_with("give-back-") {
+                LimiterScript::for_give_back(&strategies)
+            } else {
+                LimiterScript::for_quotas(&strategies)
+            };
+            let text = render(&what, &script);
             let path = dir.join(format!("{stem}.lua"));
             expected.insert(format!("{stem}.lua"));
             if update {

@@ -1,0 +1,17 @@
+-- Gives back a local reservation's unspent units (src/reserve.rs), on every
+-- quota of the limiter, each as its strategy allows. KEYS: one per quota.
+-- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
+-- NOW), then per quota: strategy id, count, period, burst, interval, then per
+-- quota: fin, the take's time plus that quota's reset_after in its reply.
+-- Each G[<id>] block reads key, n, period, burst, interval, units, at, fin
+-- and now, and never raises what is left above the limit, never makes a
+-- count negative, never touches a window later than the take's, and keeps
+-- the key's TTL (or sets the one its new state needs).
+local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
+local nq = #KEYS
+for i = 1, nq do
+  local o = 3 + (i - 1) * 5
+  G[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
+    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+end
+return 'OK'

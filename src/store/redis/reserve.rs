@@ -1,0 +1,138 @@
+//! The two calls of local reservations (`src/reserve.rs`) on Redis, for
+//! every connection kind: the take (the limiter's decision for the reserved
+//! units, whose reply also tells the decision's time) and the give-back of
+//! unspent units. Each is one `EVALSHA` of a script prepared once per
+//! limiter ([`Scripts`]), atomic.
+
+use super::conn::{Connections, Pooled, Request};
+use super::protocol::parse_reply;
+use super::script::LimiterScript;
+use crate::error::StoreError;
+use crate::quota::QuotaSpec;
+use crate::store::{Call, Outcome};
+use crate::strategy::Strategy;
+
+/// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).
+const SERVER_CLOCK: &str = "T";
+
+/// A limiter's take and give-back scripts and their quota arguments.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    take: LimiterScript,
+    give_back: LimiterScript,
+    /// The take's `ARGV[3..]`: exactly the decision's (see `lua/single.lua`,
+    /// `lua/multi.lua`).
+    take_args: Box<[Vec<u8>]>,
+    /// The give-back's per-quota arguments (see `lua/give_back.lua`).
+    give_back_args: Box<[Vec<u8>]>,
+}
+
+impl Scripts {
+    /// The scripts for a limiter with `quotas`, in order.
+    pub(crate) fn new(quotas: &[QuotaSpec]) -> Self {
+        let each = |q: &QuotaSpec| {
+            [
+                u64::from(q.strategy.id()),
+                q.limit,
+                q.period_us,
+                q.burst,
+                q.interval_us,
+            ]
+        };
+        let take_args: Vec<u64> = match quotas {
+            [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
+            [q] => vec![q.burst, q.interval_us],
+            many => many.iter().flat_map(each).collect(),
+        };
+        let encode = |v: Vec<u64>| {
+            v.into_iter()
+                .map(|v| v.to_string().into_bytes())
+                .collect::<Box<[_]>>()
+        };
+        let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
+        Scripts {
+            take: LimiterScript::for_take(&strategies),
+            give_back: LimiterScript::for_give_back(&strategies),
+            take_args: encode(take_args),
+            give_back_args: encode(quotas.iter().flat_map(each).collect()),
+        }
+    }
+}
+
+/// A reservation's take: the decision of `call` (its cost the reserved
+/// units), and the time Redis decided at (`TIME`, or the manual time).
+pub(crate) async fn take<P: Pooled>(
+    conns: &Connections<P>,
+    scripts: &Scripts,
+    call: Call<'_>,
+) -> Result<(Outcome, i64), StoreError> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.take.sha.as_str())
+        .arg(call.keys.len())
+        .arg(call.keys);
+    match call.now_us {
+        Some(us) => cmd.arg(us),
+        None => cmd.arg(SERVER_CLOCK),
+    };
+    cmd.arg(call.cost);
+    for a in scripts.take_args.iter() {
+        cmd.arg(a.as_slice());
+    }
+    let reply: Vec<u8> = conns
+        .query(Request::Cmd(&cmd), Some(&scripts.take), None)
+        .await?;
+    let bad = || {
+        StoreError::Protocol(format!(
+            "expected a decision and its time from the take script, got {:?}",
+            String::from_utf8_lossy(&reply)
+        ))
+    };
+    let (decision, now) = reply
+        .rsplit_once(|b| *b == b' ')
+        .ok_or_else(bad)?;
+    let now = std::str::from_utf8(now)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(bad)?;
+    Ok((parse_reply(decision, call.keys.len())?, now))
+}
+
+/// What a give-back returns, and to which keys.
+pub(crate) struct GiveBackCall<'a> {
+    /// One storage key per quota, in the limiter's order.
+    pub(crate) keys: &'a [String],
+    /// The unspent units.
+    pub(crate) units: u64,
+    /// Manual clock reading; `None`: Redis's clock.
+    pub(crate) now_us: Option<u64>,
+    /// The take's time.
+    pub(crate) at: i64,
+    /// Per quota, the take's time plus its `reset_after`.
+    pub(crate) fins: &'a [i64],
+}
+
+/// Gives back a reservation's unspent units: one `EVALSHA` of the
+/// limiter's give-back script.
+pub(crate) async fn give_back<P: Pooled>(
+    conns: &Connections<P>,
+    scripts: &Scripts,
+    gb: &GiveBackCall<'_>,
+) -> Result<(), StoreError> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.give_back.sha.as_str())
+        .arg(gb.keys.len())
+        .arg(gb.keys);
+    match gb.now_us {
+        Some(us) => cmd.arg(us),
+        None => cmd.arg(SERVER_CLOCK),
+    };
+    cmd.arg(gb.units).arg(gb.at);
+    for a in scripts.give_back_args.iter() {
+        cmd.arg(a.as_slice());
+    }
+    cmd.arg(gb.fins);
+    let _: redis::Value = conns
+        .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
+        .await?;
+    Ok(())
+}
