@@ -41,6 +41,7 @@ pub mod limiter;
 pub mod middleware;
 mod quota;
 mod rate;
+mod reserve;
 pub mod store;
 pub mod strategy;
 

@@ -13,6 +13,7 @@ use crate::decision::{Decision, Lease, QuotaDecision, QuotaDecisions, QuotaName}
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
+use crate::reserve::Reserver;
 use crate::store::memory::{LocalCall, MemoryStore};
 use crate::store::{Backend, Bound, Call, QuotaOutcome, Store};
 use crate::strategy::Strategy;
@@ -77,6 +78,8 @@ struct Inner {
     holds_leases: bool,
     instance: u64,
     counter: AtomicU64,
+    /// Local reservations, when enabled with more than one unit.
+    reserve: Option<Reserver>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -131,9 +134,31 @@ impl RateLimiter {
     /// prefix of it instead, so no key can choose its slot or blow up memory.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let key = key.as_ref();
-        match self.decide_now(key, cost) {
+        if let Some(reserve) = &self.inner.reserve
+            && cost > 0
+            && self.inner.quotas.iter().all(|q| cost <= q.capacity())
+        {
+            return reserve.check(self, key, cost).await;
+        }
+        self.exact(key, cost).await
+    }
+
+    /// [`check_n`](Self::check_n) without local reservations: one store call.
+    pub(crate) async fn exact(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+        match self.decide_sync(key, cost) {
             Some(decision) => Ok(decision),
             None => self.decide_in_store(key, cost).await,
+        }
+    }
+
+    /// Gives back the unspent units of every local reservation this limiter
+    /// holds (see [`RateLimiterBuilder::local_reservations`]): one store call
+    /// per reservation. Call it before an instance shuts down; otherwise
+    /// unspent units stay counted until their window ends (never more than
+    /// were taken). Without reservations it does nothing.
+    pub async fn flush_reservations(&self) {
+        if let Some(reserve) = &self.inner.reserve {
+            reserve.flush(self).await;
         }
     }
 
@@ -141,6 +166,15 @@ impl RateLimiter {
     /// the limiter's store is a [`MemoryStore`] (which never fails), or the
     /// cost can never fit. `None`: the store must be asked.
     pub(crate) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Decision> {
+        if self.inner.reserve.is_some() && cost > 0 {
+            // (a cost that never fits is still answered at once by check_n)
+            return None;
+        }
+        self.decide_sync(key, cost)
+    }
+
+    /// [`decide_now`](Self::decide_now) without local reservations.
+    fn decide_sync(&self, key: &[u8], cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         if inner.quotas.iter().any(|q| cost > q.capacity()) {
             // Never fits: no store call, so a huge cost costs nothing (and every
@@ -238,7 +272,7 @@ impl RateLimiter {
     }
 
     /// The base and storage keys of a user key as [`storable_key`] gives it.
-    fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
+    pub(crate) fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
         let base = self.base_key(user);
         let keys = self.keys(&base);
         (base, keys)
@@ -278,11 +312,16 @@ impl RateLimiter {
     /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
     pub fn with_store(&self, store: impl Store) -> RateLimiter {
         let i = &*self.inner;
+        let store = store
+            .into_backend()
+            .bind(&i.quotas, &i.prefix, &i.key_suffixes);
+        let reserve = i.reserve.as_ref().map(|r| {
+            let (n, hold) = r.config();
+            Reserver::new(n, hold, &store, &i.quotas)
+        });
         RateLimiter {
             inner: Arc::new(Inner {
-                store: store
-                    .into_backend()
-                    .bind(&i.quotas, &i.prefix, &i.key_suffixes),
+                store,
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
@@ -293,8 +332,28 @@ impl RateLimiter {
                 holds_leases: i.holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
+                reserve,
             }),
         }
+    }
+
+    /// The manual clock's reading in µs, if the limiter runs on one.
+    pub(crate) fn manual_now_us(&self) -> Option<u64> {
+        self.inner.clock.manual_now_us()
+    }
+
+    /// The store, bound to this limiter.
+    pub(crate) fn bound_store(&self) -> &Bound {
+        &self.inner.store
+    }
+
+    /// An allowed decision of every quota's outcome, without a lease.
+    pub(crate) fn decision_of_outcomes(
+        &self,
+        allowed: bool,
+        outcomes: impl Iterator<Item = QuotaOutcome>,
+    ) -> Decision {
+        self.decision_of(allowed, outcomes, None)
     }
 
     /// The manual clock's reading, when the limiter runs on a [`ManualClock`](crate::clock::ManualClock)
@@ -435,7 +494,7 @@ impl RateLimiter {
 }
 
 /// The user key as it appears inside the hash tag: UTF-8, always.
-fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
     if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') && verbatim(key) {
         return Cow::Borrowed(key);
     }
@@ -500,6 +559,8 @@ pub struct RateLimiterBuilder {
     prefix: Option<String>,
     quotas: Vec<Quota>,
     clock: Clock,
+    reservations: Option<u64>,
+    hold: Option<Duration>,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -560,6 +621,33 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Opt-in local reservations for hot keys: each limiter instance takes
+    /// up to `n` units of a key's quotas in one store call and spends them
+    /// locally (no store call per decision), giving back what it did not
+    /// spend when the reservation expires (on the key's next use, or
+    /// [`RateLimiter::flush_reservations`]).
+    ///
+    /// **Bound:** with `k` instances, a quota is exceeded by at most
+    /// `k × (n - 1)` (within `k × n`) in any window, whatever the traffic;
+    /// `n = 1` is exactly the normal path. See the README's "Hot keys".
+    ///
+    /// Rejected at [`build`](Self::build) (`local_reservations`) when `n` is 0
+    /// or above a quota's capacity, and for concurrency and leaky-bucket
+    /// quotas, whose meaning local spending would break.
+    pub fn local_reservations(mut self, n: u64) -> Self {
+        self.reservations = Some(n);
+        self
+    }
+
+    /// The longest a local reservation is spent from (default: 1 s or a
+    /// quarter of the shortest quota period, whichever is shorter); it also
+    /// never outlives the state its units were taken from. Zero is rejected
+    /// (`reservation_hold`).
+    pub fn reservation_hold(mut self, hold: Duration) -> Self {
+        self.hold = Some(hold);
+        self
+    }
+
     /// Validates the configuration. The error names the field at fault.
     pub fn build(self) -> Result<RateLimiter, ConfigError> {
         let store = self.store.ok_or_else(|| {
@@ -615,9 +703,12 @@ impl RateLimiterBuilder {
             .collect();
         // the storage-key suffix of each quota
         let key_suffixes: Vec<String> = specs.iter().map(|q| format!(":{}", q.key_id)).collect();
+        let reserve = validate_reservations(self.reservations, self.hold, &specs)?;
+        let store = store.bind(&specs, &prefix, &key_suffixes);
+        let reserve = reserve.map(|(n, hold)| Reserver::new(n, hold, &store, &specs));
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                store: store.bind(&specs, &prefix, &key_suffixes),
+                store,
                 prefix,
                 names,
                 templates,
@@ -628,9 +719,58 @@ impl RateLimiterBuilder {
                 holds_leases,
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
+                reserve,
             }),
         })
     }
+}
+
+/// The units per take and the hold of local reservations, if they apply
+/// (`n` of 1 is the normal path).
+fn validate_reservations(
+    n: Option<u64>,
+    hold: Option<Duration>,
+    specs: &[QuotaSpec],
+) -> Result<Option<(u64, Duration)>, ConfigError> {
+    let field = "local_reservations";
+    if let Some(hold) = hold
+        && hold.is_zero()
+    {
+        return Err(ConfigError::new("reservation_hold", "must be above zero"));
+    }
+    let Some(n) = n else {
+        return Ok(None);
+    };
+    if n == 0 {
+        return Err(ConfigError::new(field, "must be at least 1"));
+    }
+    for (i, q) in specs.iter().enumerate() {
+        if let crate::strategy::GiveBack::Never(why) = q.spec().give_back {
+            return Err(ConfigError::new(
+                field,
+                format!("not for quota[{i}] ({}): {why}", q.strategy),
+            ));
+        }
+        if n > q.capacity() {
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "{n} is above quota[{i}]'s capacity {}: a take could never be granted",
+                    q.capacity()
+                ),
+            ));
+        }
+    }
+    if n == 1 {
+        return Ok(None);
+    }
+    let shortest = specs
+        .iter()
+        .map(|q| Duration::from_micros(q.period_us / 4))
+        .min()
+        .unwrap_or(Duration::ZERO);
+    let hold = hold.unwrap_or_else(|| shortest.min(Duration::from_secs(1)));
+    Ok(Some((n, hold.max(Duration::from_micros(1)))))
 }
 
 fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {

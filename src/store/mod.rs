@@ -265,7 +265,10 @@ impl Bound {
 impl Bound {
     /// What a Redis store prepares for a reservation's calls (`None`: a
     /// memory store, which needs nothing).
-    pub(crate) fn reserve_scripts(&self, quotas: &[QuotaSpec]) -> Option<Arc<redis::reserve::Scripts>> {
+    pub(crate) fn reserve_scripts(
+        &self,
+        quotas: &[QuotaSpec],
+    ) -> Option<Arc<redis::reserve::Scripts>> {
         match self {
             Bound::Memory(..) => None,
             _ => Some(Arc::new(redis::reserve::Scripts::new(quotas))),

@@ -22,8 +22,6 @@ use crate::error::ParseStrategyError;
 use crate::quota::QuotaSpec;
 use state::Algorithm;
 
-
-
 /// The algorithm that enforces a [`Quota`](crate::Quota).
 ///
 /// Every strategy is one atomic Lua script on Redis (see `lua/`) and the same

@@ -59,7 +59,14 @@ pub(super) const GIVE_BACK_LUA: &str = include_str!("../../lua/give_back_tat.lua
 
 /// The twin of `lua/give_back_tat.lua`: takes off the TAT the part of
 /// `units` still ahead of now (at most `fin - now`), never below now.
-pub(super) fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64, fin: i64) {
+pub(super) fn give_back(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    units: i64,
+    _at: i64,
+    fin: i64,
+) {
     let Some(Entry {
         value: Value::Tat(tat),
         ..

@@ -87,9 +87,8 @@ pub(crate) async fn take<P: Pooled>(
             String::from_utf8_lossy(&reply)
         ))
     };
-    let (decision, now) = reply
-        .rsplit_once(|b| *b == b' ')
-        .ok_or_else(bad)?;
+    let space = reply.iter().rposition(|b| *b == b' ').ok_or_else(bad)?;
+    let (decision, now) = (&reply[..space], &reply[space + 1..]);
     let now = std::str::from_utf8(now)
         .ok()
         .and_then(|s| s.parse::<i64>().ok())

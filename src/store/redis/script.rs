@@ -82,11 +82,13 @@ impl LimiterScript {
         }
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua).
-        source.push_str(if take || strategies.iter().any(|s| s.spec().lua.reads_time) {
-            "local READS_TIME = true\n"
-        } else {
-            "local READS_TIME = false\n"
-        });
+        source.push_str(
+            if take || strategies.iter().any(|s| s.spec().lua.reads_time) {
+                "local READS_TIME = true\n"
+            } else {
+                "local READS_TIME = false\n"
+            },
+        );
         if let [only] = strategies {
             // what single.lua parses (see there)
             source.push_str(if only.spec().lua.reads_burst {
@@ -184,12 +186,14 @@ mod tests {
         ));
         out.push((
             "take-multi".to_owned(),
-            "a fixed-window and a sliding-window-log quota and local reservations: the take".to_owned(),
+            "a fixed-window and a sliding-window-log quota and local reservations: the take"
+                .to_owned(),
             vec![Strategy::FixedWindow, Strategy::SlidingWindowLog],
         ));
         out.push((
             "give-back-all".to_owned(),
-            "one quota of every strategy that gives back and local reservations: the give-back".to_owned(),
+            "one quota of every strategy that gives back and local reservations: the give-back"
+                .to_owned(),
             Strategy::ALL.to_vec(),
         ));
         out.push((

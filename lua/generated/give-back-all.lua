@@ -1,0 +1,208 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with one quota of every strategy that gives back and local reservations: the give-back.
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA 696bec79d7f5f40edec1e1890cc0cf092dc6985e).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+local READS_TIME = true
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
+--
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
+-- All times are integer microseconds held in Lua numbers (exact below 2^53).
+--
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
+-- With apply = false nothing is consumed, but the numbers are those the
+-- request would get if it were; with apply = true an allowed request with
+-- cost > 0 is written. reset_after is also the key's TTL: after it the state
+-- is the same as no state.
+local MANUAL = ARGV[1] ~= 'T'
+-- The decision's time: the manual clock's, or Redis's own TIME, read once.
+-- READS_TIME (set before this file) is false only for fixed-window-only
+-- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
+end
+
+local fmt, ceil = string.format, math.ceil
+-- Redis expires keys on its own clock, which a manual clock need not follow:
+-- a simulation may move slower than real time. On a manual clock every TTL is
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
+-- times). On Redis's clock TTLs are exact.
+local GRACE = 0
+if MANUAL then GRACE = 60000 end
+-- There are no helper functions here on purpose: Lua creates a closure for
+-- every function definition each time a script runs, which measurably slows
+-- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
+-- written out where they are used:
+--   integer to exact text (tostring may use exponents):  fmt('%d', x)
+--     (Lua formats %d through a C long: exact for every integer here, all
+--     below 2^53, and far cheaper for Redis than '%.0f' or a bare number,
+--     which redis.call turns into text with '%.17g')
+--   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
+--   a denied request writes nothing, but a key found without a TTL gets one:
+--     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
+local G = {}
+G[1] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of FixedWindow: only into the take's own window, never below 0
+-- (a count given back to 0 is no state: the key goes).
+--
+-- On Redis's clock the key is a plain counter that holds no start: it is the
+-- take's window if it expires when that window ends, at fin (the key's TTL
+-- plus the time it was read, in whole ms: 2 ms cover the rounding). The
+-- key of any later window expires at least a period after it, so a give-back
+-- that arrives after the window rolled over changes nothing. Periods of 4 ms
+-- or less give nothing back. With a manual clock the hash holds the window's
+-- start: it must be the take's (fin = start + period).
+if not MANUAL then
+  local c = tonumber(redis.call('GET', key) or '0')
+  if c > 0 and ceil(period / 1000) > 4 then
+    local ttl = redis.call('PTTL', key)
+    if ttl > 0 and math.floor(now / 1000) + ttl <= math.floor(fin / 1000) + 2 then
+      if units >= c then
+        redis.call('DEL', key)
+      else
+        redis.call('DECRBY', key, fmt('%d', units))
+      end
+    end
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if s and c and c > 0 and s + period == fin and now < fin then
+    if units >= c then
+      redis.call('DEL', key)
+    else
+      redis.call('HINCRBY', key, 'c', fmt('%d', -units))
+    end
+  end
+end
+end
+end
+G[2] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of SlidingWindowLog: the take logged its units at one time,
+-- fin - period (its reset_after is that time plus the period, from its NOW);
+-- up to `units` entries of exactly that time are removed while it is still
+-- in the window (entries of equal time are interchangeable). Exact. An empty
+-- list is no key; the TTL is kept.
+local t = fin - period
+if t > now - period then
+  redis.call('LREM', key, fmt('%d', units), fmt('%d', t))
+end
+end
+end
+G[3] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of SlidingWindowCounter: only while now is still in the take's
+-- aligned window (floor(at / period)) and the key holds that window; its
+-- count goes down by at most what it holds, the previous window's count and
+-- the TTL are kept. (Once the window has passed, its count weighs on the
+-- next window as the previous one: nothing is given back then.)
+local w = math.floor(now / period)
+if w == math.floor(at / period) then
+  local packed = not MANUAL and n < 2097152 and period >= 1000
+  local v = redis.call('GET', key)
+  local x = tonumber(v)
+  local sw, c, p
+  if x then
+    if packed and (w - x % 1024) % 1024 == 0 then
+      sw = w
+      x = math.floor(x / 1024)
+      c = math.floor(x / 2097152)
+      p = x - c * 2097152
+    end
+  elseif v then
+    local a, b, e = string.match(v, '^(%d+) (%d+) (%d+)$')
+    sw, c, p = tonumber(a), tonumber(b), tonumber(e)
+  end
+  if sw == w and c and p and c > 0 then
+    local g = units
+    if g > c then g = c end
+    if packed and p < 2097152 then
+      redis.call('SET', key, fmt('%d', ((c - g) * 2097152 + p) * 1024 + w % 1024), 'KEEPTTL')
+    else
+      redis.call('SET', key, fmt('%d %d %d', w, c - g, p), 'KEEPTTL')
+    end
+  end
+end
+end
+end
+G[4] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
+-- `fin`, so its units are the last ones before fin; the part of the `units`
+-- unspent that is still ahead of now is taken off: at most units * interval
+-- and at most fin - now (what has drained since is no longer in the TAT:
+-- giving it back would admit more than the rate). Never below now (never
+-- more than the burst left); exact while fin - now >= units * interval.
+local tat = tonumber(redis.call('GET', key))
+if tat and tat > now and fin > now then
+  local credit = units * interval
+  if fin - now < credit then credit = fin - now end
+  local t = tat - credit
+  if t <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+  end
+end
+end
+end
+G[6] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
+-- `fin`, so its units are the last ones before fin; the part of the `units`
+-- unspent that is still ahead of now is taken off: at most units * interval
+-- and at most fin - now (what has drained since is no longer in the TAT:
+-- giving it back would admit more than the rate). Never below now (never
+-- more than the burst left); exact while fin - now >= units * interval.
+local tat = tonumber(redis.call('GET', key))
+if tat and tat > now and fin > now then
+  local credit = units * interval
+  if fin - now < credit then credit = fin - now end
+  local t = tat - credit
+  if t <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+  end
+end
+end
+end
+-- Gives back a local reservation's unspent units (src/reserve.rs), on every
+-- quota of the limiter, each as its strategy allows. KEYS: one per quota.
+-- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
+-- NOW), then per quota: strategy id, count, period, burst, interval, then per
+-- quota: fin, the take's time plus that quota's reset_after in its reply.
+-- Each G[<id>] block reads key, n, period, burst, interval, units, at, fin
+-- and now, and never raises what is left above the limit, never makes a
+-- count negative, never touches a window later than the take's, and keeps
+-- the key's TTL (or sets the one its new state needs).
+local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
+local nq = #KEYS
+for i = 1, nq do
+  local o = 3 + (i - 1) * 5
+  G[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
+    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+end
+return 'OK'

@@ -1,0 +1,106 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with one gcra quota and local reservations: the take.
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA fc0fed12af18245799acf14c10e67465510df8a7).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+local READS_TIME = true
+local READS_BURST = true
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
+--
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
+-- All times are integer microseconds held in Lua numbers (exact below 2^53).
+--
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
+-- With apply = false nothing is consumed, but the numbers are those the
+-- request would get if it were; with apply = true an allowed request with
+-- cost > 0 is written. reset_after is also the key's TTL: after it the state
+-- is the same as no state.
+local MANUAL = ARGV[1] ~= 'T'
+-- The decision's time: the manual clock's, or Redis's own TIME, read once.
+-- READS_TIME (set before this file) is false only for fixed-window-only
+-- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
+end
+
+local fmt, ceil = string.format, math.ceil
+-- Redis expires keys on its own clock, which a manual clock need not follow:
+-- a simulation may move slower than real time. On a manual clock every TTL is
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
+-- times). On Redis's clock TTLs are exact.
+local GRACE = 0
+if MANUAL then GRACE = 60000 end
+-- There are no helper functions here on purpose: Lua creates a closure for
+-- every function definition each time a script runs, which measurably slows
+-- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
+-- written out where they are used:
+--   integer to exact text (tostring may use exponents):  fmt('%d', x)
+--     (Lua formats %d through a C long: exact for every integer here, all
+--     below 2^53, and far cheaper for Redis than '%.0f' or a bare number,
+--     which redis.call turns into text with '%.17g')
+--   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
+--   a denied request writes nothing, but a key found without a TTL gets one:
+--     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
+-- numbers the strategy reads, count and period (microseconds), or burst and
+-- interval when READS_BURST (set before the prelude), then the nonce when the
+-- strategy needs one. Only what the strategy reads is parsed: each tonumber
+-- costs Redis about a third of a command (a cost of 1 is not parsed).
+-- The strategy's code is spliced in at the marker below, as a block: no
+-- function is created per call.
+-- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
+-- (one bulk string is much cheaper for clients to parse than an array).
+local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
+if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
+local n, period, burst, interval
+if READS_BURST then
+  burst, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
+else
+  n, period = tonumber(ARGV[3]), tonumber(ARGV[4])
+end
+local ok, rem, reset, retry, delay
+do
+-- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
+-- admitted request proceeds at once.
+local queue = false
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- same admission, but the request is told to wait until its slot (delay).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+  end
+else
+  if apply and cost > 0 then
+    redis.call('SET', key, fmt('%d', new_tat), 'PX', fmt('%d', ceil((new_tat - now) / 1000) + GRACE))
+  end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
+end
+end
+-- a take (src/reserve.rs): the reply ends with the decision's NOW
+return fmt('%d %d %d %d %d %d %d', ok, ok, rem, reset, retry, delay, NOW)
