@@ -57,7 +57,7 @@ pub(crate) struct Reserver {
     hold_us: i64,
     /// A Redis store's take and give-back scripts.
     scripts: Option<Arc<Scripts>>,
-    shards: Box<[Mutex<HashMap<Box<[u8]>, Local>>]>,
+    shards: Box<[Mutex<Keys>]>,
     hasher: RandomState,
     /// The origin of local time on the store's clock.
     epoch: tokio::time::Instant,
@@ -71,6 +71,9 @@ impl std::fmt::Debug for Reserver {
             .finish()
     }
 }
+
+/// One shard's keys (stored user keys) and their local state.
+type Keys = HashMap<Box<[u8]>, Local>;
 
 /// A user key's local state.
 #[derive(Default)]
@@ -114,6 +117,8 @@ impl Drop for Refill<'_> {
     }
 }
 
+// (a stack temporary: boxing the decision would allocate per local decision)
+#[allow(clippy::large_enum_variant)]
 enum Step {
     Spent(Decision),
     Wait(Arc<Notify>),
@@ -139,7 +144,7 @@ impl Reserver {
         (self.n, Duration::from_micros(self.hold_us as u64))
     }
 
-    fn shard(&self, user: &[u8]) -> MutexGuard<'_, HashMap<Box<[u8]>, Local>> {
+    fn shard(&self, user: &[u8]) -> MutexGuard<'_, Keys> {
         let i = (self.hasher.hash_one(user) as usize) % self.shards.len();
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
