@@ -71,8 +71,13 @@ fn parse_args() -> Result<Args, String> {
         if flag == "--bench" {
             continue;
         }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag}: {e}\n{USAGE}"));
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let num = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|e| format!("{flag}: {e}\n{USAGE}"))
+        };
         match flag.as_str() {
             "--n" => args.n = num(&value)? as u64,
             "--instances" => args.instances = num(&value)?.max(1),
@@ -194,7 +199,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ratio = ours / base;
         ratios.push(ratio);
         println!("round {round}  ceiling (one EVALSHA per decision) {base:>10.0}/s");
-        println!("round {round}  tower-redis-ratelimit              {ours:>10.0}/s  ratio {ratio:.2}");
+        println!(
+            "round {round}  tower-redis-ratelimit              {ours:>10.0}/s  ratio {ratio:.2}"
+        );
     }
     for l in &limiters {
         l.flush_reservations().await;
