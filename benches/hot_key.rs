@@ -23,7 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub)]
 mod common;
 
 use std::sync::Arc;
