@@ -162,6 +162,11 @@ impl RateLimiter {
         }
     }
 
+    /// The limiter's local reservations, if it makes them.
+    pub(crate) fn reserver(&self) -> Option<&Reserver> {
+        self.inner.reserve.as_ref()
+    }
+
     /// The decision of [`check_n`](Self::check_n) when it needs no waiting:
     /// the limiter's store is a [`MemoryStore`] (which never fails), or the
     /// cost can never fit. `None`: the store must be asked.
@@ -581,7 +586,9 @@ impl RateLimiterBuilder {
     }
 
     /// Namespace of every storage key (default `rl`): 1 to 64 bytes of ASCII
-    /// letters, digits, `-`, `_`, `.` or `:`.
+    /// letters, digits, `-`, `_` or `.`. No `:`: the first `:` of a key's hash
+    /// tag ends the prefix, so limiters of different prefixes never share a
+    /// key, whatever their user keys.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -788,11 +795,17 @@ fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     }
     if let Some(c) = prefix
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
+        let why = if c == ':' {
+            " (the ':' after the prefix ends it in every storage key, so a prefix \
+             with one would share keys with another limiter's user keys)"
+        } else {
+            ""
+        };
         return Err(ConfigError::new(
             "prefix",
-            format!("{prefix:?} contains {c:?}; use ASCII letters, digits, '-', '_', '.' or ':'"),
+            format!("{prefix:?} contains {c:?}{why}; use ASCII letters, digits, '-', '_' or '.'"),
         ));
     }
     Ok(())
@@ -821,6 +834,7 @@ mod tests {
             ("", "must not be empty"),
             ("a{b}", "contains '{'"),
             ("with space", "contains ' '"),
+            ("app:rl", "another limiter's user keys"),
         ] {
             let e = err(RateLimiter::builder()
                 .store(MemoryStore::new())

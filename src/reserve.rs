@@ -30,6 +30,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,8 +45,8 @@ use crate::store::{Bound, Call, QuotaOutcome};
 use crate::strategy::GiveBack;
 
 const SHARDS: usize = 16;
-/// A shard holding more keys than this drops those with no live
-/// reservation when a reservation is taken.
+/// A shard reaching this many keys, or a power of two above it, drops those
+/// with no live reservation (amortized: a sweep per doubling).
 const SWEEP_ABOVE: usize = 1024;
 
 /// One limiter's reservations: the configuration and, per user key, its
@@ -79,10 +80,46 @@ type Keys = HashMap<Box<[u8]>, Local>;
 #[derive(Default)]
 struct Local {
     held: Option<Held>,
-    /// Set while one task refills; the others wait on it.
-    refilling: Option<Arc<Notify>>,
-    /// After a refused take: exact calls until then (local µs).
+    /// Set while one task refills; up to `n - 1` others wait on it.
+    refilling: Option<Arc<Refilling>>,
+    /// After a refused or failed take: exact calls until then (local µs).
     exact_until: i64,
+}
+
+/// One refill in flight: its waiters, and how it ended.
+#[derive(Default)]
+struct Refilling {
+    notify: Notify,
+    /// Tasks waiting for it (at most `n - 1`: more could not be served by it).
+    waiting: std::sync::atomic::AtomicU64,
+    /// Set when the take failed: what its waiters answer (each would
+    /// otherwise make its own call, one store timeout after another).
+    failed: std::sync::OnceLock<Failure>,
+}
+
+/// A failed take, as its waiters report it.
+#[derive(Debug, Clone)]
+enum Failure {
+    Timeout(Duration),
+    Other(String),
+}
+
+impl Failure {
+    fn of(e: &StoreError) -> Self {
+        match e {
+            StoreError::Timeout(d) => Failure::Timeout(*d),
+            e => Failure::Other(e.to_string()),
+        }
+    }
+
+    fn error(&self) -> StoreError {
+        match self {
+            Failure::Timeout(d) => StoreError::Timeout(*d),
+            Failure::Other(m) => StoreError::redis(std::io::Error::other(format!(
+                "a concurrent reservation take for this key failed: {m}"
+            ))),
+        }
+    }
 }
 
 /// A reservation.
@@ -105,15 +142,20 @@ struct Held {
 struct Refill<'a> {
     reserver: &'a Reserver,
     user: &'a [u8],
-    notify: Arc<Notify>,
+    slot: Arc<Refilling>,
 }
 
 impl Drop for Refill<'_> {
     fn drop(&mut self) {
-        if let Some(local) = self.reserver.shard(self.user).get_mut(self.user) {
+        if let Some(local) = self.reserver.shard(self.user).get_mut(self.user)
+            && local
+                .refilling
+                .as_ref()
+                .is_some_and(|r| Arc::ptr_eq(r, &self.slot))
+        {
             local.refilling = None;
         }
-        self.notify.notify_waiters();
+        self.slot.notify.notify_waiters();
     }
 }
 
@@ -121,9 +163,9 @@ impl Drop for Refill<'_> {
 #[allow(clippy::large_enum_variant)]
 enum Step {
     Spent(Decision),
-    Wait(Arc<Notify>),
+    Wait(Arc<Refilling>),
     Exact,
-    Refill(Option<Held>, Arc<Notify>),
+    Refill(Option<Held>, Arc<Refilling>),
 }
 
 impl Reserver {
@@ -169,58 +211,111 @@ impl Reserver {
             let now = self.now(lim);
             let step = {
                 let mut shard = self.shard(user);
-                let local = match shard.get_mut(user) {
-                    Some(l) => l,
-                    None => shard.entry(user.into()).or_default(),
-                };
-                match &mut local.held {
-                    Some(h) if h.deadline > now && h.left >= cost => {
-                        h.left -= cost;
-                        Step::Spent(self.spent(lim, h, now))
-                    }
-                    _ => {
-                        if let Some(n) = &local.refilling {
-                            Step::Wait(n.clone())
-                        } else if now < local.exact_until || cost >= self.n {
-                            Step::Exact
-                        } else {
-                            let notify = Arc::new(Notify::new());
-                            local.refilling = Some(notify.clone());
-                            Step::Refill(local.held.take(), notify)
-                        }
+                match shard.get_mut(user) {
+                    Some(local) => self.step(lim, local, now, cost),
+                    // nothing to remember of a key that only makes exact calls
+                    None if cost >= self.n => Step::Exact,
+                    None => {
+                        sweep_if_full(&mut shard, now);
+                        let local = shard.entry(user.into()).or_default();
+                        self.step(lim, local, now, cost)
                     }
                 }
             };
             match step {
                 Step::Spent(d) => return Ok(d),
                 Step::Exact => return lim.exact(key, cost).await,
-                Step::Wait(notify) => {
-                    // registered before the lock was let go: a refill that
-                    // ended since wakes it
-                    let notified = notify.notified();
+                Step::Wait(slot) => {
+                    // created before the check below: a refill that ends
+                    // after it still wakes this future
+                    let notified = slot.notify.notified();
                     if self.shard(user).get(user).is_some_and(|l| {
-                        l.refilling
-                            .as_ref()
-                            .is_some_and(|r| Arc::ptr_eq(r, &notify))
+                        l.refilling.as_ref().is_some_and(|r| Arc::ptr_eq(r, &slot))
                     }) {
                         notified.await;
                     }
+                    slot.waiting.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(failure) = slot.failed.get() {
+                        // the store just failed this key's take: answer as it
+                        // did rather than queue one more timeout behind it
+                        return Err(failure.error());
+                    }
                 }
-                Step::Refill(old, notify) => {
-                    let guard = Refill {
-                        reserver: self,
-                        user,
-                        notify,
+                Step::Refill(old, slot) => {
+                    let decision = match tokio::runtime::Handle::try_current() {
+                        // a task of its own, so that a caller who gives up (a
+                        // timeout, a client gone) does not lose the units its
+                        // take counted: the reservation is kept all the same
+                        Ok(rt) => {
+                            let (lim, user) = (lim.clone(), Box::<[u8]>::from(user));
+                            rt.spawn(async move {
+                                match lim.reserver() {
+                                    Some(r) => r.refill_guarded(&lim, &user, cost, old, slot).await,
+                                    None => Ok(None),
+                                }
+                            })
+                            .await
+                            .map_err(|e| {
+                                StoreError::Protocol(format!("reservation take task failed: {e}"))
+                            })?
+                        }
+                        Err(_) => self.refill_guarded(lim, user, cost, old, slot).await,
                     };
-                    let d = self.refill(lim, user, cost, old).await;
-                    drop(guard);
-                    match d? {
+                    match decision? {
                         Some(d) => return Ok(d),
                         None => return lim.exact(key, cost).await,
                     }
                 }
             }
         }
+    }
+
+    /// What a request of `cost` does with its key's local state at `now`.
+    fn step(&self, lim: &RateLimiter, local: &mut Local, now: i64, cost: u64) -> Step {
+        match &mut local.held {
+            Some(h) if h.deadline > now && h.left >= cost => {
+                h.left -= cost;
+                Step::Spent(self.spent(lim, h, now))
+            }
+            _ => match &local.refilling {
+                // a refill in flight serves at most n - 1 waiters; the rest
+                // decide exactly, concurrently
+                Some(slot) if slot.waiting.load(Ordering::Relaxed) + 1 < self.n => {
+                    slot.waiting.fetch_add(1, Ordering::Relaxed);
+                    Step::Wait(slot.clone())
+                }
+                Some(_) => Step::Exact,
+                None if now < local.exact_until || cost >= self.n => Step::Exact,
+                None => {
+                    let slot = Arc::new(Refilling::default());
+                    local.refilling = Some(slot.clone());
+                    Step::Refill(local.held.take(), slot)
+                }
+            },
+        }
+    }
+
+    /// [`refill`](Self::refill), then clears the key's refill flag and wakes
+    /// its waiters (telling them of a failure), however it ends.
+    async fn refill_guarded(
+        &self,
+        lim: &RateLimiter,
+        user: &[u8],
+        cost: u64,
+        old: Option<Held>,
+        slot: Arc<Refilling>,
+    ) -> Result<Option<Decision>, StoreError> {
+        let guard = Refill {
+            reserver: self,
+            user,
+            slot: slot.clone(),
+        };
+        let decision = self.refill(lim, user, cost, old).await;
+        if let Err(e) = &decision {
+            let _ = slot.failed.set(Failure::of(e));
+        }
+        drop(guard);
+        decision
     }
 
     /// Gives back `old`'s unspent units, then takes `n`, spending `cost` of
@@ -233,9 +328,6 @@ impl Reserver {
         cost: u64,
         old: Option<Held>,
     ) -> Result<Option<Decision>, StoreError> {
-        if let Some(old) = old {
-            self.give_back(lim, user, &old).await;
-        }
         let quotas = lim.quota_specs();
         let (base, keys) = lim.keys_of(user);
         let manual = lim.manual_now_us();
@@ -247,10 +339,19 @@ impl Reserver {
             now_us: manual,
             nonce: "",
         };
-        let (outcome, at) = lim
-            .bound_store()
-            .take(self.scripts.as_deref(), call, user)
-            .await?;
+        // the deadline counts from before the take was sent: never later
+        // than the end of the state its units come from
+        let sent = self.now(lim);
+        // the old reservation goes back alongside the take (one round trip of
+        // latency; a give-back that fails leaves its units counted)
+        let give_back = async {
+            if let Some(old) = &old {
+                self.give_back(lim, user, old).await;
+            }
+        };
+        let take = lim.bound_store().take(self.scripts.as_deref(), call, user);
+        let ((), taken) = tokio::join!(give_back, take);
+        let (outcome, at) = taken?;
         let now = self.now(lim);
         if !outcome.allowed {
             if let Some(l) = self.shard(user).get_mut(user) {
@@ -258,8 +359,8 @@ impl Reserver {
             }
             return Ok(None);
         }
-        // on a manual clock the take's time is exact; else its reply's arrival
-        let taken = if manual.is_some() { at } else { now };
+        // on a manual clock the take's time is exact; else when it was sent
+        let taken = if manual.is_some() { at } else { sent };
         let horizon = quotas
             .iter()
             .zip(&outcome.quotas)
@@ -291,15 +392,7 @@ impl Reserver {
             return Ok(Some(decision));
         }
         let mut shard = self.shard(user);
-        if shard.len() > SWEEP_ABOVE {
-            // keys without a live reservation: what they did not spend stays
-            // counted (never more than was taken)
-            shard.retain(|_, l| {
-                l.refilling.is_some()
-                    || now < l.exact_until
-                    || l.held.as_ref().is_some_and(|h| h.deadline > now)
-            });
-        }
+        sweep_if_full(&mut shard, now);
         shard.entry(user.into()).or_default().held = Some(held);
         Ok(Some(decision))
     }
@@ -356,5 +449,69 @@ impl Reserver {
         for (user, held) in all {
             self.give_back(lim, &user, &held).await;
         }
+    }
+}
+
+/// Drops the keys of `shard` with nothing live (no reservation to spend, no
+/// refill, no exact-call period) when it has grown to [`SWEEP_ABOVE`] keys or
+/// a power of two above, and gives back the memory of a shard left mostly
+/// empty. What a dropped reservation did not spend stays counted in the store
+/// until its state ends (never more than was taken).
+fn sweep_if_full(shard: &mut Keys, now: i64) {
+    let len = shard.len();
+    if len < SWEEP_ABOVE || !len.is_power_of_two() {
+        return;
+    }
+    shard.retain(|_, l| {
+        l.refilling.is_some()
+            || now < l.exact_until
+            || l.held.as_ref().is_some_and(|h| h.deadline > now)
+    });
+    if shard.capacity() > 4 * shard.len().max(64) {
+        shard.shrink_to(2 * shard.len().max(64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::clock::ManualClock;
+    use crate::{MemoryStore, Quota, Rate, RateLimiter};
+
+    fn keys_held(lim: &RateLimiter) -> usize {
+        let r = lim.reserver().expect("reservations on");
+        r.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn local_state_stays_bounded_by_live_reservations() {
+        let clock = ManualClock::new(Duration::from_secs(3_600));
+        let lim = RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(Quota::fixed_window(Rate::per_hour(1_000_000)))
+            .clock(clock.clone())
+            .local_reservations(10)
+            .reservation_hold(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        // keys that only make exact calls leave nothing behind
+        for i in 0..5_000 {
+            assert!(lim.check_n(format!("x{i}"), 10).await.unwrap().allowed);
+        }
+        assert_eq!(keys_held(&lim), 0);
+        // keys whose reservations ended are swept as new keys come
+        for round in 0..4 {
+            for i in 0..20_000 {
+                assert!(lim.check(format!("r{round}-{i}")).await.unwrap().allowed);
+            }
+            clock.advance(Duration::from_secs(2));
+        }
+        // live: the last round's 20 000; a shard sweeps when it doubles
+        let held = keys_held(&lim);
+        assert!(held < 2 * 20_000, "{held} keys held of 80 000 seen");
     }
 }

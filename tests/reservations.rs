@@ -207,6 +207,65 @@ fn invalid_reservation_configurations_name_the_field() {
     assert!(b().local_reservations(10).build().is_ok());
 }
 
+/// A caller that gives up while its take is in flight (a timeout around
+/// `check`, a client gone) does not lose the take: the reservation is kept,
+/// and the next request spends from it. Only the two requests' own units end
+/// up counted once the rest is given back.
+async fn a_caller_that_gives_up_does_not_lose_the_take(store: Store) {
+    let clock = clock();
+    let lim = store.limiter(Quota::fixed_window(Rate::per_hour(1_000)), 100, &clock);
+    lim.peek("warm-up").await.unwrap();
+    // polled once (the take starts; on Redis it cannot answer yet), then dropped
+    let _ = tokio::time::timeout(Duration::ZERO, lim.check("hot")).await;
+    let d = lim.check("hot").await.unwrap();
+    assert!(d.allowed);
+    lim.flush_reservations().await;
+    assert_eq!(lim.peek("hot").await.unwrap().remaining, 1_000 - 2);
+}
+
+/// While Redis is stalled, the requests waiting on a hot key's take answer
+/// with the take's failure when it times out, instead of each trying again,
+/// one store timeout after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_a_stalled_take_answer_within_one_timeout() {
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let proxy = common::StallProxy::start(server.port());
+    let mut cfg = deadpool_redis::Config::from_url(proxy.url());
+    cfg.pool = Some(deadpool_redis::PoolConfig::new(4));
+    let pool = cfg
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(pool).timeout(TIMEOUT))
+        .prefix("hot")
+        .quota(Quota::gcra(Rate::per_hour(1_000_000)))
+        .local_reservations(100)
+        .build()
+        .unwrap();
+    common::warm_up(&lim, "warm-up").await;
+    proxy.stall();
+    let tasks: Vec<_> = (0..30)
+        .map(|_| {
+            let lim = lim.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let result = lim.check("hot").await;
+                (started.elapsed(), result)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (took, result) = t.await.unwrap();
+        assert!(
+            took < TIMEOUT + common::MARGIN,
+            "a request on a stalled hot key took {took:?}"
+        );
+        assert!(result.is_err(), "{result:?}");
+    }
+    proxy.resume_all();
+}
+
 macro_rules! on_every_store {
     ($($t:ident)*) => {
         mod on_memory {
@@ -232,4 +291,5 @@ on_every_store! {
     four_instances_admit_the_limit_once_flushed
     give_back_returns_units_only_to_the_take_s_window
     overshoot_stays_within_k_times_n_over_time
+    a_caller_that_gives_up_does_not_lose_the_take
 }

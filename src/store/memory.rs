@@ -513,23 +513,25 @@ mod tests {
         };
         let hour = |n| Quota::fixed_window(Rate::per_hour(n));
         let long = "k".repeat(100);
-        // {a:b:c}:…: one key, whichever way prefix and key split the tag
-        let (a, ab, abc) = (
+        // {a:b:c:d}:…: one key for every limiter of prefix `a` and this quota;
+        // prefix `ab` (a prefix holds no ':') is another key
+        let (a, a2, a3, ab) = (
             lim("a", hour(3)),
-            lim("a:b", hour(3)),
-            lim("a:b:c", hour(3)),
+            lim("a", hour(3)),
+            lim("a", hour(3)),
+            lim("ab", hour(3)),
         );
         for (l, key, remaining) in [
             (&a, "b:c:d", 2),
-            (&ab, "c:d", 1),
-            (&abc, "d", 0),
+            (&a2, "b:c:d", 1),
+            (&a3, "b:c:d", 0),
             (&a, &*long, 2),
             (&ab, &*long, 2),
         ] {
             let d = l.check(key).await.unwrap();
             assert_eq!((d.allowed, d.remaining), (true, remaining), "{key}");
         }
-        assert_eq!(ab.storage_keys("c:d"), a.storage_keys("b:c:d"));
+        assert_eq!(a2.storage_keys("b:c:d"), a.storage_keys("b:c:d"));
         // another quota name, strategy or prefix: other keys
         for other in [
             lim("a", hour(3).name("other")),
@@ -542,7 +544,7 @@ mod tests {
             assert_eq!(other.check("b:c:d").await.unwrap().remaining, 2);
         }
         // reset through one limiter is seen through the other
-        abc.reset("d").await.unwrap();
+        a3.reset("b:c:d").await.unwrap();
         assert_eq!(a.peek("b:c:d").await.unwrap().remaining, 3);
         assert_eq!(a.peek(&*long).await.unwrap().remaining, 2);
         ab.reset(&*long).await.unwrap();
