@@ -250,6 +250,8 @@ where
 
 /// What follows a verdict: the inner service called, or about to be (after
 /// a delay), or the middleware's answer.
+// (moved once, into a state as large: boxing the delay would only allocate)
+#[allow(clippy::large_enum_variant)]
 enum Next<F, ReqBody> {
     Call(F),
     Answer(Response<Bytes>),
