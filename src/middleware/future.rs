@@ -107,6 +107,29 @@ where
         }
     }
 
+    /// A verdict already made (a memory store's): applied now, the ready
+    /// `inner` service called now unless the request waits for its slot
+    /// (then a clone of `inner` is kept for it).
+    pub(crate) fn decided(
+        verdict: Verdict,
+        inner: &mut S,
+        request: Request<ReqBody>,
+        config: &Arc<Config>,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        let next = after(verdict, request, config, |r| Next::Call(inner.call(r)));
+        let ready = &mut *inner;
+        Self {
+            state: next.into_state(|| {
+                // the ready service goes with the delayed request, a clone stays
+                let clone = ready.clone();
+                Some(std::mem::replace(ready, clone))
+            }),
+        }
+    }
+
     /// A store check, then the ready `inner` service for `request`.
     pub(crate) fn checking(
         check: Pending,
@@ -151,77 +174,15 @@ where
                     config,
                 } => {
                     let verdict = ready!(check.poll(cx));
-                    let (Some(mut inner), Some(mut request)) = (inner.take(), request.take())
-                    else {
+                    let (Some(inner), Some(request)) = (inner.take(), request.take()) else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    let (decision, limiter, store_error) = match verdict {
-                        Verdict::Decided(decision) => (decision, None, None),
-                        Verdict::Fallback(decision, limiter, error) => {
-                            (decision, Some(limiter), Some(error))
-                        }
-                        Verdict::Open(error) => {
-                            request
-                                .extensions_mut()
-                                .insert(RateLimitOutcome::StoreUnavailable { error });
-                            let future = inner.call(request);
-                            state.set(State::Calling {
-                                future,
-                                extra: Some(Extra::default()),
-                            });
-                            continue;
-                        }
-                        Verdict::Closed => {
-                            let (parts, _body) = request.into_parts();
-                            let res = response::unavailable(config, &parts);
-                            state.set(State::Answered {
-                                response: Some(res),
-                            });
-                            continue;
-                        }
-                    };
-                    let headers = RateHeaders::new(config.style, &decision, &config.policy);
-                    if !decision.allowed {
-                        let (parts, _body) = request.into_parts();
-                        let res = response::denied(config, &parts, &decision, headers);
-                        state.set(State::Answered {
-                            response: Some(res),
-                        });
-                        continue;
-                    }
-                    // The whole delay, never less: the request's slot is taken.
-                    let delay = decision.delay.filter(|d| !d.is_zero());
-                    // The handler sees the lease too (releasing twice is harmless).
-                    let lease = decision.lease.clone().map(|l| {
-                        let limiter = limiter.unwrap_or_else(|| config.limiter.clone());
-                        LeaseGuard::new(limiter, l)
+                    let mut inner = Some(inner);
+                    let next = after(verdict, request, config, |r| match inner.as_mut() {
+                        Some(s) => Next::Call(s.call(r)),
+                        None => panic!("ResponseFuture polled after completion"),
                     });
-                    let outcome = match store_error {
-                        None => RateLimitOutcome::Allowed(decision.clone()),
-                        Some(error) => RateLimitOutcome::Fallback {
-                            decision: decision.clone(),
-                            error,
-                        },
-                    };
-                    let extensions = request.extensions_mut();
-                    extensions.insert(decision);
-                    extensions.insert(outcome);
-                    let extra = Some(Extra {
-                        headers: Some(headers),
-                        lease,
-                    });
-                    match delay {
-                        Some(d) => state.set(State::Delaying {
-                            sleep: Box::pin(tokio::time::sleep(d)),
-                            inner: Some(inner),
-                            request: Some(request),
-                            extra,
-                        }),
-                        None => {
-                            let future = inner.call(request);
-                            state.set(State::Calling { future, extra });
-                        }
-                    }
+                    state.set(next.into_state(|| inner.take()));
                 }
                 StateProj::Delaying {
                     sleep,
@@ -284,6 +245,103 @@ where
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
+    }
+}
+
+/// What follows a verdict: the inner service called, or about to be (after
+/// a delay), or the middleware's answer.
+// (moved once, into a state as large: boxing the delay would only allocate)
+#[allow(clippy::large_enum_variant)]
+enum Next<F, ReqBody> {
+    Call(F),
+    Answer(Response<Bytes>),
+    /// The inner service is called after `sleep`: the call's `request`, and
+    /// what goes on its response.
+    Delay(Pin<Box<Sleep>>, Request<ReqBody>, Extra),
+}
+
+/// The calling state, once the inner service is called.
+struct Called<F>(F, Extra);
+
+impl<F, ReqBody> Next<Called<F>, ReqBody> {
+    /// The future's state; `inner` gives the service a delayed request is
+    /// for (the one driven to readiness).
+    fn into_state<S, B: Body>(self, inner: impl FnOnce() -> Option<S>) -> State<S, ReqBody, F, B> {
+        match self {
+            Next::Call(Called(future, extra)) => State::Calling {
+                future,
+                extra: Some(extra),
+            },
+            Next::Answer(response) => State::Answered {
+                response: Some(response),
+            },
+            Next::Delay(sleep, request, extra) => State::Delaying {
+                sleep,
+                inner: inner(),
+                request: Some(request),
+                extra: Some(extra),
+            },
+        }
+    }
+}
+
+/// Applies `verdict` to `request`: answers it, or calls the inner service
+/// with `call` (at once, or after a delay), the decision and outcome in the
+/// request's extensions and the headers for its response.
+fn after<F, ReqBody>(
+    verdict: Verdict,
+    mut request: Request<ReqBody>,
+    config: &Arc<Config>,
+    call: impl FnOnce(Request<ReqBody>) -> Next<F, ReqBody>,
+) -> Next<Called<F>, ReqBody> {
+    let called = |next: Next<F, ReqBody>, extra: Extra| match next {
+        Next::Call(f) => Next::Call(Called(f, extra)),
+        Next::Answer(r) => Next::Answer(r),
+        Next::Delay(s, r, e) => Next::Delay(s, r, e),
+    };
+    let (decision, limiter, store_error) = match verdict {
+        Verdict::Decided(decision) => (decision, None, None),
+        Verdict::Fallback(decision, limiter, error) => (decision, Some(limiter), Some(error)),
+        Verdict::Open(error) => {
+            request
+                .extensions_mut()
+                .insert(RateLimitOutcome::StoreUnavailable { error });
+            return called(call(request), Extra::default());
+        }
+        Verdict::Closed => {
+            let (parts, _body) = request.into_parts();
+            return Next::Answer(response::unavailable(config, &parts));
+        }
+    };
+    let headers = RateHeaders::new(config.style, &decision, &config.policy);
+    if !decision.allowed {
+        let (parts, _body) = request.into_parts();
+        return Next::Answer(response::denied(config, &parts, &decision, headers));
+    }
+    // The whole delay, never less: the request's slot is taken.
+    let delay = decision.delay.filter(|d| !d.is_zero());
+    // The handler sees the lease too (releasing twice is harmless).
+    let lease = decision.lease.clone().map(|l| {
+        let limiter = limiter.unwrap_or_else(|| config.limiter.clone());
+        LeaseGuard::new(limiter, l)
+    });
+    let outcome = match store_error {
+        None => RateLimitOutcome::Allowed(decision.clone()),
+        Some(error) => RateLimitOutcome::Fallback {
+            decision: decision.clone(),
+            error,
+        },
+    };
+    let extensions = request.extensions_mut();
+    extensions.insert(decision);
+    extensions.insert(outcome);
+    let extra = Extra {
+        headers: Some(headers),
+        lease,
+    };
+    match delay {
+        Some(d) => Next::Delay(Box::pin(tokio::time::sleep(d)), request, extra),
+        None => called(call(request), extra),
     }
 }
 

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::check::{Check, check};
+use super::check::{Check, Pending, check};
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::outcome::RateLimitOutcome;
@@ -114,6 +114,11 @@ where
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
             Check::Answer(response) => ResponseFuture::answered(response),
+            Check::Store(Pending::Ready(Some(verdict))) => {
+                // Decided already (a memory store): no state to carry.
+                let request = Request::from_parts(parts, body);
+                ResponseFuture::decided(verdict, &mut self.inner, request, &self.config)
+            }
             Check::Store(check) => {
                 // Hand the service that was driven to readiness to the future, keep a clone.
                 let clone = self.inner.clone();
