@@ -2,7 +2,7 @@
 -- limiter with one fixed-window quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 0b2be287a63b1b10436de40ef393affdc6012f92).
+-- (SCRIPT LOAD, then EVALSHA b5a3e852f2a065238b56a5fe13e4439e485f845c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 -- FixedWindow fast path: one quota, Redis's clock, a cost that can fit
 -- (0 < cost <= n). The client sends it fewer than 4 ARGV, which no other call
@@ -17,30 +17,30 @@
 -- p * 2^32 + ttl, or as the string "p ttl" when that does not fit in 2^53;
 -- the client, which knows n, cost and the window, derives the decision
 -- (allowed iff p + cost <= n; a denial writes nothing).
-if #ARGV < 4 then
-  local key, call, cost = KEYS[1], redis.call, ARGV[3]
-  local p, t, ms, arg
+local A = ARGV
+if #A < 4 then
+  local key, call, cost = KEYS[1], redis.call, A[3]
+  -- denied iff p * scale > lim: p > n - cost, or in the packed form
+  -- p * 2^32 > (n - 1) * 2^32 + ms, the same as p > n - 1 (ms < 2^32)
+  local p, lim, scale = nil, A[1] + 0, 1
   if cost then
-    t, arg = ARGV[1] + 0, ARGV[2]
     p = call('INCRBY', key, cost) - cost
   else
-    local x = ARGV[1] + 0
-    ms = x % 4294967296
-    t = (x - ms) / 4294967296
+    scale = 4294967296
     p = call('INCR', key) - 1
   end
   local ttl = 0
   if p == 0 then
-    call('PEXPIRE', key, arg or string.format('%d', ms))
+    call('PEXPIRE', key, A[2] or string.format('%d', lim % 4294967296))
   else
     ttl = call('PTTL', key)
     if ttl < 0 then
       -- repair a key found without a TTL
-      if arg then ttl = arg + 0 else ttl = ms end
-      call('PEXPIRE', key, arg or string.format('%d', ms))
+      ttl = (A[2] or lim % 4294967296) + 0
+      call('PEXPIRE', key, string.format('%d', ttl))
     end
   end
-  if p > t then
+  if p * scale > lim then
     if cost then call('DECRBY', key, cost) else call('DECR', key) end
   end
   if p < 2097152 and p > -2097152 and ttl < 4294967296 then
