@@ -75,7 +75,7 @@ impl Prepared {
     }
 }
 
-/// `2^32`: the fast path's reply is `p * 2^32 + ttl` (see `lua/fixed_window_fast.lua`).
+/// The fast path's reply is `p * 2^TTL_BITS + ttl` (see `lua/fixed_window_fast.lua`).
 const TTL_BITS: u32 = 32;
 
 /// What the fast path of a one-quota fixed window on Redis's clock sends and
@@ -186,7 +186,9 @@ impl FastWindow {
 /// `KEYS`: one per quota, all in one hash slot (a key checked in the same
 /// script, such as a penalty box, would follow them). `ARGV`: the clock
 /// reading (the manual time, or `T` for Redis's clock), the cost, the
-/// prepared quota arguments, then the nonce when the call has one.
+/// prepared quota arguments, then the nonce when the call has one. A lone
+/// fixed-window quota on Redis's clock with a cost that can fit sends fewer
+/// than four `ARGV` instead and reads a shorter reply ([`FastWindow`]).
 ///
 /// A call that may take a concurrency lease (a lease-holding quota, a cost
 /// above 0) and does not return its outcome to the caller (its future
