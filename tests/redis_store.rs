@@ -463,3 +463,51 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
         .unwrap();
     assert_eq!(lim.peek("k").await.unwrap().remaining, 3);
 }
+
+/// On Redis's clock a lone fixed window takes the script's fast path in each
+/// of its forms: cost 1 packed in one argument, a limit too large to pack, a
+/// cost above 1, and a count too large for the integer reply (then a string).
+/// Each agrees with the count and TTL Redis holds, and a denial writes nothing.
+#[tokio::test]
+async fn a_fixed_window_on_redis_clock_answers_in_every_fast_path_form() {
+    let hour = Duration::from_secs(3600);
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let near = |d: Duration| d <= hour && d > hour - Duration::from_secs(5);
+    for (prefix, limit) in [("fwsmall", 5u64), ("fwbig", 5_000_000_000)] {
+        let lim = redis_limiter(
+            &server,
+            prefix,
+            vec![Quota::fixed_window(Rate::new(limit, hour))],
+        );
+        let key = lim.storage_keys("k").remove(0);
+        let d = lim.check("k").await.unwrap();
+        assert!(d.allowed && d.retry_after.is_none());
+        assert_eq!((d.remaining, d.reset_after), (limit - 1, hour));
+        let d = lim.check_n("k", 3).await.unwrap();
+        assert!(d.allowed && near(d.reset_after), "{prefix}: {d:?}");
+        assert_eq!(d.remaining, limit - 4);
+        // a denial (cost 2, one left) writes nothing and waits for the window's end
+        let set = |v: u64| {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key).arg(v).arg("KEEPTTL");
+            cmd
+        };
+        let () = set(limit - 1).query_async(&mut conn).await.unwrap();
+        let d = lim.check_n("k", 2).await.unwrap();
+        assert!(!d.allowed && near(d.reset_after), "{prefix}: {d:?}");
+        assert_eq!((d.remaining, d.retry_after), (1, Some(d.reset_after)));
+        let d = lim.check("k").await.unwrap();
+        assert!(d.allowed && near(d.reset_after), "{prefix}: {d:?}");
+        assert_eq!(d.remaining, 0);
+        let d = lim.check("k").await.unwrap();
+        assert!(!d.allowed && near(d.reset_after), "{prefix}: {d:?}");
+        assert_eq!((d.remaining, d.retry_after), (0, Some(d.reset_after)));
+        let count: u64 = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(count, limit, "{prefix}");
+    }
+}

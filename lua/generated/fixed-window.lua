@@ -2,35 +2,51 @@
 -- limiter with one fixed-window quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 0fa53b4eae6648ec5e7c71eec03c9dcf5e6f554f).
+-- (SCRIPT LOAD, then EVALSHA b5a3e852f2a065238b56a5fe13e4439e485f845c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
--- FixedWindow fast path: one quota, Redis's clock, a cost that can fit. It runs
--- before anything else in the script and defines no function, so a call costs
--- about what a bare INCRBY script does. ARGV as in single.lua. Everything else
--- falls through to the general code.
-if ARGV[1] == 'T' then
-  local key, cost, n = KEYS[1], 1, tonumber(ARGV[3])
-  if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
-  if cost > 0 and cost <= n then
-    local c = redis.call('INCRBY', key, ARGV[2])
-    local ttl
-    if c == cost then
-      ttl = math.ceil(tonumber(ARGV[4]) / 1000)
-      redis.call('PEXPIRE', key, string.format('%d', ttl))
-    else
-      ttl = redis.call('PTTL', key)
-      if ttl < 0 then
-        -- repair a key found without a TTL
-        ttl = math.ceil(tonumber(ARGV[4]) / 1000)
-        redis.call('PEXPIRE', key, string.format('%d', ttl))
-      end
-    end
-    if c > n then
-      redis.call('DECRBY', key, ARGV[2])
-      return string.format('0 0 %d %d %d 0', n - c + cost, ttl * 1000, ttl * 1000)
-    end
-    return string.format('1 1 %d %d -1 0', n - c, ttl * 1000)
+-- FixedWindow fast path: one quota, Redis's clock, a cost that can fit
+-- (0 < cost <= n). The client sends it fewer than 4 ARGV, which no other call
+-- does, and only what it needs:
+--   cost 1:     ARGV[1] = (n - 1) * 2^32 + the window in ms  (both fit)
+--   otherwise:  ARGV = n - cost, the window in ms, cost
+-- It runs before anything else in the script and defines no function, so a
+-- call costs about what a bare INCR script does: every ARGV element, parsed
+-- number and formatted string costs Redis a measurable share of a command.
+-- Reply: the count p before this request and the key's TTL in ms (0 on the
+-- window's first hit, p = 0, whose reset is the whole window), as one integer
+-- p * 2^32 + ttl, or as the string "p ttl" when that does not fit in 2^53;
+-- the client, which knows n, cost and the window, derives the decision
+-- (allowed iff p + cost <= n; a denial writes nothing).
+local A = ARGV
+if #A < 4 then
+  local key, call, cost = KEYS[1], redis.call, A[3]
+  -- denied iff p * scale > lim: p > n - cost, or in the packed form
+  -- p * 2^32 > (n - 1) * 2^32 + ms, the same as p > n - 1 (ms < 2^32)
+  local p, lim, scale = nil, A[1] + 0, 1
+  if cost then
+    p = call('INCRBY', key, cost) - cost
+  else
+    scale = 4294967296
+    p = call('INCR', key) - 1
   end
+  local ttl = 0
+  if p == 0 then
+    call('PEXPIRE', key, A[2] or string.format('%d', lim % 4294967296))
+  else
+    ttl = call('PTTL', key)
+    if ttl < 0 then
+      -- repair a key found without a TTL
+      ttl = (A[2] or lim % 4294967296) + 0
+      call('PEXPIRE', key, string.format('%d', ttl))
+    end
+  end
+  if p * scale > lim then
+    if cost then call('DECRBY', key, cost) else call('DECR', key) end
+  end
+  if p < 2097152 and p > -2097152 and ttl < 4294967296 then
+    return p * 4294967296 + ttl
+  end
+  return string.format('%d %d', p, ttl)
 end
 local READS_TIME = false
 local READS_BURST = false

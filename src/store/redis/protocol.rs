@@ -34,6 +34,9 @@ pub(crate) struct Prepared {
     pub(crate) decide: LimiterScript,
     /// `ARGV[3..]` (after the clock reading and the cost), one entry per argument.
     quota_args: Box<[Vec<u8>]>,
+    /// A lone fixed-window quota's numbers for the script's fast path on
+    /// Redis's clock (`lua/fixed_window_fast.lua`).
+    fast_window: Option<FastWindow>,
 }
 
 impl Prepared {
@@ -60,10 +63,121 @@ impl Prepared {
         .map(|v| v.to_string().into_bytes())
         .collect();
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
+        let fast_window = match quotas {
+            [q] if q.strategy == Strategy::FixedWindow => Some(FastWindow::new(q)),
+            _ => None,
+        };
         Prepared {
             decide: LimiterScript::for_quotas(&strategies),
             quota_args,
+            fast_window,
         }
+    }
+}
+
+/// The fast path's reply is `p * 2^TTL_BITS + ttl` (see `lua/fixed_window_fast.lua`).
+const TTL_BITS: u32 = 32;
+
+/// What the fast path of a one-quota fixed window on Redis's clock sends and
+/// how its reply becomes an outcome (`lua/fixed_window_fast.lua`). The script
+/// only counts and reads the key's TTL; the decision's numbers are derived
+/// here from the limit, the cost and the window, which the client knows, so
+/// that Redis parses one number and formats none per call.
+#[derive(Debug)]
+struct FastWindow {
+    limit: u64,
+    /// The window in whole milliseconds, rounded up: the key's TTL on its first hit.
+    window_ms: u64,
+    window_ms_arg: Vec<u8>,
+    /// The one `ARGV` of a cost-1 call, `(limit - 1) * 2^32 + window_ms`,
+    /// when both fit (below 2^21 and 2^32: the sum stays exact in a Lua number).
+    packed: Option<Vec<u8>>,
+}
+
+impl FastWindow {
+    fn new(q: &QuotaSpec) -> Self {
+        let window_ms = q.period_us.div_ceil(1000);
+        let packed =
+            (q.limit >= 1 && q.limit - 1 < 1 << 21 && window_ms < 1 << TTL_BITS).then(|| {
+                (((q.limit - 1) << TTL_BITS) + window_ms)
+                    .to_string()
+                    .into_bytes()
+            });
+        FastWindow {
+            limit: q.limit,
+            window_ms,
+            window_ms_arg: window_ms.to_string().into_bytes(),
+            packed,
+        }
+    }
+
+    /// Writes the fast path's `ARGV` for `cost`, or returns false when the call
+    /// is not the fast path's (a cost of 0, or above the limit).
+    fn args(&self, cmd: &mut redis::Cmd, cost: u64) -> bool {
+        if cost == 0 || cost > self.limit {
+            return false;
+        }
+        match &self.packed {
+            Some(packed) if cost == 1 => {
+                cmd.arg(packed.as_slice());
+            }
+            _ => {
+                cmd.arg(self.limit - cost)
+                    .arg(self.window_ms_arg.as_slice())
+                    .arg(cost);
+            }
+        }
+        true
+    }
+
+    /// The outcome of a fast-path call of `cost` from the script's reply: the
+    /// count before the call and the key's TTL in ms (0 on the window's first
+    /// hit), packed in an integer or, when that does not fit, as "p ttl".
+    fn outcome(&self, reply: redis::Value, cost: u64) -> Result<Outcome, StoreError> {
+        let bad = |reply: &dyn std::fmt::Debug| {
+            StoreError::Protocol(format!(
+                "expected the fixed window's count and TTL from the limiter script, got {reply:?}"
+            ))
+        };
+        let (before, ttl_ms) = match reply {
+            redis::Value::Int(v) => (v >> TTL_BITS, v & ((1 << TTL_BITS) - 1)),
+            redis::Value::BulkString(text) => {
+                let mut numbers = text.split(|b| *b == b' ').map(|part| {
+                    std::str::from_utf8(part)
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                });
+                match (numbers.next(), numbers.next(), numbers.next()) {
+                    (Some(Some(p)), Some(Some(ttl)), None) => (p, ttl),
+                    _ => return Err(bad(&String::from_utf8_lossy(&text))),
+                }
+            }
+            other => return Err(bad(&other)),
+        };
+        let (limit, before, cost) = (i128::from(self.limit), i128::from(before), i128::from(cost));
+        let allowed = before + cost <= limit;
+        let remaining = if allowed {
+            limit - before - cost
+        } else {
+            limit - before
+        };
+        // the window's first hit set the TTL to the whole window
+        let reset = if before == 0 {
+            self.window_ms
+        } else {
+            ttl_ms.max(0) as u64
+        };
+        let reset = Duration::from_millis(reset);
+        Ok(Outcome {
+            allowed,
+            quotas: vec![QuotaOutcome {
+                allowed,
+                remaining: remaining.clamp(0, i128::from(u64::MAX)) as u64,
+                reset_after: reset,
+                retry_after: (!allowed).then_some(reset),
+                delay: Duration::ZERO,
+            }],
+        })
     }
 }
 
@@ -72,7 +186,9 @@ impl Prepared {
 /// `KEYS`: one per quota, all in one hash slot (a key checked in the same
 /// script, such as a penalty box, would follow them). `ARGV`: the clock
 /// reading (the manual time, or `T` for Redis's clock), the cost, the
-/// prepared quota arguments, then the nonce when the call has one.
+/// prepared quota arguments, then the nonce when the call has one. A lone
+/// fixed-window quota on Redis's clock with a cost that can fit sends fewer
+/// than four `ARGV` instead and reads a shorter reply ([`FastWindow`]).
 ///
 /// A call that may take a concurrency lease (a lease-holding quota, a cost
 /// above 0) and does not return its outcome to the caller (its future
@@ -94,6 +210,15 @@ pub(crate) async fn decide<P: Pooled>(
         .arg(prepared.decide.sha.as_str())
         .arg(call.keys.len())
         .arg(call.keys);
+    if call.now_us.is_none()
+        && let Some(fast) = &prepared.fast_window
+        && fast.args(&mut cmd, call.cost)
+    {
+        let reply: redis::Value = conns
+            .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
+            .await?;
+        return fast.outcome(reply, call.cost);
+    }
     // ARGV[1]: the manual time (any integer, 0 included), or `T` for
     // Redis's own clock (lua/prelude.lua)
     match call.now_us {
@@ -266,5 +391,69 @@ mod tests {
             let e = parse_reply(bad, 1).unwrap_err();
             assert!(matches!(e, StoreError::Protocol(_)), "{e}");
         }
+    }
+
+    #[test]
+    fn fast_window_replies_are_count_and_ttl_and_malformed_ones_are_protocol_errors() {
+        use redis::Value;
+        let ms = Duration::from_millis;
+        let fw = FastWindow {
+            limit: 10,
+            window_ms: 60_000,
+            window_ms_arg: b"60000".to_vec(),
+            packed: None,
+        };
+        let one = |o: Outcome| {
+            assert_eq!(o.quotas.len(), 1);
+            assert_eq!(o.allowed, o.quotas[0].allowed);
+            o.quotas[0]
+        };
+        let q = |allowed, remaining, reset: Duration| QuotaOutcome {
+            allowed,
+            remaining,
+            reset_after: reset,
+            retry_after: (!allowed).then_some(reset),
+            delay: Duration::ZERO,
+        };
+        // the window's first hit: its reset is the whole window
+        let o = one(fw.outcome(Value::Int(0), 1).unwrap());
+        assert_eq!(o, q(true, 9, ms(60_000)));
+        let o = one(fw.outcome(Value::Int((7 << 32) + 1234), 3).unwrap());
+        assert_eq!(o, q(true, 0, ms(1234)));
+        let o = one(fw.outcome(Value::Int((8 << 32) + 1234), 3).unwrap());
+        assert_eq!(o, q(false, 2, ms(1234)));
+        // a count above the limit (a lowered limit): nothing remains
+        let o = one(fw.outcome(Value::Int((15 << 32) + 5), 1).unwrap());
+        assert_eq!(o, q(false, 0, ms(5)));
+        // a negative count (a key written by hand) still reads exactly
+        let o = one(fw.outcome(Value::Int((-3 << 32) + 5), 1).unwrap());
+        assert_eq!(o, q(true, 12, ms(5)));
+        // what does not fit in an integer comes as text
+        let o = one(fw
+            .outcome(Value::BulkString(b"9 4294967296".to_vec()), 1)
+            .unwrap());
+        assert_eq!(o, q(true, 0, ms(1 << 32)));
+        for bad in [
+            Value::BulkString(b"".to_vec()),
+            Value::BulkString(b"1".to_vec()),
+            Value::BulkString(b"1 2 3".to_vec()),
+            Value::BulkString(b"1 x".to_vec()),
+            Value::Nil,
+            Value::Array(vec![Value::Int(1), Value::Int(2)]),
+        ] {
+            let e = fw.outcome(bad, 1).unwrap_err();
+            assert!(matches!(e, StoreError::Protocol(_)), "{e}");
+        }
+        // the packed argument of a cost of 1, and the three of any other cost
+        let spec =
+            crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_micros(60_000_001)))
+                .compile(0)
+                .unwrap();
+        let fw = FastWindow::new(&spec);
+        assert_eq!(fw.window_ms, 60_001);
+        assert_eq!(
+            fw.packed.as_deref(),
+            Some(format!("{}", (9u64 << 32) + 60_001).as_bytes())
+        );
     }
 }
