@@ -18,11 +18,24 @@ if #A < 4 then
   -- p * 2^32 > (n - 1) * 2^32 + ms, the same as p > n - 1 (ms < 2^32)
   local p, lim, scale = nil, A[1] + 0, 1
   if cost then
-    p = call('INCRBY', key, cost) - cost
+    p = redis.pcall('INCRBY', key, cost)
   else
     scale = 4294967296
-    p = call('INCR', key) - 1
+    p = redis.pcall('INCR', key)
   end
+  if type(p) == 'table' then
+    -- the write was refused (Redis out of memory, a count at its maximum):
+    -- a request the count denies is denied without writing, as the general
+    -- path does; one it would admit gets the error
+    local c = tonumber(call('GET', key) or '0')
+    if c and c * scale > lim then
+      local t = call('PTTL', key)
+      if t < 0 then t = 0 end
+      return string.format('%d %d', c, t)
+    end
+    return p
+  end
+  p = p - (cost or 1)
   local ttl = 0
   if p == 0 then
     call('PEXPIRE', key, A[2] or string.format('%d', lim % 4294967296))

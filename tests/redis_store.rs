@@ -511,3 +511,58 @@ async fn a_fixed_window_on_redis_clock_answers_in_every_fast_path_form() {
         assert_eq!(count, limit, "{prefix}");
     }
 }
+
+/// A Redis out of memory (`noeviction`) refuses the fast path's increment:
+/// a request the count denies is still denied (the general path only reads
+/// on a denial), never turned into a store error that a fail-open policy
+/// would let through; one the count would admit gets the error.
+#[tokio::test]
+async fn a_redis_out_of_memory_still_denies_over_the_limit() {
+    let hour = Duration::from_secs(3600);
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let lim = redis_limiter(
+        &server,
+        "fwoom",
+        vec![Quota::fixed_window(Rate::new(3, hour))],
+    );
+    for _ in 0..3 {
+        assert!(lim.check("full").await.unwrap().allowed);
+    }
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for cost in [1, 2] {
+        let d = lim.check_n("full", cost).await.unwrap();
+        assert!(!d.allowed, "cost {cost}: {d:?}");
+        assert_eq!(d.remaining, 0);
+        assert!(d.retry_after.is_some_and(|r| r <= hour), "{d:?}");
+    }
+    let e = lim.check("fresh").await.unwrap_err();
+    assert!(e.to_string().contains("OOM"), "{e}");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let count: u64 = redis::cmd("GET")
+        .arg(&lim.storage_keys("full")[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(count, 3);
+    assert!(lim.check("fresh").await.unwrap().allowed);
+}

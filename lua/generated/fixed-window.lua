@@ -2,7 +2,7 @@
 -- limiter with one fixed-window quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA b5a3e852f2a065238b56a5fe13e4439e485f845c).
+-- (SCRIPT LOAD, then EVALSHA f43a108f54e6b335c33dbb198ef45acd8e331b5f).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 -- FixedWindow fast path: one quota, Redis's clock, a cost that can fit
 -- (0 < cost <= n). The client sends it fewer than 4 ARGV, which no other call
@@ -24,11 +24,24 @@ if #A < 4 then
   -- p * 2^32 > (n - 1) * 2^32 + ms, the same as p > n - 1 (ms < 2^32)
   local p, lim, scale = nil, A[1] + 0, 1
   if cost then
-    p = call('INCRBY', key, cost) - cost
+    p = redis.pcall('INCRBY', key, cost)
   else
     scale = 4294967296
-    p = call('INCR', key) - 1
+    p = redis.pcall('INCR', key)
   end
+  if type(p) == 'table' then
+    -- the write was refused (Redis out of memory, a count at its maximum):
+    -- a request the count denies is denied without writing, as the general
+    -- path does; one it would admit gets the error
+    local c = tonumber(call('GET', key) or '0')
+    if c and c * scale > lim then
+      local t = call('PTTL', key)
+      if t < 0 then t = 0 end
+      return string.format('%d %d', c, t)
+    end
+    return p
+  end
+  p = p - (cost or 1)
   local ttl = 0
   if p == 0 then
     call('PEXPIRE', key, A[2] or string.format('%d', lim % 4294967296))
