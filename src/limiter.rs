@@ -215,8 +215,7 @@ impl RateLimiter {
     async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
         let nonce = self.nonce();
-        let base = self.base_key(&storable_key(key));
-        let keys = self.keys(&base);
+        let (base, keys) = self.keys_of(&storable_key(key));
         let call = Call {
             base: &base,
             keys: &keys,
@@ -293,8 +292,7 @@ impl RateLimiter {
 
     /// Forgets every quota's state for `key` (one round trip).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let base = self.base_key(&storable_key(key.as_ref()));
-        let keys = self.keys(&base);
+        let (base, keys) = self.keys_of(&storable_key(key.as_ref()));
         self.inner.store.reset(&base, &keys).await
     }
 
@@ -306,7 +304,7 @@ impl RateLimiter {
 
     /// The storage keys `key` maps to, one per quota (for inspection and tests).
     pub fn storage_keys(&self, key: impl AsRef<[u8]>) -> Vec<String> {
-        self.keys(&self.base_key(&storable_key(key.as_ref())))
+        self.keys_of(&storable_key(key.as_ref())).1
     }
 
     /// The quotas' names, in order.
@@ -350,15 +348,6 @@ impl RateLimiter {
     /// The store, bound to this limiter.
     pub(crate) fn bound_store(&self) -> &Bound {
         &self.inner.store
-    }
-
-    /// An allowed decision of every quota's outcome, without a lease.
-    pub(crate) fn decision_of_outcomes(
-        &self,
-        allowed: bool,
-        outcomes: impl Iterator<Item = QuotaOutcome>,
-    ) -> Decision {
-        self.decision_of(allowed, outcomes, None)
     }
 
     /// The manual clock's reading, when the limiter runs on a [`ManualClock`](crate::clock::ManualClock)
@@ -444,7 +433,7 @@ impl RateLimiter {
     }
 
     /// The decision of every quota's outcome (in the limiter's order).
-    fn decision_of(
+    pub(crate) fn decision_of(
         &self,
         allowed: bool,
         outcomes: impl Iterator<Item = QuotaOutcome>,

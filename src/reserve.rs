@@ -432,7 +432,7 @@ impl Reserver {
                 retry_after: None,
                 delay: Duration::ZERO,
             });
-        lim.decision_of_outcomes(true, outcomes)
+        lim.decision_of(true, outcomes, None)
     }
 
     /// Gives back every reservation this limiter holds (one call each).
