@@ -193,11 +193,11 @@ impl RateLimiter {
             });
             return Some(self.decision_of(false, quotas, None));
         }
-        let Bound::Memory(store, scopes, tail) = &inner.store else {
+        let Bound::Memory(store, scopes) = &inner.store else {
             return None;
         };
         let nonce = self.nonce();
-        Some(self.decide_in_memory(store, scopes, tail.as_deref(), key, cost, nonce))
+        Some(self.decide_in_memory(store, scopes, key, cost, nonce))
     }
 
     /// A unique id for sorted-set members, if a quota needs one.
@@ -235,7 +235,6 @@ impl RateLimiter {
         &self,
         store: &MemoryStore,
         scopes: &[u32],
-        tail: Option<&str>,
         key: &[u8],
         cost: u64,
         nonce: String,
@@ -244,7 +243,6 @@ impl RateLimiter {
         let user = storable_key(key);
         let call = LocalCall {
             scopes,
-            tail,
             user: &user,
             quotas: &inner.quotas,
             cost,

@@ -2,13 +2,11 @@
 //!
 //! State lives in shards, each a mutex over a `hashbrown` table of slots.
 //! A slot is one storage key `{<tag>}<suffix>`, where the hash tag `<tag>` is
-//! `<prefix>:<user key>`. Cut at the tag's first `:`, it is a *head* (the
-//! prefix up to its first `:`) and a *rest* (usually the user key itself);
-//! a slot holds a *scope*, `<head><suffix>` interned per store when a
-//! limiter binds it (a `u32`), and the rest's bytes (inline up to 22 bytes).
-//! The pair maps one to one to the Redis key, so limiters share state exactly
-//! when they would on Redis, even those whose prefix and key split one tag
-//! differently. A decision hashes the borrowed key, finds its slot and
+//! `<prefix>:<user key>` (a prefix holds no `:`, so the tag's first `:` ends
+//! it): a slot holds a *scope*, `<prefix><suffix>` interned per store when a
+//! limiter binds it (a `u32`), and the user key's bytes (inline up to 22
+//! bytes). The pair maps one to one to the Redis key, so limiters share state
+//! exactly when they would on Redis. A decision hashes the borrowed key, finds its slot and
 //! updates the state in place: no allocation unless a new key longer than
 //! the inline size is stored. Every quota of one tag is in the same shard
 //! (the shard comes from the rest alone), so a multi-quota decision is
@@ -59,7 +57,7 @@ pub struct MemoryStore {
 struct Inner {
     shards: Box<[Padded]>,
     hasher: foldhash::fast::RandomState,
-    /// Scopes (`<head>:<quota>:<strategy>`) and their ids.
+    /// Scopes (`<prefix>:<quota id>`) and their ids.
     scopes: Mutex<HashMap<Box<str>, u32>>,
     start: tokio::time::Instant,
     start_us: i64,
@@ -137,8 +135,6 @@ fn split_tag(tag: &str) -> Option<(&str, &str)> {
 pub(crate) struct LocalCall<'a> {
     /// The limiter's scopes, one per quota (see [`MemoryStore::bind`]).
     pub(crate) scopes: &'a [u32],
-    /// The rest of the limiter's prefix after its first `:`, if it has one.
-    pub(crate) tail: Option<&'a str>,
     /// The user key as stored (verbatim or hashed by the limiter).
     pub(crate) user: &'a [u8],
     /// The limiter's quotas, in the order of `scopes`.
@@ -290,25 +286,19 @@ impl MemoryStore {
         self.inner.start_us + d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros())
     }
 
-    /// The scopes of a limiter of `prefix` whose quotas' storage keys end
-    /// in `suffixes`, interned on first use, and the prefix's tail (after its
-    /// first `:`).
-    pub(crate) fn bind(&self, prefix: &str, suffixes: &[String]) -> (Box<[u32]>, Option<Box<str>>) {
-        let (head, tail) = match split_tag(prefix) {
-            Some((head, tail)) => (head, Some(tail.into())),
-            None => (prefix, None),
-        };
+    /// The scopes of a limiter of `prefix` (which holds no `:`) whose
+    /// quotas' storage keys end in `suffixes`, interned on first use.
+    pub(crate) fn bind(&self, prefix: &str, suffixes: &[String]) -> Box<[u32]> {
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let ids = suffixes
+        suffixes
             .iter()
             .map(|suffix| {
                 let next = scopes.len() as u32;
                 *scopes
-                    .entry(format!("{head}{suffix}").into())
+                    .entry(format!("{prefix}{suffix}").into())
                     .or_insert(next)
             })
-            .collect();
-        (ids, tail)
+            .collect()
     }
 
     /// The id of a scope already interned; `None`: no limiter of this
@@ -348,14 +338,7 @@ impl MemoryStore {
             Some(manual) => manual as i64,
             None => self.now_us(),
         };
-        let joined;
-        let rest = match call.tail {
-            None => call.user,
-            Some(tail) => {
-                joined = [tail.as_bytes(), b":", call.user].concat();
-                &joined
-            }
-        };
+        let rest = call.user;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
         for (i, fin) in fins.iter().enumerate().take(call.quotas.len()) {
@@ -377,15 +360,8 @@ impl MemoryStore {
             }
             None => self.now_us(),
         };
-        // the tag's rest: the user key, after the prefix's tail if any
-        let joined;
-        let rest = match call.tail {
-            None => call.user,
-            Some(tail) => {
-                joined = [tail.as_bytes(), b":", call.user].concat();
-                &joined
-            }
-        };
+        // the tag's rest, after the prefix: the user key
+        let rest = call.user;
         let cost = call.cost as i64;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);

@@ -164,8 +164,8 @@ impl Backend {
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => Bound::Cluster(s, redis()),
             Backend::Memory(s) => {
-                let (scopes, tail) = s.bind(prefix, suffixes);
-                Bound::Memory(s, scopes, tail)
+                let scopes = s.bind(prefix, suffixes);
+                Bound::Memory(s, scopes)
             }
         }
     }
@@ -179,7 +179,7 @@ pub(crate) enum Bound {
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore, Arc<protocol::Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
-    Memory(MemoryStore, Box<[u32]>, Option<Box<str>>),
+    Memory(MemoryStore, Box<[u32]>),
 }
 
 impl std::fmt::Debug for Bound {
@@ -203,7 +203,7 @@ impl Bound {
             Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
-            Bound::Memory(s, scopes, tail) => {
+            Bound::Memory(s, scopes) => {
                 // `{<prefix>:<user>}`, the user key after the prefix
                 let tag = call
                     .base
@@ -212,15 +212,10 @@ impl Bound {
                 let user = tag
                     .and_then(|t| t.get(t.find(':')? + 1..))
                     .unwrap_or_default();
-                let user = match tail {
-                    Some(tail) => user.strip_prefix(&**tail).and_then(|u| u.strip_prefix(':')),
-                    None => Some(user),
-                };
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
                 let local = memory::LocalCall {
                     scopes,
-                    tail: tail.as_deref(),
-                    user: user.unwrap_or_default().as_bytes(),
+                    user: user.as_bytes(),
                     quotas: call.quotas,
                     cost: call.cost,
                     now_us: call.now_us,
@@ -287,10 +282,9 @@ impl Bound {
             (Bound::Redis(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
             #[cfg(feature = "cluster")]
             (Bound::Cluster(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
-            (Bound::Memory(s, scopes, tail), _) => {
+            (Bound::Memory(s, scopes), _) => {
                 let local = memory::LocalCall {
                     scopes,
-                    tail: tail.as_deref(),
                     user,
                     quotas: call.quotas,
                     cost: call.cost,
@@ -325,10 +319,9 @@ impl Bound {
             (Bound::Redis(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
             #[cfg(feature = "cluster")]
             (Bound::Cluster(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
-            (Bound::Memory(s, scopes, tail), _) => {
+            (Bound::Memory(s, scopes), _) => {
                 let local = memory::LocalCall {
                     scopes,
-                    tail: tail.as_deref(),
                     user,
                     quotas,
                     cost: gb.units,
