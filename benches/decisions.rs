@@ -185,10 +185,10 @@ async fn crate_run(args: &Args, limiter: &RateLimiter) -> Run {
         let limiter = limiter.clone();
         async move {
             let d = limiter.check(format!("k{}", i % keys)).await.unwrap();
-            if let Some(lease) = &d.lease {
+            if let Some(lease) = &d.lease() {
                 limiter.release(lease).await.unwrap();
             }
-            assert!(d.allowed);
+            assert!(d.allowed());
         }
     })
     .await

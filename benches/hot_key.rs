@@ -146,7 +146,7 @@ async fn ours(args: &Args, limiters: &[RateLimiter]) -> f64 {
     drive(args, move |task| {
         let limiter = limiters[task % limiters.len()].clone();
         async move {
-            assert!(limiter.check("hot").await.unwrap().allowed);
+            assert!(limiter.check("hot").await.unwrap().allowed());
         }
     })
     .await

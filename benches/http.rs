@@ -278,7 +278,7 @@ async fn app(mode: &str, redis_url: &str) -> Result<Router, Box<dyn std::error::
                         |State(l): State<RateLimiter>,
                          ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
                             match l.check(format!("ip:{}", peer.ip())).await {
-                                Ok(d) if d.allowed => "hello".into_response(),
+                                Ok(d) if d.allowed() => "hello".into_response(),
                                 Ok(_) => StatusCode::TOO_MANY_REQUESTS.into_response(),
                                 Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
                             }

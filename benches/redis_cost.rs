@@ -213,7 +213,7 @@ async fn cpu(server: &RedisServer, a: &Args) {
                 drive(a.decisions, move |i| {
                     let lim = lim.clone();
                     async move {
-                        assert!(lim.check(key(i)).await.unwrap().allowed);
+                        assert!(lim.check(key(i)).await.unwrap().allowed());
                     }
                 })
                 .await;
@@ -259,7 +259,7 @@ async fn keys(server: &RedisServer, a: &Args) {
         drive(n, move |i| {
             let l = l.clone();
             async move {
-                assert!(l.check(user(i)).await.unwrap().allowed);
+                assert!(l.check(user(i)).await.unwrap().allowed());
             }
         })
         .await;
@@ -278,7 +278,7 @@ async fn keys(server: &RedisServer, a: &Args) {
             drive(n * 9, move |i| {
                 let l = l.clone();
                 async move {
-                    assert!(l.check(user(i % n)).await.unwrap().allowed);
+                    assert!(l.check(user(i % n)).await.unwrap().allowed());
                 }
             })
             .await;

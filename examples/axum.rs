@@ -32,7 +32,9 @@ async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
     match outcome.decision() {
         Some(decision) => format!(
             "hello! {} of {} requests left in {:?}\n",
-            decision.remaining, decision.limit, decision.quota
+            decision.remaining(),
+            decision.limit(),
+            decision.quota()
         ),
         None => "hello! (not rate limited)\n".to_owned(),
     }

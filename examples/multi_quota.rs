@@ -32,12 +32,14 @@ async fn rate_limit(State(limiter): State<RateLimiter>, parts: Parts) -> String 
     };
     match limiter.peek(&key).await {
         Ok(d) => d
-            .quotas
-            .iter()
+            .quotas()
             .map(|q| {
                 format!(
                     "{:>6}: {} of {} left, full again in {:?}\n",
-                    q.name, q.remaining, q.limit, q.reset_after
+                    q.name(),
+                    q.remaining(),
+                    q.limit(),
+                    q.reset_after()
                 )
             })
             .collect(),
@@ -49,7 +51,11 @@ async fn rate_limit(State(limiter): State<RateLimiter>, parts: Parts) -> String 
 /// whenever no decision was made, e.g. Redis down under the default policy).
 async fn repos(Extension(outcome): Extension<RateLimitOutcome>) -> String {
     match outcome.decision() {
-        Some(d) => format!("[] (binding quota {:?}: {} left)\n", d.quota, d.remaining),
+        Some(d) => format!(
+            "[] (binding quota {:?}: {} left)\n",
+            d.quota(),
+            d.remaining()
+        ),
         None => "[] (not rate limited)\n".to_owned(),
     }
 }

@@ -1,75 +1,425 @@
 //! The parts of a [`Decision`]: each quota's [`QuotaDecision`] (all of them
-//! in [`QuotaDecisions`]), a quota's [`QuotaName`], and the [`Lease`] a
+//! from [`Decision::quotas`]), a quota's [`QuotaName`], and the [`Lease`] a
 //! concurrency quota hands out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::Mutex;
 use std::time::Duration;
 
 // `Decision` is public at the crate root only (one path per item).
 pub(crate) mod root {
+    use std::fmt;
     use std::time::Duration;
 
-    use super::{Lease, QuotaDecisions, QuotaName};
+    use super::{Lease, Part, Parts, QuotaDecision, QuotaName, Quotas, Templates, micros};
 
     /// The answer to one [`RateLimiter::check`](crate::RateLimiter::check).
     ///
-    /// `limit`, `remaining`, `reset_after` and `quota` describe the quota that
-    /// bound the decision: when denied, the denying quota that frees up last;
-    /// when allowed, the one with the fewest requests left. Every quota's own
-    /// state is in [`quotas`](Self::quotas).
+    /// [`limit`](Self::limit), [`remaining`](Self::remaining),
+    /// [`reset_after`](Self::reset_after) and [`quota`](Self::quota) describe
+    /// the quota that bound the decision: when denied, the denying quota that
+    /// frees up last; when allowed, the one with the fewest requests left.
+    /// Every quota's own state is in [`quotas`](Self::quotas).
     ///
-    /// A decision of a limiter with one or two quotas (and no lease) holds
-    /// no heap memory: cloning it is a copy.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    #[non_exhaustive]
+    /// A decision is small (about a hundred bytes) and computes its durations
+    /// when asked: a limiter with one or two quotas answers without
+    /// allocating, and cloning such a decision (without a lease) is a copy.
+    #[derive(Clone, PartialEq, Eq)]
     pub struct Decision {
+        pub(crate) allowed: bool,
+        /// The binding quota's index.
+        pub(crate) binding: u32,
+        /// The admitted request's wait in microseconds (0: none).
+        pub(crate) delay_us: u64,
+        pub(crate) parts: Parts,
+        pub(crate) templates: &'static Templates,
+        pub(crate) lease: Option<Lease>,
+    }
+
+    impl Decision {
         /// Whether the request may proceed (its cost has been consumed).
-        pub allowed: bool,
+        pub fn allowed(&self) -> bool {
+            self.allowed
+        }
+
+        /// Whether the request was denied: `!allowed()`.
+        pub fn denied(&self) -> bool {
+            !self.allowed
+        }
+
+        fn binding(&self) -> (&Part, &super::Template) {
+            let i = self.binding as usize;
+            (&self.parts.as_slice()[i], &self.templates[i])
+        }
+
         /// The binding quota's limit (its burst for bucket strategies).
-        pub limit: u64,
+        pub fn limit(&self) -> u64 {
+            self.binding().1.limit
+        }
+
         /// Requests left in the binding quota after this one.
-        pub remaining: u64,
-        /// Time until the binding quota is back to its full limit if no more requests come.
-        pub reset_after: Duration,
-        /// When denied: the time after which the same request would be allowed.
-        /// `None` when allowed, and when the cost can never fit (cost > capacity).
-        pub retry_after: Option<Duration>,
+        pub fn remaining(&self) -> u64 {
+            self.binding().0.remaining
+        }
+
+        /// Time until the binding quota is back to its full limit if no more
+        /// requests come.
+        pub fn reset_after(&self) -> Duration {
+            micros(self.binding().0.reset_us)
+        }
+
+        /// When denied: the time after which the same request would be
+        /// allowed. `None` when allowed, and when the cost can never fit
+        /// (cost > capacity).
+        pub fn retry_after(&self) -> Option<Duration> {
+            if self.allowed {
+                None
+            } else {
+                self.binding().0.retry()
+            }
+        }
+
+        /// The binding quota's index, in the limiter's order.
+        pub(crate) fn binding_index(&self) -> usize {
+            self.binding as usize
+        }
+
+        /// The binding quota's window.
+        pub(crate) fn binding_window(&self) -> Duration {
+            self.binding().1.window
+        }
+
         /// The binding quota's name.
-        pub quota: QuotaName,
-        /// For [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket): how long to wait
-        /// before serving the admitted request (its slot in the queue).
-        pub delay: Option<Duration>,
-        /// Every quota's state, in the limiter's order (a slice).
-        pub quotas: QuotaDecisions,
-        /// For an allowed request under a [`Concurrency`](crate::strategy::Strategy::Concurrency)
-        /// quota: the lease to hand back with [`RateLimiter::release`](crate::RateLimiter::release).
-        pub lease: Option<Lease>,
+        pub fn quota(&self) -> QuotaName {
+            self.binding().1.name
+        }
+
+        /// For [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket): how
+        /// long to wait before serving the admitted request (its slot in the
+        /// queue).
+        pub fn delay(&self) -> Option<Duration> {
+            (self.allowed && self.delay_us > 0).then(|| micros(self.delay_us))
+        }
+
+        /// Every quota's state, in the limiter's order.
+        pub fn quotas(&self) -> Quotas<'_> {
+            Quotas {
+                parts: self.parts.as_slice().iter(),
+                templates: self.templates.iter(),
+            }
+        }
+
+        /// The state of the quota named `name`, if the limiter has one.
+        pub fn quota_named(&self, name: &str) -> Option<QuotaDecision> {
+            self.quotas().find(|q| q.name() == name)
+        }
+
+        /// For an allowed request under a
+        /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota: the
+        /// lease to hand back with
+        /// [`RateLimiter::release`](crate::RateLimiter::release).
+        pub fn lease(&self) -> Option<&Lease> {
+            self.lease.as_ref()
+        }
+
+        /// The same decision `elapsed_us` later (a cached denial): every
+        /// time counts down by it, and the binding quota's retry is `left_us`.
+        pub(crate) fn age(&mut self, elapsed_us: u64, left_us: u64) {
+            let parts: Parts = self
+                .parts
+                .as_slice()
+                .iter()
+                .map(|p| Part {
+                    reset_us: p.reset_us.saturating_sub(elapsed_us),
+                    retry_us: match p.retry_us {
+                        super::NEVER => super::NEVER,
+                        r => r.saturating_sub(elapsed_us),
+                    },
+                    ..*p
+                })
+                .collect();
+            self.parts = parts;
+            if let Some(b) = self.parts.as_mut_slice().get_mut(self.binding as usize) {
+                b.retry_us = left_us;
+            }
+        }
+
+        /// Takes the [`lease`](Self::lease) out of the decision (to release
+        /// it later, or hand it to a task).
+        pub fn take_lease(&mut self) -> Option<Lease> {
+            self.lease.take()
+        }
+    }
+
+    impl fmt::Debug for Decision {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("Decision")
+                .field("allowed", &self.allowed)
+                .field("limit", &self.limit())
+                .field("remaining", &self.remaining())
+                .field("reset_after", &self.reset_after())
+                .field("retry_after", &self.retry_after())
+                .field("quota", &self.quota())
+                .field("delay", &self.delay())
+                .field("quotas", &self.quotas().collect::<Vec<_>>())
+                .field("lease", &self.lease)
+                .finish()
+        }
     }
 }
 
 pub(crate) use self::root::Decision;
 
+/// A duration of `us` microseconds (most are below a second: no division then).
+fn micros(us: u64) -> Duration {
+    if us < 1_000_000 {
+        Duration::new(0, us as u32 * 1_000)
+    } else {
+        Duration::from_micros(us)
+    }
+}
+
+/// A duration in whole microseconds, saturating.
+pub(crate) fn as_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One quota's numbers in a [`Decision`], in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_us: u64,
+    /// [`NEVER`]: no retry time (allowed, or the cost never fits).
+    pub(crate) retry_us: u64,
+}
+
+/// A [`Part`]'s `retry_us` when there is no retry time.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+impl From<crate::strategy::state::Raw> for Part {
+    fn from(r: crate::strategy::state::Raw) -> Self {
+        Part {
+            allowed: r.ok,
+            remaining: r.remaining.max(0) as u64,
+            reset_us: r.reset.max(0) as u64,
+            retry_us: if r.retry >= 0 && !r.ok {
+                r.retry as u64
+            } else {
+                NEVER
+            },
+        }
+    }
+}
+
+impl Part {
+    fn retry(&self) -> Option<Duration> {
+        (self.retry_us != NEVER).then(|| micros(self.retry_us))
+    }
+}
+
+/// How many quotas' [`Part`]s a [`Decision`] holds without allocating.
+const INLINE_QUOTAS: usize = 2;
+
+/// Every quota's [`Part`], in the limiter's order.
+#[derive(Debug, Clone)]
+pub(crate) enum Parts {
+    Inline {
+        len: u8,
+        items: [Part; INLINE_QUOTAS],
+    },
+    Heap(Box<[Part]>),
+}
+
+/// Fills the unused inline slots.
+const PLACEHOLDER: Part = Part {
+    allowed: false,
+    remaining: 0,
+    reset_us: 0,
+    retry_us: NEVER,
+};
+
+impl Parts {
+    /// One quota's part.
+    pub(crate) fn one(part: Part) -> Self {
+        Parts::Inline {
+            len: 1,
+            items: [part, PLACEHOLDER],
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Part] {
+        match self {
+            Parts::Inline { len, items } => &items[..usize::from(*len)],
+            Parts::Heap(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Part] {
+        match self {
+            Parts::Inline { len, items } => &mut items[..usize::from(*len)],
+            Parts::Heap(v) => v,
+        }
+    }
+}
+
+impl PartialEq for Parts {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Parts {}
+
+impl FromIterator<Part> for Parts {
+    fn from_iter<I: IntoIterator<Item = Part>>(iter: I) -> Self {
+        let mut iter = iter.into_iter();
+        let mut items = [PLACEHOLDER; INLINE_QUOTAS];
+        let mut len = 0;
+        for slot in &mut items {
+            match iter.next() {
+                Some(q) => {
+                    *slot = q;
+                    len += 1;
+                }
+                None => return Parts::Inline { len, items },
+            }
+        }
+        match iter.next() {
+            None => Parts::Inline { len, items },
+            Some(q) => {
+                let mut v = Vec::with_capacity(INLINE_QUOTAS + 1 + iter.size_hint().0);
+                v.extend_from_slice(&items);
+                v.push(q);
+                v.extend(iter);
+                Parts::Heap(v.into_boxed_slice())
+            }
+        }
+    }
+}
+
+/// What every decision of a limiter says of one quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Template {
+    pub(crate) name: QuotaName,
+    pub(crate) limit: u64,
+    pub(crate) window: Duration,
+}
+
+/// A limiter's [`Template`]s, in its order (interned: see [`Templates::intern`]).
+pub(crate) type Templates = Vec<Template>;
+
+/// Every set of templates interned so far.
+static TEMPLATES: Mutex<BTreeSet<&'static Templates>> = Mutex::new(BTreeSet::new());
+
+/// `templates`, kept for the life of the process (once per distinct set: a
+/// limiter's configuration), behind a thin pointer every decision carries.
+pub(crate) fn intern_templates(templates: Templates) -> &'static Templates {
+    let mut set = TEMPLATES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&interned) = set.get(&templates) {
+        return interned;
+    }
+    let interned: &'static Templates = Box::leak(Box::new(templates));
+    set.insert(interned);
+    interned
+}
+
+/// The quotas of a [`Decision`], in the limiter's order: see
+/// [`Decision::quotas`].
+#[derive(Debug, Clone)]
+pub struct Quotas<'a> {
+    parts: std::slice::Iter<'a, Part>,
+    templates: std::slice::Iter<'a, Template>,
+}
+
+impl Iterator for Quotas<'_> {
+    type Item = QuotaDecision;
+
+    fn next(&mut self) -> Option<QuotaDecision> {
+        let part = self.parts.next()?;
+        let template = self.templates.next()?;
+        Some(QuotaDecision::new(template, part))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.parts.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for Quotas<'_> {
+    fn next_back(&mut self) -> Option<QuotaDecision> {
+        let part = self.parts.next_back()?;
+        let template = self.templates.next_back()?;
+        Some(QuotaDecision::new(template, part))
+    }
+}
+
+impl ExactSizeIterator for Quotas<'_> {}
+
+impl std::iter::FusedIterator for Quotas<'_> {}
+
 /// One quota's part of a [`Decision`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct QuotaDecision {
+    name: QuotaName,
+    allowed: bool,
+    limit: u64,
+    window: Duration,
+    remaining: u64,
+    reset_after: Duration,
+    retry_after: Option<Duration>,
+}
+
+impl QuotaDecision {
+    fn new(t: &Template, p: &Part) -> Self {
+        QuotaDecision {
+            name: t.name,
+            allowed: p.allowed,
+            limit: t.limit,
+            window: t.window,
+            remaining: p.remaining,
+            reset_after: micros(p.reset_us),
+            retry_after: p.retry(),
+        }
+    }
+
     /// The quota's name.
-    pub name: QuotaName,
+    pub fn name(&self) -> QuotaName {
+        self.name
+    }
+
     /// Whether this quota alone would allow the request.
-    pub allowed: bool,
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
     /// The quota's limit (burst for bucket strategies).
-    pub limit: u64,
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// The quota's window (rate period; lease timeout for concurrency).
-    pub window: Duration,
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
     /// Requests left (after this one, if the whole decision allowed it).
-    pub remaining: u64,
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
     /// Time until the quota is back to its full limit.
-    pub reset_after: Duration,
-    /// Time until this quota would allow the request; `None` if it allows it now or never can.
-    pub retry_after: Option<Duration>,
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// Time until this quota would allow the request; `None` if it allows it
+    /// now or never can.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
 }
 
 /// A held slot of a [`Concurrency`](crate::strategy::Strategy::Concurrency) quota.
@@ -79,21 +429,48 @@ pub struct QuotaDecision {
 /// after the quota's lease timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    // (boxed: every `Decision` has room for a lease, few hold one)
+    parts: Box<LeaseParts>,
+}
+
+/// What a [`Lease`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaseParts {
+    /// The storage keys' common start, `{<tag>}`.
     pub(crate) base: String,
+    /// The concurrency quotas' storage keys.
     pub(crate) keys: Vec<String>,
+    /// The lease id: its members are `<member>.<i>`.
     pub(crate) member: String,
     pub(crate) cost: u64,
 }
 
 impl Lease {
+    pub(crate) fn new(parts: LeaseParts) -> Self {
+        Lease {
+            parts: Box::new(parts),
+        }
+    }
+
     /// The unique lease id.
     pub fn id(&self) -> &str {
-        &self.member
+        &self.parts.member
+    }
+
+    /// The storage keys' common start, `{<tag>}`.
+    pub(crate) fn base(&self) -> &str {
+        &self.parts.base
+    }
+
+    /// The concurrency quotas' storage keys.
+    pub(crate) fn keys(&self) -> &[String] {
+        &self.parts.keys
     }
 
     /// The sorted-set members this lease holds in each key.
     pub(crate) fn members(&self) -> impl Iterator<Item = String> + '_ {
-        (0..self.cost).map(move |i| format!("{}.{i}", self.member))
+        let member = &self.parts.member;
+        (0..self.parts.cost).map(move |i| format!("{member}.{i}"))
     }
 }
 
@@ -102,7 +479,7 @@ impl Lease {
 ///
 /// It dereferences to `str` and compares with strings. Names are interned
 /// once per process (the first limiter built with a name keeps it for the
-/// life of the process: at most 64 bytes per distinct name), so handing one
+/// life of the process: at most 80 bytes per distinct name), so handing one
 /// out with every decision costs no allocation and no reference count
 /// shared between threads.
 ///
@@ -116,14 +493,14 @@ impl Lease {
 ///     .quota(Quota::gcra(Rate::per_minute(60)).name("minute"))
 ///     .build()?;
 /// let d = limiter.check("user:42").await?;
-/// assert_eq!(d.quota, "minute");
-/// assert_eq!(d.quota.as_str(), "minute");
-/// assert_eq!(format!("{}", d.quota), "minute");
+/// assert_eq!(d.quota(), "minute");
+/// assert_eq!(d.quota().as_str(), "minute");
+/// assert_eq!(format!("{}", d.quota()), "minute");
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QuotaName(&'static str);
+pub struct QuotaName(&'static &'static str);
 
 /// Every string interned so far: quota names, and the `RateLimit-Policy`
 /// of each distinct set of quotas.
@@ -142,10 +519,21 @@ pub(crate) fn intern(s: &str) -> &'static str {
     interned
 }
 
+/// Every quota name interned so far, each behind a thin pointer of its own.
+static NAMES: Mutex<BTreeMap<&'static str, &'static &'static str>> = Mutex::new(BTreeMap::new());
+
 impl QuotaName {
     /// The interned `name` (interned now if it is new).
     pub(crate) fn intern(name: &str) -> Self {
-        QuotaName(intern(name))
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&thin) = names.get(name) {
+            return QuotaName(thin);
+        }
+        // (one pointer wide, where a `&str` is two: a name is in every
+        // decision, once per quota and once for the binding one)
+        let thin: &'static &'static str = Box::leak(Box::new(intern(name)));
+        names.insert(thin, thin);
+        QuotaName(thin)
     }
 
     /// The name.
@@ -176,7 +564,7 @@ impl std::borrow::Borrow<str> for QuotaName {
 
 impl fmt::Debug for QuotaName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.0, f)
+        fmt::Debug::fmt(*self.0, f)
     }
 }
 
@@ -188,225 +576,43 @@ impl fmt::Display for QuotaName {
 
 impl PartialEq<str> for QuotaName {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        *self.0 == other
     }
 }
 
 impl PartialEq<&str> for QuotaName {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        *self.0 == *other
     }
 }
 
 impl PartialEq<String> for QuotaName {
     fn eq(&self, other: &String) -> bool {
-        self.0 == other.as_str()
+        *self.0 == other.as_str()
     }
 }
 
 impl PartialEq<QuotaName> for str {
     fn eq(&self, other: &QuotaName) -> bool {
-        self == other.0
+        self == *other.0
     }
 }
 
 impl PartialEq<QuotaName> for &str {
     fn eq(&self, other: &QuotaName) -> bool {
-        *self == other.0
+        *self == *other.0
     }
 }
 
 impl PartialEq<QuotaName> for String {
     fn eq(&self, other: &QuotaName) -> bool {
-        self.as_str() == other.0
-    }
-}
-
-/// How many [`QuotaDecision`]s a [`QuotaDecisions`] holds without allocating.
-const INLINE_QUOTAS: usize = 2;
-
-/// Every quota's part of a [`Decision`], in the limiter's order: a slice of
-/// [`QuotaDecision`]s (it dereferences to `[QuotaDecision]`).
-///
-/// Up to two are held inline, so the decisions of limiters with one or two
-/// quotas do not allocate.
-#[derive(Clone)]
-pub struct QuotaDecisions(Repr);
-
-#[derive(Clone)]
-enum Repr {
-    Inline {
-        len: u8,
-        items: [QuotaDecision; INLINE_QUOTAS],
-    },
-    Heap(Vec<QuotaDecision>),
-}
-
-impl QuotaDecisions {
-    /// One quota's part.
-    pub(crate) fn one(q: QuotaDecision) -> Self {
-        QuotaDecisions(Repr::Inline {
-            len: 1,
-            items: [q, PLACEHOLDER],
-        })
-    }
-
-    /// The quotas, as a slice.
-    pub fn as_slice(&self) -> &[QuotaDecision] {
-        match &self.0 {
-            Repr::Inline { len, items } => &items[..usize::from(*len)],
-            Repr::Heap(v) => v,
-        }
-    }
-
-    /// The quotas, as a mutable slice.
-    pub fn as_mut_slice(&mut self) -> &mut [QuotaDecision] {
-        match &mut self.0 {
-            Repr::Inline { len, items } => &mut items[..usize::from(*len)],
-            Repr::Heap(v) => v,
-        }
-    }
-
-    /// The quotas, in a `Vec`.
-    pub fn into_vec(self) -> Vec<QuotaDecision> {
-        match self.0 {
-            Repr::Inline { .. } => self.as_slice().to_vec(),
-            Repr::Heap(v) => v,
-        }
-    }
-}
-
-impl Deref for QuotaDecisions {
-    type Target = [QuotaDecision];
-
-    fn deref(&self) -> &[QuotaDecision] {
-        self.as_slice()
-    }
-}
-
-impl DerefMut for QuotaDecisions {
-    fn deref_mut(&mut self) -> &mut [QuotaDecision] {
-        self.as_mut_slice()
-    }
-}
-
-impl FromIterator<QuotaDecision> for QuotaDecisions {
-    fn from_iter<I: IntoIterator<Item = QuotaDecision>>(iter: I) -> Self {
-        let mut iter = iter.into_iter();
-        let mut items = [PLACEHOLDER; INLINE_QUOTAS];
-        let mut len = 0;
-        for slot in &mut items {
-            match iter.next() {
-                Some(q) => {
-                    *slot = q;
-                    len += 1;
-                }
-                None => return QuotaDecisions(Repr::Inline { len, items }),
-            }
-        }
-        match iter.next() {
-            None => QuotaDecisions(Repr::Inline { len, items }),
-            Some(q) => {
-                let mut v = Vec::with_capacity(INLINE_QUOTAS + 1 + iter.size_hint().0);
-                v.extend_from_slice(&items);
-                v.push(q);
-                v.extend(iter);
-                QuotaDecisions(Repr::Heap(v))
-            }
-        }
-    }
-}
-
-/// Fills the unused inline slots.
-const PLACEHOLDER: QuotaDecision = QuotaDecision {
-    name: QuotaName(""),
-    allowed: false,
-    limit: 0,
-    window: Duration::ZERO,
-    remaining: 0,
-    reset_after: Duration::ZERO,
-    retry_after: None,
-};
-
-impl From<Vec<QuotaDecision>> for QuotaDecisions {
-    fn from(v: Vec<QuotaDecision>) -> Self {
-        if v.len() <= INLINE_QUOTAS {
-            v.into_iter().collect()
-        } else {
-            QuotaDecisions(Repr::Heap(v))
-        }
-    }
-}
-
-impl From<QuotaDecisions> for Vec<QuotaDecision> {
-    fn from(q: QuotaDecisions) -> Self {
-        q.into_vec()
-    }
-}
-
-impl fmt::Debug for QuotaDecisions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.as_slice()).finish()
-    }
-}
-
-impl PartialEq for QuotaDecisions {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for QuotaDecisions {}
-
-impl PartialEq<[QuotaDecision]> for QuotaDecisions {
-    fn eq(&self, other: &[QuotaDecision]) -> bool {
-        self.as_slice() == other
-    }
-}
-
-impl PartialEq<Vec<QuotaDecision>> for QuotaDecisions {
-    fn eq(&self, other: &Vec<QuotaDecision>) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl<'a> IntoIterator for &'a QuotaDecisions {
-    type Item = &'a QuotaDecision;
-    type IntoIter = std::slice::Iter<'a, QuotaDecision>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.as_slice().iter()
-    }
-}
-
-impl<'a> IntoIterator for &'a mut QuotaDecisions {
-    type Item = &'a mut QuotaDecision;
-    type IntoIter = std::slice::IterMut<'a, QuotaDecision>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.as_mut_slice().iter_mut()
-    }
-}
-
-impl IntoIterator for QuotaDecisions {
-    type Item = QuotaDecision;
-    type IntoIter = std::vec::IntoIter<QuotaDecision>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.into_vec().into_iter()
+        self.as_str() == *other.0
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn q(name: &str) -> QuotaDecision {
-        QuotaDecision {
-            name: QuotaName::intern(name),
-            ..PLACEHOLDER
-        }
-    }
 
     #[test]
     fn names_are_interned_once() {
@@ -419,14 +625,24 @@ mod tests {
 
     #[test]
     fn up_to_two_quotas_are_inline_and_more_spill() {
-        for n in 0..5 {
-            let v: Vec<_> = (0..n).map(|i| q(&format!("q{i}"))).collect();
-            let qs: QuotaDecisions = v.iter().copied().collect();
-            assert_eq!(qs, v);
-            assert_eq!(QuotaDecisions::from(v.clone()), v);
-            assert_eq!(matches!(qs.0, Repr::Inline { .. }), n <= INLINE_QUOTAS);
-            assert_eq!(qs.clone().into_vec(), v);
-            assert_eq!(format!("{qs:?}"), format!("{v:?}"));
+        for n in 0..5u64 {
+            let v: Vec<Part> = (0..n)
+                .map(|i| Part {
+                    remaining: i,
+                    ..PLACEHOLDER
+                })
+                .collect();
+            let parts: Parts = v.iter().copied().collect();
+            assert_eq!(parts.as_slice(), v.as_slice());
+            assert_eq!(
+                matches!(parts, Parts::Inline { .. }),
+                n <= INLINE_QUOTAS as u64
+            );
         }
+    }
+
+    #[test]
+    fn a_decision_is_small() {
+        assert!(std::mem::size_of::<Decision>() <= 112);
     }
 }

@@ -15,11 +15,11 @@
 //!     .store(MemoryStore::new())
 //!     .quota(Quota::fixed_window(Rate::per_second(2)))
 //!     .build()?;
-//! assert!(limiter.check("client-a").await?.allowed);
-//! assert!(limiter.check("client-a").await?.allowed);
+//! assert!(limiter.check("client-a").await?.allowed());
+//! assert!(limiter.check("client-a").await?.allowed());
 //! let third = limiter.check("client-a").await?;
-//! assert!(!third.allowed);
-//! assert!(third.retry_after.is_some());
+//! assert!(!third.allowed());
+//! assert!(third.retry_after().is_some());
 //! # Ok(())
 //! # }
 //! ```

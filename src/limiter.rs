@@ -3,13 +3,19 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::{Decision, Lease, QuotaDecision, QuotaDecisions, QuotaName};
+use crate::decision::{
+    Decision, Lease, LeaseParts, NEVER, Part, Parts, QuotaName, Template, Templates, as_micros,
+    intern_templates,
+};
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, QuotaSpec};
@@ -47,9 +53,9 @@ pub(crate) mod root {
     ///     .build()?;
     ///
     /// let d = limiter.check("user:42").await?;
-    /// assert!(d.allowed);
-    /// assert_eq!(d.quota.as_ref(), "minute");
-    /// assert_eq!(d.remaining, 9);
+    /// assert!(d.allowed());
+    /// assert_eq!(d.quota().as_ref(), "minute");
+    /// assert_eq!(d.remaining(), 9);
     /// # Ok(())
     /// # }
     /// ```
@@ -68,7 +74,7 @@ struct Inner {
     quotas: Vec<QuotaSpec>,
     names: Vec<QuotaName>,
     /// Per quota, what every decision says of it (name, limit, window).
-    templates: Vec<QuotaDecision>,
+    templates: &'static Templates,
     /// `:<quota id>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
@@ -102,11 +108,7 @@ impl RateLimiter {
     /// Checks one request (cost 1) for `key`.
     ///
     /// Keys may be any bytes; see [`check_n`](Self::check_n) for how they are stored.
-    pub fn check(
-        &self,
-        key: impl AsRef<[u8]>,
-    ) -> impl Future<Output = Result<Decision, StoreError>> {
-        // (the future of `check_n` itself: no further state, no copy of the decision)
+    pub fn check<K: AsRef<[u8]>>(&self, key: K) -> Check<'_, K> {
         self.check_n(key, 1)
     }
 
@@ -132,15 +134,32 @@ impl RateLimiter {
     /// that is longer than 128 bytes, is not UTF-8, contains `{`, `}` or
     /// control characters, or starts with `~` is stored as `~` and a SHA-256
     /// prefix of it instead, so no key can choose its slot or blow up memory.
-    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
-        let key = key.as_ref();
-        if let Some(reserve) = &self.inner.reserve
+    ///
+    /// The returned [`Check`] decides when first polled; on a
+    /// [`MemoryStore`] it is ready at once.
+    pub fn check_n<K: AsRef<[u8]>>(&self, key: K, cost: u64) -> Check<'_, K> {
+        Check {
+            limiter: self,
+            key: Some(key),
+            cost,
+            store: None,
+        }
+    }
+
+    /// Whether a check of `cost` goes through the local reservations.
+    fn reserves(&self, cost: u64) -> bool {
+        self.inner.reserve.is_some()
             && cost > 0
             && self.inner.quotas.iter().all(|q| cost <= q.capacity())
-        {
-            return reserve.check(self, key, cost).await;
+    }
+
+    /// [`check_n`](Self::check_n) when it needs the store or a reservation:
+    /// the rest of [`Check`], on the heap.
+    async fn check_later(&self, key: Vec<u8>, cost: u64) -> Result<Decision, StoreError> {
+        match &self.inner.reserve {
+            Some(reserve) if self.reserves(cost) => reserve.check(self, &key, cost).await,
+            _ => self.exact(&key, cost).await,
         }
-        self.exact(key, cost).await
     }
 
     /// [`check_n`](Self::check_n) without local reservations: one store call.
@@ -184,14 +203,13 @@ impl RateLimiter {
         if inner.quotas.iter().any(|q| cost > q.capacity()) {
             // Never fits: no store call, so a huge cost costs nothing (and every
             // cost a store sees is at most a capacity, exact in its arithmetic).
-            let quotas = inner.quotas.iter().map(|q| QuotaOutcome {
+            let parts = inner.quotas.iter().map(|q| Part {
                 allowed: cost <= q.capacity(),
                 remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: None,
-                delay: Duration::ZERO,
+                reset_us: 0,
+                retry_us: NEVER,
             });
-            return Some(self.decision_of(false, quotas, None));
+            return Some(self.decision(false, parts.collect(), 0, None));
         }
         let Bound::Memory(store, scopes) = &inner.store else {
             return None;
@@ -255,9 +273,14 @@ impl RateLimiter {
             let mut raw = placeholder;
             let allowed = store.decide(&call, std::slice::from_mut(&mut raw));
             let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
-            let o = QuotaOutcome::from(raw);
-            let q = self.quota_decision(0, o);
-            return self.decision(allowed, QuotaDecisions::one(q), o.delay, lease);
+            return Decision {
+                allowed,
+                binding: 0,
+                delay_us: raw.delay.max(0) as u64,
+                parts: Parts::one(Part::from(raw)),
+                templates: inner.templates,
+                lease,
+            };
         }
         let mut inline = [placeholder; 4];
         let mut heap = Vec::new();
@@ -270,7 +293,13 @@ impl RateLimiter {
         };
         let allowed = store.decide(&call, out);
         let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
-        self.decision_of(allowed, out.iter().map(|&r| QuotaOutcome::from(r)), lease)
+        let delay = out.iter().map(|r| r.delay.max(0) as u64).max().unwrap_or(0);
+        self.decision(
+            allowed,
+            out.iter().map(|&r| Part::from(r)).collect(),
+            delay,
+            lease,
+        )
     }
 
     /// The base and storage keys of a user key as [`storable_key`] gives it.
@@ -326,7 +355,7 @@ impl RateLimiter {
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
-                templates: i.templates.clone(),
+                templates: i.templates,
                 key_suffixes: i.key_suffixes.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
@@ -411,23 +440,12 @@ impl RateLimiter {
             .filter(|(q, _)| q.spec().holds_leases)
             .map(|(_, k)| k)
             .collect();
-        Some(Lease {
+        Some(Lease::new(LeaseParts {
             base,
             keys,
             member: nonce,
             cost,
-        })
-    }
-
-    /// Quota `i`'s part of a decision.
-    fn quota_decision(&self, i: usize, o: QuotaOutcome) -> QuotaDecision {
-        QuotaDecision {
-            allowed: o.allowed,
-            remaining: o.remaining,
-            reset_after: o.reset_after,
-            retry_after: o.retry_after,
-            ..self.inner.templates[i]
-        }
+        }))
     }
 
     /// The decision of every quota's outcome (in the limiter's order).
@@ -437,50 +455,102 @@ impl RateLimiter {
         outcomes: impl Iterator<Item = QuotaOutcome>,
         lease: Option<Lease>,
     ) -> Decision {
-        let mut delay = Duration::ZERO;
-        let quotas: QuotaDecisions = outcomes
-            .enumerate()
-            .map(|(i, o)| {
-                delay = delay.max(o.delay);
-                self.quota_decision(i, o)
+        let mut delay = 0;
+        let parts = outcomes
+            .map(|o| {
+                delay = delay.max(as_micros(o.delay));
+                Part {
+                    allowed: o.allowed,
+                    remaining: o.remaining,
+                    reset_us: as_micros(o.reset_after),
+                    retry_us: o.retry_after.map_or(NEVER, as_micros),
+                }
             })
             .collect();
-        self.decision(allowed, quotas, delay, lease)
+        self.decision(allowed, parts, delay, lease)
     }
 
     /// The decision of every quota's part, the longest delay among them.
     fn decision(
         &self,
         allowed: bool,
-        quotas: QuotaDecisions,
-        delay: Duration,
+        parts: Parts,
+        delay_us: u64,
         lease: Option<Lease>,
     ) -> Decision {
-        let binding = if quotas.len() == 1 {
+        let all = parts.as_slice();
+        let binding = if all.len() == 1 {
             0
         } else if allowed {
             // the fewest requests left
-            (0..quotas.len())
-                .min_by_key(|&i| quotas[i].remaining)
+            (0..all.len())
+                .min_by_key(|&i| all[i].remaining)
                 .unwrap_or(0)
         } else {
             // a denial that never fits, else the one that frees up last
-            (0..quotas.len())
-                .filter(|&i| !quotas[i].allowed)
-                .max_by_key(|&i| quotas[i].retry_after.unwrap_or(Duration::MAX))
+            (0..all.len())
+                .filter(|&i| !all[i].allowed)
+                .max_by_key(|&i| all[i].retry_us)
                 .unwrap_or(0)
         };
-        let b = quotas[binding];
         Decision {
             allowed,
-            limit: b.limit,
-            remaining: b.remaining,
-            reset_after: b.reset_after,
-            retry_after: if allowed { None } else { b.retry_after },
-            quota: b.name,
-            delay: (allowed && !delay.is_zero()).then_some(delay),
+            binding: binding as u32,
+            delay_us,
+            parts,
+            templates: self.inner.templates,
             lease,
-            quotas,
+        }
+    }
+}
+
+/// The future of [`RateLimiter::check`] and [`RateLimiter::check_n`].
+///
+/// It decides when first polled. A decision that needs no store round trip
+/// (a [`MemoryStore`], a cost that can never fit) is ready at once, without
+/// allocating; one that asks Redis (or takes a local reservation) continues
+/// on the heap.
+#[must_use = "futures do nothing unless polled"]
+pub struct Check<'a, K> {
+    limiter: &'a RateLimiter,
+    /// `None` once the decision has started.
+    key: Option<K>,
+    cost: u64,
+    store: Option<StoreFuture<'a>>,
+}
+
+type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send + 'a>>;
+
+// (nothing in a `Check` is ever pinned: the key is only read)
+impl<K> Unpin for Check<'_, K> {}
+
+impl<K> fmt::Debug for Check<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Check")
+            .field("cost", &self.cost)
+            .field("started", &self.key.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: AsRef<[u8]>> Future for Check<'_, K> {
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(key) = this.key.take() {
+            let (limiter, cost) = (this.limiter, this.cost);
+            let key = key.as_ref();
+            if !limiter.reserves(cost)
+                && let Some(decision) = limiter.decide_sync(key, cost)
+            {
+                return Poll::Ready(Ok(decision));
+            }
+            this.store = Some(Box::pin(limiter.check_later(key.to_vec(), cost)));
+        }
+        match &mut this.store {
+            Some(store) => store.as_mut().poll(cx),
+            None => panic!("`Check` polled after completion"),
         }
     }
 }
@@ -682,19 +752,17 @@ impl RateLimiterBuilder {
         let needs_nonce = specs.iter().any(|q| q.spec().needs_nonce);
         let holds_leases = specs.iter().any(|q| q.spec().holds_leases);
         let names: Vec<QuotaName> = specs.iter().map(|q| QuotaName::intern(&q.name)).collect();
-        let templates = specs
-            .iter()
-            .zip(&names)
-            .map(|(spec, &name)| QuotaDecision {
-                name,
-                allowed: false,
-                limit: spec.capacity(),
-                window: spec.rate.period(),
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: None,
-            })
-            .collect();
+        let templates = intern_templates(
+            specs
+                .iter()
+                .zip(&names)
+                .map(|(spec, &name)| Template {
+                    name,
+                    limit: spec.capacity(),
+                    window: spec.rate.period(),
+                })
+                .collect(),
+        );
         // the storage-key suffix of each quota
         let key_suffixes: Vec<String> = specs.iter().map(|q| format!(":{}", q.key_id)).collect();
         let reserve = validate_reservations(self.reservations, self.hold, &specs)?;

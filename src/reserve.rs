@@ -500,13 +500,13 @@ mod tests {
             .unwrap();
         // keys that only make exact calls leave nothing behind
         for i in 0..5_000 {
-            assert!(lim.check_n(format!("x{i}"), 10).await.unwrap().allowed);
+            assert!(lim.check_n(format!("x{i}"), 10).await.unwrap().allowed());
         }
         assert_eq!(keys_held(&lim), 0);
         // keys whose reservations ended are swept as new keys come
         for round in 0..4 {
             for i in 0..20_000 {
-                assert!(lim.check(format!("r{round}-{i}")).await.unwrap().allowed);
+                assert!(lim.check(format!("r{round}-{i}")).await.unwrap().allowed());
             }
             clock.advance(Duration::from_secs(2));
         }

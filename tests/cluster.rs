@@ -32,7 +32,7 @@ async fn user_keys_spread_over_all_masters_and_braces_cannot_pin_a_slot() {
     let mut owners = BTreeSet::new();
     for i in 0..60 {
         let key = format!("user-{i}");
-        assert!(lim.check(&key).await.unwrap().allowed);
+        assert!(lim.check(&key).await.unwrap().allowed());
         owners.insert(
             cluster
                 .slot_owner(cluster.master_ports()[0], &lim.storage_keys(&key)[0])
@@ -45,7 +45,7 @@ async fn user_keys_spread_over_all_masters_and_braces_cannot_pin_a_slot() {
     let mut pinned = BTreeSet::new();
     for i in 0..30 {
         let key = format!("{{victim}}{i}");
-        assert!(lim.check(&key).await.unwrap().allowed);
+        assert!(lim.check(&key).await.unwrap().allowed());
         let stored = &lim.storage_keys(&key)[0];
         assert!(!stored.contains("victim"), "{stored}");
         pinned.insert(cluster.slot_owner(cluster.master_ports()[0], stored).await);
@@ -62,7 +62,7 @@ async fn script_flush_on_every_node_recovers() {
         vec![Quota::sliding_window_log(Rate::per_minute(5))],
     );
     for i in 0..10 {
-        assert!(lim.check(format!("k{i}")).await.unwrap().allowed);
+        assert!(lim.check(format!("k{i}")).await.unwrap().allowed());
     }
     for node in cluster.nodes() {
         let mut c = node.conn().await;
@@ -74,7 +74,7 @@ async fn script_flush_on_every_node_recovers() {
     }
     for i in 0..10 {
         let d = lim.check(format!("k{i}")).await.unwrap();
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 3);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 3);
     }
 }

@@ -59,15 +59,15 @@ fn quota() -> impl proptest::strategy::Strategy<Value = Quota> {
 /// A decision without its lease id (which is random per limiter instance).
 fn comparable(d: &Decision) -> impl PartialEq + std::fmt::Debug {
     (
-        d.allowed,
-        d.limit,
-        d.remaining,
-        d.reset_after,
-        d.retry_after,
-        d.quota,
-        d.delay,
-        d.quotas.clone(),
-        d.lease.is_some(),
+        d.allowed(),
+        d.limit(),
+        d.remaining(),
+        d.reset_after(),
+        d.retry_after(),
+        d.quota(),
+        d.delay(),
+        d.quotas().collect::<Vec<_>>(),
+        d.lease().is_some(),
     )
 }
 
@@ -115,8 +115,8 @@ async fn run_case(
                     op,
                     ops
                 );
-                if let (Some(a), Some(b)) = (r.lease, m.lease) {
-                    leases.push((a, b));
+                if let (Some(a), Some(b)) = (r.lease(), m.lease()) {
+                    leases.push((a.clone(), b.clone()));
                 }
             }
             Op::Reset(key) => {

@@ -71,7 +71,7 @@ struct Sample {
 
 fn classify(r: &Result<tower_redis_ratelimit::Decision, StoreError>) -> Outcome {
     match r {
-        Ok(d) if d.allowed => Outcome::Allowed,
+        Ok(d) if d.allowed() => Outcome::Allowed,
         Ok(_) => Outcome::Denied,
         Err(StoreError::Timeout(_)) => Outcome::Timeout,
         Err(StoreError::Redis(_)) => Outcome::RedisError,
@@ -344,7 +344,7 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
     );
     for &k in &victim_keys {
         let d = limiter.check(format!("/user-{k}")).await.unwrap();
-        assert!(d.allowed);
+        assert!(d.allowed());
     }
     // The victim's slots are now served by the promoted replica, which had to load the script.
     let stored = limiter
@@ -380,7 +380,7 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
     let admitted: Vec<bool> = {
         let mut v = Vec::new();
         for _ in 0..7 {
-            v.push(probe.check(&key).await.unwrap().allowed);
+            v.push(probe.check(&key).await.unwrap().allowed());
         }
         v
     };

@@ -391,7 +391,7 @@ async fn burst(lim: &RateLimiter, n: usize, prefix: &str) -> (u64, Duration) {
             tokio::spawn(async move {
                 let t = Instant::now();
                 let d = lim.check(key).await.unwrap();
-                (d.allowed, t.elapsed())
+                (d.allowed(), t.elapsed())
             })
         })
         .collect();
@@ -436,7 +436,7 @@ async fn a_thousand_concurrent_checks_share_a_pool_of_one_and_stay_exact() {
         cold.get("script|load"),
         common::info_field(&clients, "connected_clients").unwrap_or("?"),
     );
-    assert_eq!(lim.peek("warm-0").await.unwrap().remaining, 0);
+    assert_eq!(lim.peek("warm-0").await.unwrap().remaining(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -540,7 +540,7 @@ async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
         .collect();
     // Everything works and the scripts are loaded before memory runs out.
     for (_, lim) in &by_strategy {
-        assert!(lim.check("existing").await.unwrap().allowed);
+        assert!(lim.check("existing").await.unwrap().allowed());
     }
     for (_, app) in &apps {
         warm_up(app, "/before").await;
@@ -564,7 +564,7 @@ async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
                 .and_then(|s| s.downcast_ref::<tower_redis_ratelimit::redis::RedisError>());
             assert_eq!(source.and_then(|r| r.code()), Some("OOM"), "{e:?}");
             row.push(match r {
-                Ok(d) => format!("{key}: allowed={}", d.allowed),
+                Ok(d) => format!("{key}: allowed={}", d.allowed()),
                 Err(e) => format!("{key}: Err({e})"),
             });
         }
@@ -614,5 +614,5 @@ async fn redis_out_of_memory_is_a_clear_store_error_and_the_policy_applies() {
     for (policy, app) in &apps {
         limiting_resumes(app, 5, &format!("/fresh-{policy}")).await;
     }
-    assert!(fixed.check("another").await.unwrap().allowed);
+    assert!(fixed.check("another").await.unwrap().allowed());
 }

@@ -52,9 +52,9 @@ async fn until_no_lease(server: &RedisServer, lim: &RateLimiter, key: &str) {
 async fn slot_is_free(server: &RedisServer, lim: &RateLimiter, key: &str) {
     until_no_lease(server, lim, key).await;
     let d = lim.check(key).await.unwrap();
-    assert!(d.allowed, "the slot is still taken: {d:?}");
+    assert!(d.allowed(), "the slot is still taken: {d:?}");
     assert_eq!(zcard(server, lim, key).await, 1);
-    lim.release(d.lease.as_ref().unwrap()).await.unwrap();
+    lim.release(d.lease().as_ref().unwrap()).await.unwrap();
     assert_eq!(zcard(server, lim, key).await, 0);
 }
 
@@ -63,7 +63,7 @@ async fn a_check_dropped_while_redis_is_paused_leaves_no_lease() {
     let server = RedisServer::start();
     let lim = limiter(&server, "undo-drop", GENEROUS);
     let warm = warm_up(&lim, "warm").await;
-    lim.release(warm.lease.as_ref().unwrap()).await.unwrap();
+    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
 
     server.pause();
     // the caller stops waiting: the check's future is dropped mid-call,
@@ -79,7 +79,7 @@ async fn a_check_that_timed_out_leaves_no_lease_when_redis_wakes() {
     let server = RedisServer::start();
     let lim = limiter(&server, "undo-timeout", Duration::from_millis(200));
     let warm = warm_up(&lim, "warm").await;
-    lim.release(warm.lease.as_ref().unwrap()).await.unwrap();
+    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
 
     server.pause();
     let started = Instant::now();
@@ -98,7 +98,7 @@ async fn a_check_that_timed_out_leaves_no_lease_when_redis_wakes() {
 async fn slot_is_free_after_warm_up(server: &RedisServer, lim: &RateLimiter, key: &str) {
     until_no_lease(server, lim, key).await;
     let d = warm_up(lim, key).await;
-    assert!(d.allowed, "the slot is still taken: {d:?}");
-    lim.release(d.lease.as_ref().unwrap()).await.unwrap();
+    assert!(d.allowed(), "the slot is still taken: {d:?}");
+    lim.release(d.lease().as_ref().unwrap()).await.unwrap();
     assert_eq!(zcard(server, lim, key).await, 0);
 }

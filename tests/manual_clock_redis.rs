@@ -30,20 +30,20 @@ async fn real_time_passing_while_the_manual_clock_stands_still_forgets_nothing()
             .build()
             .unwrap();
         let first = lim.check("k").await.unwrap();
-        assert!(first.allowed, "{strategy}");
+        assert!(first.allowed(), "{strategy}");
         // Real time goes well past every TTL the manual time asked for, which
         // has not moved: the request is as denied as it was.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let again = lim.check("k").await.unwrap();
         assert!(
-            !again.allowed,
+            !again.allowed(),
             "{strategy}: Redis forgot the state: {again:?}"
         );
         // Manual time moving on frees the quota as usual.
         clock.advance(Duration::from_millis(150));
-        if let Some(lease) = &first.lease {
+        if let Some(lease) = &first.lease() {
             lim.release(lease).await.unwrap();
         }
-        assert!(lim.check("k").await.unwrap().allowed, "{strategy}");
+        assert!(lim.check("k").await.unwrap().allowed(), "{strategy}");
     }
 }

@@ -20,7 +20,7 @@ fn limiter(store: &MemoryStore, prefix: &str) -> RateLimiter {
 async fn fill(store: &MemoryStore, prefix: &str) -> usize {
     let lim = limiter(store, prefix);
     for k in 0..KEYS {
-        assert!(lim.check(format!("k{k}")).await.unwrap().allowed);
+        assert!(lim.check(format!("k{k}")).await.unwrap().allowed());
     }
     assert_eq!(store.len(), KEYS);
     let peak = store.capacity();

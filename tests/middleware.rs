@@ -287,7 +287,7 @@ async fn the_deny_response_can_be_replaced_and_still_gets_the_headers() {
     let limiter = memory_limiter("teapot", Quota::fixed_window(Rate::per_minute(1)));
     let app = make_app(RateLimitLayer::new(limiter, peer).deny_response(
         |_: &Parts, d: &Decision| {
-            let mut res = Response::new(format!("slow down, {} left", d.remaining));
+            let mut res = Response::new(format!("slow down, {} left", d.remaining()));
             *res.status_mut() = StatusCode::IM_A_TEAPOT;
             res
         },
@@ -350,7 +350,7 @@ async fn a_leaky_bucket_delay_is_waited_in_full_and_a_request_beyond_the_queue_i
         .service_fn(move |req: Request<Body>| {
             let log = log.clone();
             async move {
-                let delay = req.extensions().get::<Decision>().unwrap().delay;
+                let delay = req.extensions().get::<Decision>().unwrap().delay();
                 log.lock()
                     .unwrap()
                     .push((tokio::time::Instant::now(), delay));
@@ -454,7 +454,7 @@ impl Drop for Stream {
 async fn until_free(limiter: &RateLimiter, key: &str, want: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let left = limiter.peek(key).await.unwrap().remaining;
+        let left = limiter.peek(key).await.unwrap().remaining();
         if left == want {
             return;
         }
@@ -503,7 +503,7 @@ async fn a_concurrency_lease_is_released_when_a_streaming_body_is_dropped_mid_wa
     // While the body streams, the slot is taken.
     let res = send(&app, get_req("/")).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(limiter.peek(key).await.unwrap().remaining, 0);
+    assert_eq!(limiter.peek(key).await.unwrap().remaining(), 0);
 
     // The client goes away mid-stream.
     drop(body);
@@ -553,7 +553,7 @@ async fn a_concurrency_lease_is_released_when_the_response_future_is_dropped() {
     let fut = svc.ready().await.unwrap().call(get_req("/"));
     let task = tokio::spawn(fut);
     entered.notified().await;
-    assert_eq!(limiter.peek("global").await.unwrap().remaining, 0);
+    assert_eq!(limiter.peek("global").await.unwrap().remaining(), 0);
     task.abort();
     let _ = task.await;
     until_free(&limiter, "global", 1).await;

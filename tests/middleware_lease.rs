@@ -153,7 +153,7 @@ async fn a_keep_alive_client_reading_each_body_to_its_end_is_never_denied_on_the
     let limiter = limiter(MemoryStore::new(), "lease-memory");
     let addr = serve(app(limiter.clone())).await;
     assert_never_denied(&cycles(addr).await);
-    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining, 1);
+    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +165,7 @@ async fn a_keep_alive_client_reading_each_body_to_its_end_is_never_denied_on_red
     );
     let addr = serve(app(limiter.clone())).await;
     assert_never_denied(&cycles(addr).await);
-    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining, 1);
+    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining(), 1);
 }
 
 /// The stall a response written in two parts (its head, then after the
@@ -199,7 +199,7 @@ async fn full_bodies_on_redis_without_nodelay_are_not_held_back_by_the_release()
         "{CYCLES} full-body responses took {took:?} (bound {bound:?}): \
          head and body written apart, each waiting for a delayed ACK"
     );
-    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining, 1);
+    assert_eq!(limiter.peek("ip:127.0.0.1").await.unwrap().remaining(), 1);
 }
 
 #[tokio::test]
@@ -314,7 +314,7 @@ fn scripted(
 }
 
 async fn in_flight(limiter: &RateLimiter) -> u64 {
-    1 - limiter.peek("global").await.unwrap().remaining
+    1 - limiter.peek("global").await.unwrap().remaining()
 }
 
 /// Waits (bounded) for a lease released in the background.

@@ -58,7 +58,7 @@ async fn show(
         "{outcome:?}"
     );
     match &outcome {
-        RateLimitOutcome::Allowed(d) => format!("allowed remaining={}", d.remaining),
+        RateLimitOutcome::Allowed(d) => format!("allowed remaining={}", d.remaining()),
         RateLimitOutcome::Fallback {
             decision, error, ..
         } => {
@@ -66,7 +66,7 @@ async fn show(
                 **error,
                 StoreError::Redis(_) | StoreError::Pool(_)
             ));
-            format!("fallback remaining={}", decision.remaining)
+            format!("fallback remaining={}", decision.remaining())
         }
         RateLimitOutcome::Bypassed => "bypassed".to_owned(),
         RateLimitOutcome::Skipped => "skipped".to_owned(),
@@ -182,11 +182,11 @@ async fn a_handler_extracting_the_decision_alone_still_fails_without_one_as_docu
     let app = Router::new()
         .route(
             "/health",
-            get(|Extension(d): Extension<Decision>| async move { d.remaining.to_string() }),
+            get(|Extension(d): Extension<Decision>| async move { d.remaining().to_string() }),
         )
         .route(
             "/",
-            get(|Extension(d): Extension<Decision>| async move { d.remaining.to_string() }),
+            get(|Extension(d): Extension<Decision>| async move { d.remaining().to_string() }),
         )
         .layer(layer(memory_limiter(
             &MemoryStore::new(),

@@ -220,8 +220,14 @@ async fn a_parsed_list_goes_straight_into_the_builder_and_every_rate_applies() {
         .unwrap();
     assert_eq!(names(&lim), ["gcra-10-per-60s", "gcra-1000-per-86400s"]);
     let d = lim.check("k").await.unwrap();
-    assert!(d.allowed);
-    assert_eq!((d.quotas[0].remaining, d.quotas[1].remaining), (9, 999));
+    assert!(d.allowed());
+    assert_eq!(
+        (
+            d.quotas().next().unwrap().remaining(),
+            d.quotas().nth(1).unwrap().remaining()
+        ),
+        (9, 999)
+    );
 
     let clock = ManualClock::new(Duration::from_secs(3_600));
     let lim = RateLimiter::builder()
@@ -231,17 +237,17 @@ async fn a_parsed_list_goes_straight_into_the_builder_and_every_rate_applies() {
         .build()
         .unwrap();
     for _ in 0..2 {
-        assert!(lim.check("k").await.unwrap().allowed);
+        assert!(lim.check("k").await.unwrap().allowed());
     }
     let d = lim.check("k").await.unwrap();
-    assert!(!d.allowed);
-    assert_eq!(d.quota.as_ref(), "gcra-2-per-60s");
+    assert!(!d.allowed());
+    assert_eq!(d.quota().as_ref(), "gcra-2-per-60s");
     clock.advance(Duration::from_secs(60));
-    assert!(lim.check("k").await.unwrap().allowed);
+    assert!(lim.check("k").await.unwrap().allowed());
     clock.advance(Duration::from_secs(60));
     let d = lim.check("k").await.unwrap();
-    assert!(!d.allowed, "{d:?}");
-    assert_eq!(d.quota.as_ref(), "gcra-3-per-86400s");
+    assert!(!d.allowed(), "{d:?}");
+    assert_eq!(d.quota().as_ref(), "gcra-3-per-86400s");
 
     // a bare rate is a GCRA quota, and mixes with quotas
     assert_eq!(

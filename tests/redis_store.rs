@@ -84,7 +84,7 @@ async fn script_flush_mid_run_recovers_with_one_reload() {
         vec![Quota::fixed_window(Rate::per_minute(10))],
     );
     for _ in 0..3 {
-        assert!(lim.check("k").await.unwrap().allowed);
+        assert!(lim.check("k").await.unwrap().allowed());
     }
     let mut conn = server.conn().await;
     let () = redis::cmd("SCRIPT")
@@ -94,14 +94,14 @@ async fn script_flush_mid_run_recovers_with_one_reload() {
         .unwrap();
     server.reset_stats().await;
     let d = lim.check("k").await.unwrap();
-    assert!(d.allowed);
-    assert_eq!(d.remaining, 6, "state survived the flush");
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 6, "state survived the flush");
     assert_eq!(server.command_calls("script|load").await, 1);
     for _ in 0..6 {
         lim.check("k").await.unwrap();
     }
     assert_eq!(server.command_calls("script|load").await, 1);
-    assert!(!lim.check("k").await.unwrap().allowed);
+    assert!(!lim.check("k").await.unwrap().allowed());
 }
 
 #[tokio::test]
@@ -123,9 +123,9 @@ async fn keys_with_braces_colons_binary_bytes_and_10kb_work_and_stay_bounded() {
         b"".to_vec(),
     ];
     for k in &keys {
-        assert!(lim.check(k).await.unwrap().allowed);
-        assert!(lim.check(k).await.unwrap().allowed);
-        assert!(!lim.check(k).await.unwrap().allowed, "{k:?}");
+        assert!(lim.check(k).await.unwrap().allowed());
+        assert!(lim.check(k).await.unwrap().allowed());
+        assert!(!lim.check(k).await.unwrap().allowed(), "{k:?}");
     }
     // each key kept its own state, and none could choose its hash slot
     let stored = server.keys_with_ttl().await;
@@ -140,7 +140,7 @@ async fn keys_with_braces_colons_binary_bytes_and_10kb_work_and_stay_bounded() {
     // different long keys do not collide
     let mut other = long.clone();
     other[5000] = b'y';
-    assert!(lim.check(&other).await.unwrap().allowed);
+    assert!(lim.check(&other).await.unwrap().allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +153,7 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
         .quota(Quota::gcra(Rate::per_second(1000)))
         .build()
         .unwrap();
-    assert!(common::warm_up(&lim, "k").await.allowed);
+    assert!(common::warm_up(&lim, "k").await.allowed());
     server.pause();
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -182,7 +182,7 @@ async fn a_paused_redis_times_out_within_the_store_timeout_then_recovers() {
     loop {
         match lim.check("k").await {
             Ok(d) => {
-                assert!(d.allowed);
+                assert!(d.allowed());
                 break;
             }
             Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
@@ -199,7 +199,7 @@ async fn a_restarted_redis_is_reconnected_without_restarting_the_app() {
         .quota(Quota::fixed_window(Rate::per_minute(100)))
         .build()
         .unwrap();
-    assert!(common::warm_up(&lim, "k").await.allowed);
+    assert!(common::warm_up(&lim, "k").await.allowed());
     server.kill();
     let started = std::time::Instant::now();
     assert!(lim.check("k").await.is_err());
@@ -207,7 +207,7 @@ async fn a_restarted_redis_is_reconnected_without_restarting_the_app() {
     server.restart();
     // the broken connection is replaced and the script loaded again (NOSCRIPT)
     assert!(
-        common::warm_up(&lim, "k").await.allowed,
+        common::warm_up(&lim, "k").await.allowed(),
         "recovery after restart"
     );
 }
@@ -231,7 +231,7 @@ async fn many_calls_meeting_noscript_together_load_the_script_once() {
     let tasks: Vec<_> = (0..500)
         .map(|i| {
             let lim = lim.clone();
-            tokio::spawn(async move { lim.check(format!("k{i}")).await.unwrap().allowed })
+            tokio::spawn(async move { lim.check(format!("k{i}")).await.unwrap().allowed() })
         })
         .collect();
     for t in tasks {
@@ -262,11 +262,11 @@ async fn an_enormous_cost_is_denied_without_retry_and_consumes_nothing() {
         for (store, lim) in stores {
             for cost in [6, 1 << 40, (1 << 40) + 1, u64::MAX / 2, u64::MAX] {
                 let d = lim.check_n("k", cost).await.unwrap();
-                assert!(!d.allowed, "{store} {strategy} cost {cost}: {d:?}");
-                assert_eq!(d.retry_after, None, "{store} {strategy} cost {cost}");
+                assert!(!d.allowed(), "{store} {strategy} cost {cost}: {d:?}");
+                assert_eq!(d.retry_after(), None, "{store} {strategy} cost {cost}");
             }
             assert_eq!(
-                lim.peek("k").await.unwrap().remaining,
+                lim.peek("k").await.unwrap().remaining(),
                 5,
                 "{store} {strategy}"
             );
@@ -317,17 +317,21 @@ async fn a_cost_above_capacity_is_denied_without_a_store_call() {
             for cost in [capacity + 1, 1_000_000, u64::MAX] {
                 let d = lim.check_n("k", cost).await.unwrap();
                 let what = format!("{store} {name} cost {cost}: {d:?}");
-                assert!(!d.allowed, "{what}");
-                assert_eq!(d.retry_after, None, "{what}");
-                assert_eq!(d.quota.as_ref(), binding.as_str(), "{what}");
-                assert_eq!(d.limit, *capacity, "{what}");
+                assert!(!d.allowed(), "{what}");
+                assert_eq!(d.retry_after(), None, "{what}");
+                assert_eq!(d.quota().as_ref(), binding.as_str(), "{what}");
+                assert_eq!(d.limit(), *capacity, "{what}");
                 // the state was not read
-                assert_eq!((d.remaining, d.reset_after), (0, Duration::ZERO), "{what}");
-                assert!(d.lease.is_none() && d.delay.is_none(), "{what}");
-                assert_eq!(d.quotas.len(), quotas.len(), "{what}");
-                for (q, spec) in d.quotas.iter().zip(quotas) {
-                    assert_eq!(q.allowed, cost <= spec.limit(), "{what}");
-                    assert_eq!(q.retry_after, None, "{what}");
+                assert_eq!(
+                    (d.remaining(), d.reset_after()),
+                    (0, Duration::ZERO),
+                    "{what}"
+                );
+                assert!(d.lease().is_none() && d.delay().is_none(), "{what}");
+                assert_eq!(d.quotas().len(), quotas.len(), "{what}");
+                for (q, spec) in d.quotas().zip(quotas) {
+                    assert_eq!(q.allowed(), cost <= spec.limit(), "{what}");
+                    assert_eq!(q.retry_after(), None, "{what}");
                 }
             }
         }
@@ -344,7 +348,7 @@ async fn a_cost_above_capacity_is_denied_without_a_store_call() {
         "fits",
         vec![Quota::sliding_window_log(Rate::per_minute(5))],
     );
-    assert!(lim.check_n("k", 5).await.unwrap().allowed);
+    assert!(lim.check_n("k", 5).await.unwrap().allowed());
     // (the first EVALSHA meets NOSCRIPT, loads and runs again)
     assert!(server.command_calls("evalsha").await > 0);
 }
@@ -396,7 +400,7 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
     );
     let mut conn = server.conn().await;
     let key = lim.storage_keys("k").remove(0);
-    assert!(lim.check("k").await.unwrap().allowed);
+    assert!(lim.check("k").await.unwrap().allowed());
     let window = async |conn: &mut redis::aio::MultiplexedConnection| {
         let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
         (s * 1_000_000 + us) / P
@@ -450,8 +454,8 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
             .await
             .unwrap();
         let d = lim.peek("k").await.unwrap();
-        assert!(remaining.contains(&d.remaining), "{dw} {c} {p}: {d:?}");
-        assert!(reset.contains(&d.reset_after), "{dw} {c} {p}: {d:?}");
+        assert!(remaining.contains(&d.remaining()), "{dw} {c} {p}: {d:?}");
+        assert!(reset.contains(&d.reset_after()), "{dw} {c} {p}: {d:?}");
     }
     // the text form `w c p` (a manual clock's) is read on Redis's clock too
     let w = window(&mut conn).await;
@@ -461,7 +465,7 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(lim.peek("k").await.unwrap().remaining, 3);
+    assert_eq!(lim.peek("k").await.unwrap().remaining(), 3);
 }
 
 /// On Redis's clock a lone fixed window takes the script's fast path in each
@@ -482,11 +486,11 @@ async fn a_fixed_window_on_redis_clock_answers_in_every_fast_path_form() {
         );
         let key = lim.storage_keys("k").remove(0);
         let d = lim.check("k").await.unwrap();
-        assert!(d.allowed && d.retry_after.is_none());
-        assert_eq!((d.remaining, d.reset_after), (limit - 1, hour));
+        assert!(d.allowed() && d.retry_after().is_none());
+        assert_eq!((d.remaining(), d.reset_after()), (limit - 1, hour));
         let d = lim.check_n("k", 3).await.unwrap();
-        assert!(d.allowed && near(d.reset_after), "{prefix}: {d:?}");
-        assert_eq!(d.remaining, limit - 4);
+        assert!(d.allowed() && near(d.reset_after()), "{prefix}: {d:?}");
+        assert_eq!(d.remaining(), limit - 4);
         // a denial (cost 2, one left) writes nothing and waits for the window's end
         let set = |v: u64| {
             let mut cmd = redis::cmd("SET");
@@ -495,14 +499,14 @@ async fn a_fixed_window_on_redis_clock_answers_in_every_fast_path_form() {
         };
         let () = set(limit - 1).query_async(&mut conn).await.unwrap();
         let d = lim.check_n("k", 2).await.unwrap();
-        assert!(!d.allowed && near(d.reset_after), "{prefix}: {d:?}");
-        assert_eq!((d.remaining, d.retry_after), (1, Some(d.reset_after)));
+        assert!(!d.allowed() && near(d.reset_after()), "{prefix}: {d:?}");
+        assert_eq!((d.remaining(), d.retry_after()), (1, Some(d.reset_after())));
         let d = lim.check("k").await.unwrap();
-        assert!(d.allowed && near(d.reset_after), "{prefix}: {d:?}");
-        assert_eq!(d.remaining, 0);
+        assert!(d.allowed() && near(d.reset_after()), "{prefix}: {d:?}");
+        assert_eq!(d.remaining(), 0);
         let d = lim.check("k").await.unwrap();
-        assert!(!d.allowed && near(d.reset_after), "{prefix}: {d:?}");
-        assert_eq!((d.remaining, d.retry_after), (0, Some(d.reset_after)));
+        assert!(!d.allowed() && near(d.reset_after()), "{prefix}: {d:?}");
+        assert_eq!((d.remaining(), d.retry_after()), (0, Some(d.reset_after())));
         let count: u64 = redis::cmd("GET")
             .arg(&key)
             .query_async(&mut conn)
@@ -527,7 +531,7 @@ async fn a_redis_out_of_memory_still_denies_over_the_limit() {
         vec![Quota::fixed_window(Rate::new(3, hour))],
     );
     for _ in 0..3 {
-        assert!(lim.check("full").await.unwrap().allowed);
+        assert!(lim.check("full").await.unwrap().allowed());
     }
     let () = redis::cmd("CONFIG")
         .arg("SET")
@@ -545,9 +549,9 @@ async fn a_redis_out_of_memory_still_denies_over_the_limit() {
         .unwrap();
     for cost in [1, 2] {
         let d = lim.check_n("full", cost).await.unwrap();
-        assert!(!d.allowed, "cost {cost}: {d:?}");
-        assert_eq!(d.remaining, 0);
-        assert!(d.retry_after.is_some_and(|r| r <= hour), "{d:?}");
+        assert!(!d.allowed(), "cost {cost}: {d:?}");
+        assert_eq!(d.remaining(), 0);
+        assert!(d.retry_after().is_some_and(|r| r <= hour), "{d:?}");
     }
     let e = lim.check("fresh").await.unwrap_err();
     assert!(e.to_string().contains("OOM"), "{e}");
@@ -564,5 +568,5 @@ async fn a_redis_out_of_memory_still_denies_over_the_limit() {
         .await
         .unwrap();
     assert_eq!(count, 3);
-    assert!(lim.check("fresh").await.unwrap().allowed);
+    assert!(lim.check("fresh").await.unwrap().allowed());
 }

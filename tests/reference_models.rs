@@ -45,7 +45,7 @@ fn run(
         let d = rt.block_on(lim.check_n("k", cost)).unwrap();
         let want = model(now, cost);
         prop_assert_eq!(
-            d.allowed,
+            d.allowed(),
             want,
             "request {} (t={}, cost={}): {:?}",
             i,
@@ -139,7 +139,7 @@ proptest! {
         for &(step, cost) in &reqs {
             clock.advance(Duration::from_micros(step));
             now += step;
-            if rt.block_on(lim.check_n("k", cost)).unwrap().allowed {
+            if rt.block_on(lim.check_n("k", cost)).unwrap().allowed() {
                 admitted.extend(std::iter::repeat_n(now, cost as usize));
             }
         }

@@ -38,20 +38,20 @@ async fn admin(server: &RedisServer, args: &[&str]) {
 async fn the_first_check_after_redis_closed_an_idle_connection_succeeds() {
     let server = RedisServer::start();
     let lim = limiter(&server, "stale-idle");
-    assert_eq!(lim.check("k").await.unwrap().remaining, 99);
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 99);
     // Redis closes clients idle for more than a second
     admin(&server, &["CONFIG", "SET", "timeout", "1"]).await;
     tokio::time::sleep(IDLE).await;
     let d = lim.check("k").await.expect("the first check after idling");
-    assert_eq!(d.remaining, 98, "the decision was made once");
-    assert_eq!(lim.check("k").await.unwrap().remaining, 97);
+    assert_eq!(d.remaining(), 98, "the decision was made once");
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 97);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_check_after_client_kill_succeeds() {
     let server = RedisServer::start();
     let lim = limiter(&server, "stale-kill");
-    assert_eq!(lim.check("k").await.unwrap().remaining, 99);
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 99);
     admin(
         &server,
         &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
@@ -63,14 +63,14 @@ async fn the_first_check_after_client_kill_succeeds() {
         .check("k")
         .await
         .expect("the first check after CLIENT KILL");
-    assert_eq!(d.remaining, 98, "the decision was made once");
+    assert_eq!(d.remaining(), 98, "the decision was made once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_check_after_a_restart_while_idle_succeeds() {
     let mut server = RedisServer::start();
     let lim = limiter(&server, "stale-restart");
-    assert_eq!(lim.check("k").await.unwrap().remaining, 99);
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 99);
     server.restart();
     tokio::time::sleep(IDLE).await;
     // the restarted Redis is empty and has no script: a fresh count
@@ -78,7 +78,7 @@ async fn the_first_check_after_a_restart_while_idle_succeeds() {
         .check("k")
         .await
         .expect("the first check after a restart");
-    assert_eq!(d.remaining, 99);
+    assert_eq!(d.remaining(), 99);
 }
 
 #[cfg(feature = "cluster")]
@@ -97,11 +97,11 @@ async fn cluster_the_first_check_after_redis_closed_idle_connections_succeeds() 
         .quota(Quota::fixed_window(Rate::per_minute(100)))
         .build()
         .unwrap();
-    assert_eq!(lim.check("k").await.unwrap().remaining, 99);
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 99);
     for node in cluster.nodes() {
         admin(node, &["CONFIG", "SET", "timeout", "1"]).await;
     }
     tokio::time::sleep(IDLE).await;
     let d = lim.check("k").await.expect("the first check after idling");
-    assert_eq!(d.remaining, 98, "the decision was made once");
+    assert_eq!(d.remaining(), 98, "the decision was made once");
 }

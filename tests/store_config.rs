@@ -111,8 +111,8 @@ async fn a_redis_store_from_a_url_needs_no_second_crate() {
     let server = RedisServer::start();
     let lim = build(RedisStore::from_url(&server.url()).unwrap()).unwrap();
     let d = lim.check("k").await.unwrap();
-    assert!(d.allowed);
-    assert_eq!(d.remaining, 9);
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 9);
     // decided by that Redis (the first EVALSHA meets NOSCRIPT, the script is loaded, the second runs)
     assert_eq!(server.command_calls("evalsha").await, 2);
     // the re-exported deadpool-redis builds pools the store accepts

@@ -97,7 +97,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
         && let Some(decision) = cache.lookup(&config.limiter, &key, cost)
     {
         Counters::bump(&config.counters.deny_cache_hits);
-        event!(trace, quota = %decision.quota, "rate limited (deny cache)");
+        event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
         let headers = RateHeaders::new(config.style, &decision, &config.policy);
         return Check::Answer(response::denied(config, parts, &decision, headers));
     }
@@ -172,14 +172,14 @@ fn remember(
     started: Option<u64>,
     decision: &Decision,
 ) {
-    if decision.allowed {
+    if decision.allowed() {
         return;
     }
     Counters::bump(&config.counters.denied);
     event!(
         debug,
-        quota = %decision.quota,
-        retry_after = ?decision.retry_after,
+        quota = %decision.quota(),
+        retry_after = ?decision.retry_after(),
         "rate limited"
     );
     if let (Some(cache), Some(now)) = (&config.deny_cache, started) {

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use crate::clock::duration_us;
 use crate::decision::Decision;
@@ -98,16 +97,11 @@ impl DenyCache {
         if cost < entry.cost {
             return None;
         }
-        let elapsed = Duration::from_micros(now.saturating_sub(entry.at));
-        let left = Duration::from_micros(entry.until - now);
+        let elapsed = now.saturating_sub(entry.at);
+        let left = entry.until - now;
         let mut d = entry.decision.clone();
         drop(shard);
-        d.retry_after = Some(left);
-        d.reset_after = d.reset_after.saturating_sub(elapsed);
-        for q in &mut d.quotas {
-            q.reset_after = q.reset_after.saturating_sub(elapsed);
-            q.retry_after = q.retry_after.map(|r| r.saturating_sub(elapsed));
-        }
+        d.age(elapsed, left);
         Some(d)
     }
 
@@ -123,14 +117,14 @@ impl DenyCache {
         now: u64,
         decision: &Decision,
     ) {
-        let Some(retry) = decision.retry_after else {
+        let Some(retry) = decision.retry_after() else {
             return;
         };
-        if decision.allowed || retry.is_zero() || cost == 0 {
+        if decision.allowed() || retry.is_zero() || cost == 0 {
             return;
         }
-        let uncacheable = decision.quotas.iter().enumerate().any(|(i, q)| {
-            !q.allowed
+        let uncacheable = decision.quotas().enumerate().any(|(i, q)| {
+            !q.allowed()
                 && limiter
                     .strategy_at(i)
                     .is_some_and(|s| !s.spec().denials_cacheable)
@@ -174,6 +168,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::{MemoryStore, Quota, Rate};
+    use std::time::Duration;
 
     fn limiter(quota: Quota) -> RateLimiter {
         RateLimiter::builder()
@@ -190,15 +185,15 @@ mod tests {
         let cache = DenyCache::new(100);
         l.check("k").await.unwrap();
         let denied = l.check("k").await.unwrap();
-        assert!(!denied.allowed);
+        assert!(!denied.allowed());
         let now = cache.now(&l);
         cache.insert(&l, b"k", 1, now, &denied);
 
         let hit = cache.get(b"k", 1, now + 400_000).unwrap();
-        assert!(!hit.allowed);
+        assert!(!hit.allowed());
         assert_eq!(
-            hit.retry_after,
-            Some(denied.retry_after.unwrap() - Duration::from_millis(400))
+            hit.retry_after(),
+            Some(denied.retry_after().unwrap() - Duration::from_millis(400))
         );
         assert!(
             cache.get(b"k", 5, now + 400_000).is_some(),
@@ -209,7 +204,7 @@ mod tests {
             "peeks are not denied"
         );
         assert!(cache.get(b"other", 1, now).is_none());
-        let until = now + duration_us(denied.retry_after.unwrap());
+        let until = now + duration_us(denied.retry_after().unwrap());
         assert!(
             cache.get(b"k", 1, until).is_none(),
             "expired at retry_after"
@@ -223,7 +218,7 @@ mod tests {
         let cache = DenyCache::new(100);
         l.check_n("k", 3).await.unwrap();
         let denied = l.check_n("k", 3).await.unwrap();
-        assert!(!denied.allowed);
+        assert!(!denied.allowed());
         cache.insert(&l, b"k", 3, 0, &denied);
         assert!(cache.get(b"k", 2, 1).is_none());
         assert!(cache.get(b"k", 3, 1).is_some());
@@ -235,13 +230,13 @@ mod tests {
         let cache = DenyCache::new(100);
         let _held = l.check("k").await.unwrap();
         let denied = l.check("k").await.unwrap();
-        assert!(!denied.allowed && denied.retry_after.is_some());
+        assert!(!denied.allowed() && denied.retry_after().is_some());
         cache.insert(&l, b"k", 1, 0, &denied);
         assert!(cache.get(b"k", 1, 1).is_none());
 
         let l = limiter(Quota::fixed_window(Rate::per_second(2)));
         let never = l.check_n("k", 3).await.unwrap();
-        assert!(!never.allowed && never.retry_after.is_none());
+        assert!(!never.allowed() && never.retry_after().is_none());
         cache.insert(&l, b"k", 3, 0, &never);
         assert!(cache.get(b"k", 3, 1).is_none());
     }

@@ -314,14 +314,14 @@ fn after<F, ReqBody>(
         }
     };
     let headers = RateHeaders::new(config.style, &decision, &config.policy);
-    if !decision.allowed {
+    if !decision.allowed() {
         let (parts, _body) = request.into_parts();
         return Next::Answer(response::denied(config, &parts, &decision, headers));
     }
     // The whole delay, never less: the request's slot is taken.
-    let delay = decision.delay.filter(|d| !d.is_zero());
+    let delay = decision.delay().filter(|d| !d.is_zero());
     // The handler sees the lease too (releasing twice is harmless).
-    let lease = decision.lease.clone().map(|l| {
+    let lease = decision.lease().cloned().map(|l| {
         let limiter = limiter.unwrap_or_else(|| config.limiter.clone());
         LeaseGuard::new(limiter, l)
     });

@@ -153,10 +153,7 @@ impl RateHeaders {
         let mut h = Self::default();
         if style.ietf() {
             h.policy = policy.value.clone();
-            let binding = decision
-                .quotas
-                .iter()
-                .position(|q| q.name == decision.quota);
+            let binding = Some(decision.binding_index());
             let timed = binding
                 .and_then(|i| policy.timed.get(i).copied())
                 .unwrap_or(true);
@@ -167,10 +164,10 @@ impl RateHeaders {
             let reset = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
-                .saturating_add(decision.reset_after);
-            h.legacy = Some((decision.limit, decision.remaining, ceil_secs(reset)));
+                .saturating_add(decision.reset_after());
+            h.legacy = Some((decision.limit(), decision.remaining(), ceil_secs(reset)));
         }
-        if !decision.allowed {
+        if !decision.allowed() {
             h.retry_after = Some(HeaderValue::from(retry_after_secs(decision)));
         }
         h
@@ -251,13 +248,9 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 /// The `Retry-After` of a denial: `retry_after` rounded up, never 0. When the
 /// request can never fit (no `retry_after`), the binding quota's window.
 pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
-    let wait = decision.retry_after.unwrap_or_else(|| {
-        decision
-            .quotas
-            .iter()
-            .find(|q| q.name == decision.quota)
-            .map_or(decision.reset_after, |q| q.window)
-    });
+    let wait = decision
+        .retry_after()
+        .unwrap_or_else(|| decision.binding_window());
     ceil_secs(wait).max(1)
 }
 
@@ -266,20 +259,20 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
 /// `"minute";r=`, prebuilt.
 fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Option<HeaderValue> {
     // the item, two numbers of at most 20 digits and `;t=`
-    let mut v = Vec::with_capacity(item.map_or(decision.quota.len() + 8, <[u8]>::len) + 43);
+    let mut v = Vec::with_capacity(item.map_or(decision.quota().len() + 8, <[u8]>::len) + 43);
     match item {
         Some(item) => v.extend_from_slice(item),
         None => {
             let mut s = String::new();
-            push_sf_string(&mut s, &decision.quota);
+            push_sf_string(&mut s, &decision.quota());
             v.extend_from_slice(s.as_bytes());
             v.extend_from_slice(b";r=");
         }
     }
-    v.extend_from_slice(itoa::Buffer::new().format(decision.remaining).as_bytes());
+    v.extend_from_slice(itoa::Buffer::new().format(decision.remaining()).as_bytes());
     if timed {
-        let t = if decision.allowed {
-            ceil_secs(decision.reset_after)
+        let t = if decision.allowed() {
+            ceil_secs(decision.reset_after())
         } else {
             retry_after_secs(decision)
         };
@@ -310,34 +303,31 @@ fn push_sf_string(out: &mut String, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::{QuotaDecision, QuotaName};
-
-    fn quota(name: &str, limit: u64, window: u64, remaining: u64) -> QuotaDecision {
-        QuotaDecision {
-            name: QuotaName::intern(name),
-            allowed: true,
-            limit,
-            window: Duration::from_secs(window),
-            remaining,
-            reset_after: Duration::from_millis(1_200),
-            retry_after: None,
-        }
-    }
+    use crate::decision::{NEVER, Part, Parts, QuotaName, Template, intern_templates};
 
     fn decision(allowed: bool, retry_after: Option<Duration>) -> Decision {
+        let part = |remaining, retry: Option<Duration>| Part {
+            allowed,
+            remaining,
+            reset_us: 1_200_000,
+            retry_us: retry.map_or(NEVER, |r| r.as_micros() as u64),
+        };
+        let template = |name: &str, limit, window| Template {
+            name: QuotaName::intern(name),
+            limit,
+            window: Duration::from_secs(window),
+        };
         Decision {
             allowed,
-            limit: 60,
-            remaining: 59,
-            reset_after: Duration::from_millis(1_200),
-            retry_after,
-            quota: QuotaName::intern("minute"),
-            delay: None,
-            quotas: vec![
-                quota("minute", 60, 60, 59),
-                quota("day", 10_000, 86_400, 9_999),
-            ]
-            .into(),
+            binding: 0,
+            delay_us: 0,
+            parts: [part(59, retry_after), part(9_999, None)]
+                .into_iter()
+                .collect::<Parts>(),
+            templates: intern_templates(vec![
+                template("minute", 60, 60),
+                template("day", 10_000, 86_400),
+            ]),
             lease: None,
         }
     }

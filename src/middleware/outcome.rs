@@ -43,7 +43,7 @@ use crate::error::StoreError;
 ///         RateLimitOutcome::Bypassed => "not rate limited here".to_owned(),
 ///         RateLimitOutcome::StoreUnavailable { .. } => "limits are off for now".to_owned(),
 ///         other => match other.decision() {
-///             Some(decision) => format!("{} requests left", decision.remaining),
+///             Some(decision) => format!("{} requests left", decision.remaining()),
 ///             None => "not counted".to_owned(),
 ///         },
 ///     }

@@ -42,15 +42,16 @@ fn grpc_form(config: &Config, parts: &Parts) -> bool {
 /// The middleware adds `Retry-After` and the rate-limit headers to whatever
 /// a [`deny_response`](crate::RateLimitLayer::deny_response) closure returns.
 pub fn text_plain(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
-    let body = match decision.retry_after {
+    let body = match decision.retry_after() {
         Some(_) => format!(
             "Too Many Requests: rate limit \"{}\" exceeded, retry in {} s\n",
-            decision.quota,
+            decision.quota(),
             retry_after_secs(decision)
         ),
         None => format!(
             "Too Many Requests: the request exceeds the \"{}\" limit of {}\n",
-            decision.quota, decision.limit
+            decision.quota(),
+            decision.limit()
         ),
     };
     with_type(
@@ -71,11 +72,11 @@ pub fn text_plain(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
 /// `retry_after` (whole seconds) is `null` when the request can never fit.
 pub fn problem_json(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
     // Quota names are ASCII letters, digits, '-', '_' and '.': nothing to escape.
-    let retry = match decision.retry_after {
+    let retry = match decision.retry_after() {
         Some(_) => retry_after_secs(decision).to_string(),
         None => "null".to_owned(),
     };
-    let detail = if decision.retry_after.is_some() {
+    let detail = if decision.retry_after().is_some() {
         "exceeded"
     } else {
         "can never be met by this request"
@@ -83,7 +84,7 @@ pub fn problem_json(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
     let body = format!(
         "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
          \"detail\":\"rate limit \\\"{q}\\\" {detail}\",\"quota\":\"{q}\",\"retry_after\":{retry}}}",
-        q = json_escape(&decision.quota),
+        q = json_escape(&decision.quota()),
     );
     with_type(
         StatusCode::TOO_MANY_REQUESTS,
@@ -121,15 +122,16 @@ pub(crate) fn denied(
     headers: RateHeaders,
 ) -> Response<Bytes> {
     let mut res = if grpc_form(config, parts) {
-        let message = match decision.retry_after {
+        let message = match decision.retry_after() {
             Some(_) => format!(
                 "rate limit \"{}\" exceeded, retry in {} s",
-                decision.quota,
+                decision.quota(),
                 retry_after_secs(decision)
             ),
             None => format!(
                 "request exceeds the \"{}\" rate limit of {}",
-                decision.quota, decision.limit
+                decision.quota(),
+                decision.limit()
             ),
         };
         grpc(GRPC_RESOURCE_EXHAUSTED, &message)

@@ -24,8 +24,16 @@ use crate::decision::Lease;
 use crate::quota::QuotaSpec;
 use crate::strategy::state::{self, Entry, Raw};
 
-/// How many operations on a shard between sweeps of its expired keys.
+/// How many operations on a shard at least between the sweeps of its expired
+/// keys made as it is used...
 const SWEEP_EVERY: u32 = 1024;
+/// ...and how much time (microseconds) at least, unless the shard holds four
+/// times the keys its last sweep left (and at least [`GROWN`]): a key
+/// revisited within a second is found in place and reused, not dropped and
+/// inserted again, while a flood of new keys is swept as often as before.
+const SWEEP_INTERVAL_US: i64 = 1_000_000;
+/// See [`SWEEP_INTERVAL_US`].
+const GROWN: usize = 4 * SWEEP_EVERY as usize;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
@@ -77,6 +85,10 @@ struct Padded(Mutex<Shard>);
 struct Shard {
     table: HashTable<Slot>,
     ops: u32,
+    /// The time of the last sweep (in the clock of the decision that made it).
+    swept_at: i64,
+    /// The keys the last sweep left.
+    left: usize,
 }
 
 /// One storage key and its state.
@@ -149,21 +161,35 @@ pub(crate) struct LocalCall<'a> {
 impl Shard {
     /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
     /// (a burst of distinct keys must not hold its peak memory for ever).
-    ///
-    /// `eager`: judges by the keys left. Otherwise (the sweeps made as the
-    /// store is used) by the keys held before the sweep, the keys of the
-    /// last [`SWEEP_EVERY`] operations: keys that come and go within that
-    /// time would otherwise have the map shrunk and grown again every time.
-    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, eager: bool) {
-        let before = self.table.len();
+    /// Sweeps are at least a second apart, or a fourfold growth (see
+    /// [`sweep_if_due`](Self::sweep_if_due)), so a map is not shrunk and grown
+    /// again at every operation.
+    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
         self.table
             .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
-        let len = if eager { self.table.len() } else { before };
+        let len = self.table.len();
         let capacity = self.table.capacity();
         if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
             self.table
                 .shrink_to((len * 2).max(MIN_SHARD_CAPACITY), |s| rehash(hasher, s));
         }
+    }
+
+    /// Sweeps as the shard is used: every [`SWEEP_EVERY`] operations once
+    /// [`SWEEP_INTERVAL_US`] has passed (in either direction: a manual clock
+    /// may be behind the store's), or the map has grown fourfold.
+    fn sweep_if_due(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
+        if self.ops < SWEEP_EVERY {
+            return;
+        }
+        let grown = self.table.len() >= (4 * self.left).max(GROWN);
+        if !grown && now.abs_diff(self.swept_at) < SWEEP_INTERVAL_US as u64 {
+            return;
+        }
+        self.ops = 0;
+        self.swept_at = now;
+        self.sweep(now, hasher);
+        self.left = self.table.len();
     }
 
     /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
@@ -276,7 +302,7 @@ impl MemoryStore {
             manual
         };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now, &self.inner.hasher, true);
+            lock(s).sweep(now, &self.inner.hasher);
         }
     }
 
@@ -365,11 +391,8 @@ impl MemoryStore {
         let cost = call.cost as i64;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
-        shard.ops += 1;
-        if shard.ops >= SWEEP_EVERY {
-            shard.ops = 0;
-            shard.sweep(now, hasher, false);
-        }
+        shard.ops = shard.ops.saturating_add(1);
+        shard.sweep_if_due(now, hasher);
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
@@ -411,7 +434,7 @@ impl MemoryStore {
     }
 
     pub(crate) fn release(&self, lease: &Lease) {
-        let Some((rest, scopes)) = self.parse(&lease.base, &lease.keys) else {
+        let Some((rest, scopes)) = self.parse(lease.base(), lease.keys()) else {
             return;
         };
         let members: Vec<String> = lease.members().collect();
@@ -462,18 +485,18 @@ mod tests {
             .build()
             .unwrap();
         for _ in 0..3 {
-            assert!(lim.check("k").await.unwrap().allowed);
+            assert!(lim.check("k").await.unwrap().allowed());
         }
         store.sweep();
         assert_eq!(store.len(), 1, "the window is still open in manual time");
-        assert!(!lim.check("k").await.unwrap().allowed);
+        assert!(!lim.check("k").await.unwrap().allowed());
         // The store learns the manual time from decisions: one at a later time
         // lets a sweep drop the ended window.
         clock.advance(Duration::from_secs(3_600));
-        assert!(lim.check("other").await.unwrap().allowed);
+        assert!(lim.check("other").await.unwrap().allowed());
         store.sweep();
         assert_eq!(store.len(), 1, "only the new key is live in manual time");
-        assert!(lim.check("k").await.unwrap().allowed);
+        assert!(lim.check("k").await.unwrap().allowed());
     }
 
     #[tokio::test]
@@ -505,7 +528,7 @@ mod tests {
             (&ab, &*long, 2),
         ] {
             let d = l.check(key).await.unwrap();
-            assert_eq!((d.allowed, d.remaining), (true, remaining), "{key}");
+            assert_eq!((d.allowed(), d.remaining()), (true, remaining), "{key}");
         }
         assert_eq!(a2.storage_keys("b:c:d"), a.storage_keys("b:c:d"));
         // another quota name, strategy or prefix: other keys
@@ -517,15 +540,15 @@ mod tests {
             ),
             lim("b", hour(3)),
         ] {
-            assert_eq!(other.check("b:c:d").await.unwrap().remaining, 2);
+            assert_eq!(other.check("b:c:d").await.unwrap().remaining(), 2);
         }
         // reset through one limiter is seen through the other
         a3.reset("b:c:d").await.unwrap();
-        assert_eq!(a.peek("b:c:d").await.unwrap().remaining, 3);
-        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2);
+        assert_eq!(a.peek("b:c:d").await.unwrap().remaining(), 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining(), 2);
         ab.reset(&*long).await.unwrap();
-        assert_eq!(ab.peek(&*long).await.unwrap().remaining, 3);
-        assert_eq!(a.peek(&*long).await.unwrap().remaining, 2, "its own key");
+        assert_eq!(ab.peek(&*long).await.unwrap().remaining(), 3);
+        assert_eq!(a.peek(&*long).await.unwrap().remaining(), 2, "its own key");
     }
 
     #[tokio::test(start_paused = true)]
@@ -541,7 +564,7 @@ mod tests {
                 .build()
                 .unwrap();
             for k in 0..2_000 {
-                assert!(lim.check(format!("k{k}")).await.unwrap().allowed);
+                assert!(lim.check(format!("k{k}")).await.unwrap().allowed());
             }
         }
         assert_eq!(store.len(), 7 * 2_000);
@@ -586,7 +609,7 @@ mod tests {
             let tasks: Vec<_> = (0..1000)
                 .map(|i| {
                     let lim = limiters[i % 8].clone();
-                    tokio::spawn(async move { lim.check("hot").await.unwrap().allowed })
+                    tokio::spawn(async move { lim.check("hot").await.unwrap().allowed() })
                 })
                 .collect();
             let mut allowed = 0;

@@ -33,7 +33,7 @@ pub(crate) fn make_app(layer: RateLimitLayer) -> Router {
             "/",
             get(|decision: Option<axum::Extension<Decision>>| async move {
                 match decision {
-                    Some(axum::Extension(d)) => format!("remaining={}", d.remaining),
+                    Some(axum::Extension(d)) => format!("remaining={}", d.remaining()),
                     None => "no decision".to_owned(),
                 }
             }),

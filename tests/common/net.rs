@@ -116,7 +116,7 @@ pub(crate) async fn a_client_disconnect_mid_stream_releases_the_lease(limiter: R
     drop(body);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if limiter.peek("ip:127.0.0.1").await.unwrap().remaining == 1 {
+        if limiter.peek("ip:127.0.0.1").await.unwrap().remaining() == 1 {
             break;
         }
         assert!(

@@ -38,18 +38,18 @@ pub(crate) fn quota(strategy: Strategy, n: u64, period: Duration) -> Quota {
 
 #[track_caller]
 pub(crate) fn allowed(d: &Decision, remaining: u64, reset_after: Duration) {
-    assert!(d.allowed, "expected allowed: {d:?}");
-    assert_eq!(d.remaining, remaining, "remaining: {d:?}");
-    assert_eq!(d.reset_after, reset_after, "reset_after: {d:?}");
-    assert_eq!(d.retry_after, None, "retry_after: {d:?}");
+    assert!(d.allowed(), "expected allowed: {d:?}");
+    assert_eq!(d.remaining(), remaining, "remaining: {d:?}");
+    assert_eq!(d.reset_after(), reset_after, "reset_after: {d:?}");
+    assert_eq!(d.retry_after(), None, "retry_after: {d:?}");
 }
 
 #[track_caller]
 pub(crate) fn denied(d: &Decision, remaining: u64, retry_after: Option<Duration>) {
-    assert!(!d.allowed, "expected denied: {d:?}");
-    assert_eq!(d.remaining, remaining, "remaining: {d:?}");
-    assert_eq!(d.retry_after, retry_after, "retry_after: {d:?}");
-    assert_eq!(d.delay, None);
+    assert!(!d.allowed(), "expected denied: {d:?}");
+    assert_eq!(d.remaining(), remaining, "remaining: {d:?}");
+    assert_eq!(d.retry_after(), retry_after, "retry_after: {d:?}");
+    assert_eq!(d.delay(), None);
 }
 
 /// PTTL of `key` in ms, if the store is Redis.
@@ -80,7 +80,7 @@ pub(crate) async fn admitted(
         let lim = limiters[i % instances].clone();
         let admitted = admitted.clone();
         tasks.push(tokio::spawn(async move {
-            if lim.check("hot-key").await.unwrap().allowed {
+            if lim.check("hot-key").await.unwrap().allowed() {
                 admitted.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -112,19 +112,26 @@ pub(crate) fn max_ttl_ms(strategy: Strategy, period_ms: i64) -> i64 {
 /// A decision without its random lease id.
 pub(crate) fn comparable(d: &Decision) -> String {
     let quotas: Vec<_> = d
-        .quotas
-        .iter()
-        .map(|q| (q.allowed, q.remaining, q.reset_after, q.retry_after, q.name))
+        .quotas()
+        .map(|q| {
+            (
+                q.allowed(),
+                q.remaining(),
+                q.reset_after(),
+                q.retry_after(),
+                q.name(),
+            )
+        })
         .collect();
     format!(
         "allowed {} remaining {} reset {:?} retry {:?} delay {:?} quota {} lease {} {quotas:?}",
-        d.allowed,
-        d.remaining,
-        d.reset_after,
-        d.retry_after,
-        d.delay,
-        d.quota,
-        d.lease.is_some()
+        d.allowed(),
+        d.remaining(),
+        d.reset_after(),
+        d.retry_after(),
+        d.delay(),
+        d.quota(),
+        d.lease().is_some()
     )
 }
 

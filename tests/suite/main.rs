@@ -73,7 +73,7 @@ store_suite! {
         clock.advance(ms(3_500));
         let d = lim.check("k").await.unwrap();
         denied(&d, 0, Some(ms(6_500)));
-        assert_eq!(d.reset_after, ms(6_500));
+        assert_eq!(d.reset_after(), ms(6_500));
         clock.advance(ms(6_500) - us(1));
         denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
         clock.advance(us(1));
@@ -98,7 +98,7 @@ store_suite! {
         // the two entries at t=0 leave the window at t=10s
         let d = lim.check("k").await.unwrap();
         denied(&d, 0, Some(ms(6_000)));
-        assert_eq!(d.reset_after, ms(10_000));
+        assert_eq!(d.reset_after(), ms(10_000));
         clock.advance(ms(6_000) - us(1));
         denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
         // needing 3 free slots means waiting for the third-oldest entry (t=4s)
@@ -150,7 +150,7 @@ store_suite! {
         clock.advance(ms(1_500));
         let d = lim.check("k").await.unwrap();
         denied(&d, 0, Some(ms(500)));
-        assert_eq!(d.reset_after, ms(8_500));
+        assert_eq!(d.reset_after(), ms(8_500));
         clock.advance(ms(500));
         allowed(&lim.check("k").await.unwrap(), 0, ms(10_000));
         clock.advance(ms(5_000)); // t = 7 s: two tokens since t = 2 s, next at 8 s
@@ -185,7 +185,7 @@ store_suite! {
         allowed(&lim.check("k").await.unwrap(), 0, ms(2_000));
         let d = lim.check_n("k", 2).await.unwrap();
         denied(&d, 0, None);
-        assert_eq!(d.limit, 1);
+        assert_eq!(d.limit(), 1);
     }
 
     async fn leaky_bucket_queues_with_delays_and_denies_when_full(h: &impl Harness) {
@@ -196,13 +196,13 @@ store_suite! {
             let d = lim.check("k").await.unwrap();
             allowed(&d, 2 - i, ms(2_000 * (i + 1)));
             let want = (i > 0).then(|| ms(2_000 * i));
-            assert_eq!(d.delay, want, "{d:?}");
+            assert_eq!(d.delay(), want, "{d:?}");
         }
         denied(&lim.check("k").await.unwrap(), 0, Some(ms(2_000)));
         clock.advance(ms(2_000));
         let d = lim.check("k").await.unwrap();
         allowed(&d, 0, ms(6_000));
-        assert_eq!(d.delay, Some(ms(4_000)));
+        assert_eq!(d.delay(), Some(ms(4_000)));
         denied(&lim.check_n("k", 4).await.unwrap(), 0, None);
     }
 
@@ -217,21 +217,21 @@ store_suite! {
         // the first lease expires 29 s from now
         let d = lim.check("k").await.unwrap();
         denied(&d, 0, Some(ms(29_000)));
-        assert!(d.lease.is_none());
-        lim.release(a.lease.as_ref().unwrap()).await.unwrap();
-        lim.release(a.lease.as_ref().unwrap()).await.unwrap(); // twice is harmless
+        assert!(d.lease().is_none());
+        lim.release(a.lease().as_ref().unwrap()).await.unwrap();
+        lim.release(a.lease().as_ref().unwrap()).await.unwrap(); // twice is harmless
         let c = lim.check("k").await.unwrap();
         allowed(&c, 0, ms(30_000));
         assert_ne!(
-            c.lease.as_ref().unwrap().id(),
-            b.lease.as_ref().unwrap().id()
+            c.lease().as_ref().unwrap().id(),
+            b.lease().as_ref().unwrap().id()
         );
         // leases of a crashed holder expire after the timeout
         clock.advance(ms(30_000));
         allowed(&lim.check_n("k", 2).await.unwrap(), 0, ms(30_000));
         denied(&lim.check_n("k", 3).await.unwrap(), 0, None);
         // a peek takes no lease
-        assert!(lim.peek("k").await.unwrap().lease.is_none());
+        assert!(lim.peek("k").await.unwrap().lease().is_none());
     }
 
     async fn a_clock_going_backwards_never_admits_more(h: &impl Harness) {
@@ -247,11 +247,11 @@ store_suite! {
             let (lim, clock) = manual(h, "back", q.clone());
             clock.advance(ms(500));
             for _ in 0..3 {
-                assert!(lim.check("k").await.unwrap().allowed, "{q:?}");
+                assert!(lim.check("k").await.unwrap().allowed(), "{q:?}");
             }
             clock.set(T0);
             let d = lim.check("k").await.unwrap();
-            assert!(!d.allowed, "{}: {q:?}: {d:?}", h.name());
+            assert!(!d.allowed(), "{}: {q:?}: {d:?}", h.name());
         }
     }
 
@@ -269,36 +269,36 @@ store_suite! {
         let mut leases = Vec::new();
         for i in 0..3 {
             let d = lim.check("u").await.unwrap();
-            assert!(d.allowed);
-            assert_eq!(d.quota.as_ref(), "minute");
-            assert_eq!(d.remaining, 2 - i);
-            assert_eq!(d.quotas.len(), 3);
-            leases.push(d.lease.unwrap());
+            assert!(d.allowed());
+            assert_eq!(d.quota().as_ref(), "minute");
+            assert_eq!(d.remaining(), 2 - i);
+            assert_eq!(d.quotas().len(), 3);
+            leases.push(d.lease().cloned().unwrap());
         }
         let d = lim.check("u").await.unwrap();
-        assert!(!d.allowed);
-        assert_eq!(d.quota.as_ref(), "minute");
-        assert_eq!(d.retry_after, Some(Duration::from_secs(60)));
+        assert!(!d.allowed());
+        assert_eq!(d.quota().as_ref(), "minute");
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(60)));
         // the hour quota and the lease set were not touched by the denial
-        assert_eq!(d.quotas[1].remaining, 2);
-        assert!(d.quotas[1].allowed);
-        assert_eq!(d.quotas[2].remaining, 7);
+        assert_eq!(d.quotas().nth(1).unwrap().remaining(), 2);
+        assert!(d.quotas().nth(1).unwrap().allowed());
+        assert_eq!(d.quotas().nth(2).unwrap().remaining(), 7);
         clock.advance(Duration::from_secs(60));
         // cost 3 fits the minute but not the hour: nothing is consumed anywhere
         let d = lim.check_n("u", 3).await.unwrap();
-        assert!(!d.allowed);
-        assert_eq!(d.quota.as_ref(), "hour");
-        assert_eq!(d.retry_after, Some(Duration::from_secs(3_540)));
-        assert_eq!(d.quotas[0].remaining, 3);
+        assert!(!d.allowed());
+        assert_eq!(d.quota().as_ref(), "hour");
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(3_540)));
+        assert_eq!(d.quotas().next().unwrap().remaining(), 3);
         let d = lim.check_n("u", 2).await.unwrap();
-        assert!(d.allowed);
-        assert_eq!(d.quota.as_ref(), "hour");
-        assert_eq!(d.remaining, 0);
+        assert!(d.allowed());
+        assert_eq!(d.quota().as_ref(), "hour");
+        assert_eq!(d.remaining(), 0);
         for l in &leases {
             lim.release(l).await.unwrap();
         }
         lim.reset("u").await.unwrap();
-        assert_eq!(lim.peek("u").await.unwrap().remaining, 3);
+        assert_eq!(lim.peek("u").await.unwrap().remaining(), 3);
     }
 
     async fn exactly_the_limit_is_admitted_under_concurrency_from_many_instances(h: &impl Harness) {
@@ -328,7 +328,7 @@ store_suite! {
             let lim = h.limiter(&prefix, quotas, Clock::Store);
             let d = lim.peek("hot-key").await.unwrap();
             assert_eq!(
-                d.quotas[1].remaining,
+                d.quotas().nth(1).unwrap().remaining(),
                 10_000 - 100,
                 "{}: {strategy}",
                 h.name()
@@ -349,13 +349,13 @@ store_suite! {
             let (in_flight, peak, served) = (in_flight.clone(), peak.clone(), served.clone());
             tasks.push(tokio::spawn(async move {
                 let d = lim.check("worker").await.unwrap();
-                if let Some(lease) = d.lease {
+                if let Some(lease) = d.lease() {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(now, Ordering::SeqCst);
                     tokio::task::yield_now().await;
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                     served.fetch_add(1, Ordering::SeqCst);
-                    lim.release(&lease).await.unwrap();
+                    lim.release(lease).await.unwrap();
                 }
             }));
         }
@@ -409,22 +409,22 @@ store_suite! {
             Clock::Store,
         );
         for lim in [single, multi] {
-            assert_eq!(lim.peek("k").await.unwrap().reset_after, Duration::ZERO);
+            assert_eq!(lim.peek("k").await.unwrap().reset_after(), Duration::ZERO);
             for left in [2, 1, 0] {
                 let d = lim.check("k").await.unwrap();
-                assert!(d.allowed);
-                assert_eq!(d.remaining, left);
-                assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+                assert!(d.allowed());
+                assert_eq!(d.remaining(), left);
+                assert!(d.reset_after() <= period && d.reset_after() > period - Duration::from_secs(5));
             }
             let d = lim.check("k").await.unwrap();
-            assert!(!d.allowed);
-            assert_eq!(d.remaining, 0);
-            assert_eq!(d.retry_after, Some(d.reset_after));
-            assert!(d.reset_after <= period && d.reset_after > period - Duration::from_secs(5));
+            assert!(!d.allowed());
+            assert_eq!(d.remaining(), 0);
+            assert_eq!(d.retry_after(), Some(d.reset_after()));
+            assert!(d.reset_after() <= period && d.reset_after() > period - Duration::from_secs(5));
             // the denial consumed nothing, and cost above the limit never fits
             let d = lim.check_n("k", 4).await.unwrap();
-            assert_eq!((d.allowed, d.retry_after), (false, None));
-            assert_eq!(lim.peek("k").await.unwrap().remaining, 0);
+            assert_eq!((d.allowed(), d.retry_after()), (false, None));
+            assert_eq!(lim.peek("k").await.unwrap().remaining(), 0);
             // on Redis, the window is the key's TTL and the count is a plain counter
             let mut get = redis::cmd("GET");
             get.arg(&lim.storage_keys("k")[0]);
@@ -512,14 +512,14 @@ store_suite! {
                 vec![quota(strategy, 1, Duration::from_secs(60))],
                 Clock::Store,
             );
-            assert!(lim.check("k").await.unwrap().allowed);
+            assert!(lim.check("k").await.unwrap().allowed());
             let key = lim.storage_keys("k").remove(0);
             let mut persist = redis::cmd("PERSIST");
             persist.arg(&key);
             let removed: i64 = h.redis(persist).await.expect("a Redis store");
             assert_eq!(removed, 1, "{strategy}: the key had a TTL to remove");
             assert_eq!(pttl(h, &key).await, Some(-1));
-            assert!(!lim.check("k").await.unwrap().allowed);
+            assert!(!lim.check("k").await.unwrap().allowed());
             let ttl = pttl(h, &key).await.unwrap();
             let max = max_ttl_ms(strategy, 60_000);
             assert!(

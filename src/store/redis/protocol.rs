@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
-use crate::decision::Lease;
+use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::{Call, Outcome, QuotaOutcome};
@@ -265,7 +265,7 @@ pub(crate) async fn decide<P: Pooled>(
 
 /// The release of the lease `call` may have taken, which its caller never saw.
 fn give_back(call: &Call<'_>) -> Owned {
-    let lease = Lease {
+    let lease = Lease::new(LeaseParts {
         base: call.base.to_owned(),
         keys: call
             .quotas
@@ -276,21 +276,21 @@ fn give_back(call: &Call<'_>) -> Owned {
             .collect(),
         member: call.nonce.to_owned(),
         cost: call.cost,
-    };
+    });
     release_request(&lease)
 }
 
 /// `ZREM` of a lease's members from each of its concurrency keys.
 fn release_request(lease: &Lease) -> Owned {
     let members: Vec<String> = lease.members().collect();
-    if let [key] = lease.keys.as_slice() {
+    if let [key] = lease.keys() {
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(key).arg(&members);
         return Owned::Cmd(cmd);
     }
     // several concurrency quotas: their keys share one slot (hash tag)
     let mut pipe = redis::pipe();
-    for key in &lease.keys {
+    for key in lease.keys() {
         pipe.cmd("ZREM").arg(key).arg(&members).ignore();
     }
     Owned::Pipe(pipe)
