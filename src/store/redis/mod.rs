@@ -1,9 +1,10 @@
 //! The one home of the Redis protocol, for every connection kind.
 //!
 //! - [`RedisStore`] (here): one Redis server; `RedisClusterStore`
-//!   ([`cluster`], feature `cluster`): a Redis Cluster. A connection kind is
-//!   its store type and one `conn::Pooled` implementation; a
-//!   Sentinel store would be a third, beside them.
+//!   ([`cluster`], feature `cluster`): a Redis Cluster; `RedisSentinelStore`
+//!   (`sentinel`, feature `sentinel`): the primary that Redis Sentinel names.
+//!   A connection kind is its store type and one `conn::Pooled`
+//!   implementation.
 //! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
 //!   connections, time budgets, discarding broken or silent connections,
 //!   reloading the script on `NOSCRIPT`.
@@ -23,6 +24,8 @@ pub(crate) mod conn;
 pub(crate) mod protocol;
 pub(crate) mod reserve;
 pub(crate) mod script;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
