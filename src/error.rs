@@ -207,9 +207,10 @@ impl RefusalKind {
         let detail = e.detail().unwrap_or_default();
         if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
             || e.code() == Some("NOPERM")
-            // an ACL error raised inside a script may come as `ERR`
             || detail.contains("no permissions to")
             || detail.contains("No permissions to access")
+            // an ACL refusal of a command a script calls comes as `ERR`
+            || detail.contains("user executing the script can't")
         {
             Some(RefusalKind::NoPermission)
         } else if e.code() == Some("ERR")

@@ -148,6 +148,53 @@ impl RedisStore {
             })
     }
 
+    /// A store over a new pool for the `rediss://` URL `url` that trusts
+    /// `certificates`: the root certificate of a private CA
+    /// (`root_cert`, PEM) instead of the system's, and a client certificate
+    /// for mutual TLS. `RedisStore::from_url("rediss://…")` trusts the
+    /// system's roots.
+    ///
+    /// ```no_run
+    /// use tower_redis_ratelimit::RedisStore;
+    /// use tower_redis_ratelimit::redis::TlsCertificates;
+    ///
+    /// let ca = std::fs::read("/etc/redis/ca.crt")?;
+    /// let store = RedisStore::from_url_with_tls(
+    ///     "rediss://limiter:secret@redis.internal:6380/",
+    ///     TlsCertificates { client_tls: None, root_cert: Some(ca) },
+    /// )?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for the field `store.url` if the URL does not
+    /// parse or the certificates do not (PEM expected).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn from_url_with_tls(
+        url: &str,
+        certificates: redis::TlsCertificates,
+    ) -> Result<Self, ConfigError> {
+        // The URL may hold a password: it is not repeated in the errors.
+        let client = redis::Client::build_with_tls(url, certificates).map_err(|e| {
+            ConfigError::new(
+                "store.url",
+                format!(
+                    "not a usable TLS Redis URL and certificates ({e}); expected \
+                     rediss://[[user]:password@]host[:port][/db] and PEM certificates"
+                ),
+            )
+        })?;
+        let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+            .map_err(|e| ConfigError::new("store.url", format!("not a usable Redis URL ({e})")))?;
+        Pool::builder(manager)
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
+            .map(Self::new)
+            .map_err(|e| ConfigError::new("store.url", format!("cannot build the pool ({e})")))
+    }
+
     /// Bounds every store call, taking a connection included. Default
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). A call that times out
     /// drops its connection (a silent socket is replaced from the pool by the
