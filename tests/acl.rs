@@ -337,3 +337,41 @@ async fn verify_names_what_the_server_refuses() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// current_thread: the log capture below captures this thread's events.
+#[tokio::test(flavor = "current_thread")]
+async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and_is_counted() {
+    #[cfg(feature = "tracing")]
+    let log = common::logs::capture();
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    let rules: Vec<String> = acl.iter().filter(|r| *r != "+evalsha").cloned().collect();
+    set_user(&server, &rules).await;
+    let lim = RateLimiter::builder()
+        .store(
+            RedisStore::from_url(&url(&server))
+                .unwrap()
+                .timeout(GENEROUS),
+        )
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(10)))
+        .build()
+        .unwrap();
+    let layer = tower_redis_ratelimit::RateLimitLayer::new(lim, tower_redis_ratelimit::key::PeerIp);
+    let app = common::http::make_app(layer.clone());
+    let res = common::http::send(&app, common::http::get_req("/")).await;
+    // FailurePolicy::Open (the default): through, without rate-limit headers
+    assert_eq!(res.status(), http::StatusCode::OK);
+    assert!(common::http::header(&res, "ratelimit").is_none());
+    assert_eq!(layer.stats().store_errors, 1);
+    #[cfg(feature = "tracing")]
+    {
+        let line = log
+            .lines_with("NOPERM")
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no warning logged: {}", log.text()));
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("FailurePolicy::Open"), "{line}");
+    }
+}

@@ -150,6 +150,8 @@ impl RedisSentinelStore {
             ));
         }
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        // a `String`: redis-rs takes one without its rustls feature, any `AsRef<str>` with it
+        #[allow(clippy::unnecessary_to_owned)]
         SentinelClient::build(
             urls,
             master_name.to_owned(),
