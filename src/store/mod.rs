@@ -4,6 +4,8 @@
 //! - [`RedisStore`]: a single Redis over a `deadpool_redis::Pool`.
 //! - `RedisClusterStore` (feature `cluster`): a Redis Cluster over a
 //!   `deadpool_redis::cluster::Pool`.
+//! - `RedisSentinelStore` (feature `sentinel`): the primary that Redis
+//!   Sentinel names, over a `redis::sentinel::SentinelClient`.
 //! - [`MemoryStore`]: in process; the embedded default and the fallback.
 //!
 //! Every store runs the same algorithms with the same integer-microsecond
