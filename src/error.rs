@@ -114,6 +114,11 @@ pub enum StoreError {
     Pool(Source),
     /// The store answered with something this crate does not understand.
     Protocol(String),
+    /// The Redis server refuses what the limiter needs, and will until it
+    /// is configured otherwise: an ACL rule (`NOPERM`), a command renamed or
+    /// disabled, a server too old. Retrying does not help;
+    /// [`RateLimiter::verify`](crate::RateLimiter::verify) finds it at startup.
+    Refused(Refusal),
 }
 
 impl StoreError {
@@ -126,6 +131,20 @@ impl StoreError {
     /// A Redis (or connection) error.
     pub(crate) fn redis(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         StoreError::Redis(Box::new(e))
+    }
+
+    /// A Redis client error: a [`Refused`](Self::Refused) if the server
+    /// refused the command for good (`NOPERM`, an unknown command), else a
+    /// [`Redis`](Self::Redis) error.
+    pub(crate) fn from_redis(e: redis::RedisError) -> Self {
+        match RefusalKind::of(&e) {
+            Some(kind) => StoreError::Refused(Refusal {
+                kind,
+                message: e.to_string(),
+                source: Some(Box::new(e)),
+            }),
+            None => StoreError::redis(e),
+        }
     }
 
     /// A connection pool error.
@@ -141,6 +160,7 @@ impl fmt::Display for StoreError {
             StoreError::Redis(e) => write!(f, "rate limit store error: {e}"),
             StoreError::Pool(e) => write!(f, "rate limit store pool error: {e}"),
             StoreError::Protocol(e) => write!(f, "unexpected reply from rate limit store: {e}"),
+            StoreError::Refused(r) => write!(f, "rate limit store refused: {r}"),
         }
     }
 }
@@ -149,8 +169,103 @@ impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StoreError::Redis(e) | StoreError::Pool(e) => Some(&**e),
+            StoreError::Refused(r) => Some(r),
             StoreError::Timeout(_) | StoreError::Protocol(_) => None,
         }
+    }
+}
+
+/// What a Redis server refused for good (a [`StoreError::Refused`]): its
+/// [`kind`](Self::kind) and the server's own message. The Redis client's
+/// error, when there is one, is the [`source`](std::error::Error::source).
+#[derive(Debug)]
+pub struct Refusal {
+    kind: RefusalKind,
+    message: String,
+    source: Option<Source>,
+}
+
+/// Why a Redis server refuses what a limiter needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalKind {
+    /// `NOPERM`: an ACL rule denies the user a command or a key the limiter
+    /// needs (the README's "ACL" lists them).
+    NoPermission,
+    /// The server does not know a command the limiter sends (`EVALSHA`,
+    /// `SCRIPT LOAD`, ...): it was renamed or disabled (`rename-command`, a
+    /// managed service without Lua), or the server predates it.
+    UnknownCommand,
+    /// The server is older than the limiter supports (Redis 5.0: the scripts
+    /// read `TIME` and then write, which needs effects replication).
+    ServerTooOld,
+}
+
+impl RefusalKind {
+    /// The kind of a refusal for good, or `None` for any other error.
+    fn of(e: &redis::RedisError) -> Option<Self> {
+        let detail = e.detail().unwrap_or_default();
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+            || e.code() == Some("NOPERM")
+            || detail.contains("no permissions to")
+            || detail.contains("No permissions to access")
+            // an ACL refusal of a command a script calls comes as `ERR`
+            || detail.contains("user executing the script can't")
+        {
+            Some(RefusalKind::NoPermission)
+        } else if e.code() == Some("ERR")
+            && (detail.starts_with("unknown command") || detail.starts_with("unknown subcommand"))
+        {
+            Some(RefusalKind::UnknownCommand)
+        } else {
+            None
+        }
+    }
+}
+
+impl Refusal {
+    /// A server older than the limiter supports.
+    pub(crate) fn too_old(version: &str) -> Self {
+        Refusal {
+            kind: RefusalKind::ServerTooOld,
+            message: format!("the server runs Redis {version}; the limiter needs 5.0 or later"),
+            source: None,
+        }
+    }
+
+    /// Why the server refused.
+    pub fn kind(&self) -> RefusalKind {
+        self.kind
+    }
+
+    /// The server's message (or, for [`RefusalKind::ServerTooOld`], the version found).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hint = match self.kind {
+            RefusalKind::NoPermission => {
+                "no ACL permission (NOPERM); the limiter's user needs the commands and key \
+                 pattern of the README's \"ACL\""
+            }
+            RefusalKind::UnknownCommand => {
+                "unknown command: renamed or disabled on this server (rename-command, or a \
+                 service without Lua scripting), or the server is too old"
+            }
+            RefusalKind::ServerTooOld => "server too old",
+        };
+        write!(f, "{hint}: {}", self.message)
+    }
+}
+
+impl std::error::Error for Refusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 

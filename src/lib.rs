@@ -56,6 +56,8 @@ pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
 #[cfg(feature = "cluster")]
 pub use store::redis::cluster::RedisClusterStore;
+#[cfg(feature = "sentinel")]
+pub use store::redis::sentinel::RedisSentinelStore;
 
 /// The `deadpool-redis` this crate is built with: build a
 /// [`RedisStore`]'s pool with it (or use [`RedisStore::from_url`]) and

@@ -309,6 +309,46 @@ impl RateLimiter {
         (base, keys)
     }
 
+    /// Checks that the store can make this limiter's decisions, for a
+    /// startup check: on Redis, that the server is recent enough (5.0 or
+    /// later, where `INFO` may be read), that it loads every script of the
+    /// limiter (`SCRIPT LOAD`: Lua available, the command allowed and not
+    /// renamed), and that one decision and its [`reset`](Self::reset) run
+    /// (`EVALSHA`, the commands the script calls and `DEL` allowed on the
+    /// prefix's keys; a concurrency lease is released with `ZREM`). The probe
+    /// uses a key of its own, which no user key is stored as, and leaves no
+    /// state. A memory store always passes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Refused`] names what the server refuses for good: an ACL
+    /// permission (`NOPERM`), a command it does not know (renamed, disabled,
+    /// too old a server), or its version; any other [`StoreError`] if the
+    /// store could not be reached.
+    ///
+    /// ```no_run
+    /// # use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder()
+    ///     .store(RedisStore::from_url("redis://127.0.0.1/")?)
+    ///     .quota(Quota::gcra(Rate::per_minute(60)))
+    ///     .build()?;
+    /// limiter.verify().await?; // fails at startup, not on the first request
+    /// # Ok(()) }
+    /// ```
+    pub async fn verify(&self) -> Result<(), StoreError> {
+        /// Stored hashed, like every key that starts with `~`, so no user
+        /// key's state is touched.
+        const PROBE: &[u8] = b"~tower-redis-ratelimit:verify";
+        let reserve = self.inner.reserve.as_ref().and_then(Reserver::scripts);
+        self.inner.store.verify(reserve).await?;
+        let decision = self.exact(PROBE, 1).await?;
+        if let Some(lease) = &decision.lease {
+            self.release(lease).await?;
+        }
+        self.reset(PROBE).await
+    }
+
     /// Reports the state of `key` without consuming anything (cost 0).
     ///
     /// `allowed` is always true (nothing was asked for); `remaining` tells

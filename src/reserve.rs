@@ -181,6 +181,11 @@ impl Reserver {
         }
     }
 
+    /// A Redis store's take and give-back scripts (`None`: a memory store).
+    pub(crate) fn scripts(&self) -> Option<&Scripts> {
+        self.scripts.as_deref()
+    }
+
     /// The units per take and the hold, to build it again over another store.
     pub(crate) fn config(&self) -> (u64, Duration) {
         (self.n, Duration::from_micros(self.hold_us as u64))

@@ -4,6 +4,8 @@
 //! - [`RedisStore`]: a single Redis over a `deadpool_redis::Pool`.
 //! - `RedisClusterStore` (feature `cluster`): a Redis Cluster over a
 //!   `deadpool_redis::cluster::Pool`.
+//! - `RedisSentinelStore` (feature `sentinel`): the primary that Redis
+//!   Sentinel names, over a `redis::sentinel::SentinelClient`.
 //! - [`MemoryStore`]: in process; the embedded default and the fallback.
 //!
 //! Every store runs the same algorithms with the same integer-microsecond
@@ -25,6 +27,8 @@ pub(crate) use self::redis::RedisStore;
 #[cfg(feature = "cluster")]
 pub(crate) use self::redis::cluster::RedisClusterStore;
 use self::redis::protocol;
+#[cfg(feature = "sentinel")]
+pub(crate) use self::redis::sentinel::RedisSentinelStore;
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
@@ -40,6 +44,8 @@ impl Store for RedisStore {}
 impl Store for MemoryStore {}
 #[cfg(feature = "cluster")]
 impl Store for RedisClusterStore {}
+#[cfg(feature = "sentinel")]
+impl Store for RedisSentinelStore {}
 
 #[allow(private_interfaces)]
 pub(crate) mod sealed {
@@ -65,6 +71,14 @@ impl sealed::Sealed for RedisClusterStore {
     }
 }
 
+#[cfg(feature = "sentinel")]
+#[allow(private_interfaces)]
+impl sealed::Sealed for RedisSentinelStore {
+    fn into_backend(self) -> Backend {
+        Backend::Sentinel(self)
+    }
+}
+
 #[allow(private_interfaces)]
 impl sealed::Sealed for MemoryStore {
     fn into_backend(self) -> Backend {
@@ -78,6 +92,8 @@ pub(crate) enum Backend {
     Redis(RedisStore),
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore),
+    #[cfg(feature = "sentinel")]
+    Sentinel(RedisSentinelStore),
     Memory(MemoryStore),
 }
 
@@ -150,6 +166,8 @@ impl Backend {
             Backend::Redis(s) => s.inner.validate("RedisStore"),
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => s.inner.validate("RedisClusterStore"),
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => s.inner.validate("RedisSentinelStore"),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -163,6 +181,8 @@ impl Backend {
             Backend::Redis(s) => Bound::Redis(s, redis()),
             #[cfg(feature = "cluster")]
             Backend::Cluster(s) => Bound::Cluster(s, redis()),
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => Bound::Sentinel(s, redis()),
             Backend::Memory(s) => {
                 let scopes = s.bind(prefix, suffixes);
                 Bound::Memory(s, scopes)
@@ -178,6 +198,8 @@ pub(crate) enum Bound {
     Redis(RedisStore, Arc<protocol::Prepared>),
     #[cfg(feature = "cluster")]
     Cluster(RedisClusterStore, Arc<protocol::Prepared>),
+    #[cfg(feature = "sentinel")]
+    Sentinel(RedisSentinelStore, Arc<protocol::Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
     Memory(MemoryStore, Box<[u32]>),
 }
@@ -189,6 +211,8 @@ impl std::fmt::Debug for Bound {
             Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, _) => f.debug_tuple("Sentinel").field(s).finish(),
             Bound::Memory(s, ..) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
@@ -203,6 +227,8 @@ impl Bound {
             Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, p) => protocol::decide(&s.inner, p, call).await,
             Bound::Memory(s, scopes) => {
                 // `{<prefix>:<user>}`, the user key after the prefix
                 let tag = call
@@ -235,6 +261,8 @@ impl Bound {
             Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, _) => protocol::release(&s.inner, lease).await,
             Bound::Memory(s, ..) => {
                 s.release(lease);
                 Ok(())
@@ -247,10 +275,39 @@ impl Bound {
             Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "cluster")]
             Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, _) => protocol::reset(&s.inner, keys).await,
             Bound::Memory(s, ..) => {
                 s.reset(base, keys);
                 Ok(())
             }
+        }
+    }
+}
+
+impl Bound {
+    /// Checks that the store can run this limiter's scripts (a Redis store:
+    /// its version, then `SCRIPT LOAD` of the decision script and of the
+    /// reservation scripts `reserve`, if any); a memory store always can.
+    pub(crate) async fn verify(
+        &self,
+        reserve: Option<&redis::reserve::Scripts>,
+    ) -> Result<(), StoreError> {
+        fn scripts<'a>(
+            p: &'a protocol::Prepared,
+            reserve: Option<&'a redis::reserve::Scripts>,
+        ) -> Vec<&'a redis::script::LimiterScript> {
+            let mut all = vec![&p.decide];
+            all.extend(reserve.iter().flat_map(|r| r.scripts()));
+            all
+        }
+        match self {
+            Bound::Redis(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
+            #[cfg(feature = "cluster")]
+            Bound::Cluster(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
+            Bound::Memory(..) => Ok(()),
         }
     }
 }
@@ -282,6 +339,8 @@ impl Bound {
             (Bound::Redis(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
             #[cfg(feature = "cluster")]
             (Bound::Cluster(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
+            #[cfg(feature = "sentinel")]
+            (Bound::Sentinel(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
             (Bound::Memory(s, scopes), _) => {
                 let local = memory::LocalCall {
                     scopes,
@@ -319,6 +378,8 @@ impl Bound {
             (Bound::Redis(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
             #[cfg(feature = "cluster")]
             (Bound::Cluster(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
+            #[cfg(feature = "sentinel")]
+            (Bound::Sentinel(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
             (Bound::Memory(s, scopes), _) => {
                 let local = memory::LocalCall {
                     scopes,

@@ -2,6 +2,8 @@
 //!
 //! - [`redis`]: [`RedisServer`], a private `redis-server` process;
 //! - [`cluster`]: [`RedisCluster`], a private Redis Cluster of such servers;
+//! - [`sentinel`]: [`RedisSentinel`], a primary, a replica and three sentinels;
+//! - [`tls`]: [`TlsFiles`], a test CA and server certificate for TLS servers;
 //! - [`proxy`]: [`StallProxy`], a TCP proxy that can stall like a lossy network;
 //! - [`http`]: driving the middleware in process (axum `oneshot`);
 //! - [`net`]: the middleware on real sockets (a loopback server, a hyper client);
@@ -33,11 +35,15 @@ pub(crate) mod memory;
 pub(crate) mod net;
 pub(crate) mod proxy;
 pub(crate) mod redis;
+pub(crate) mod sentinel;
 mod sys;
+pub(crate) mod tls;
 
 pub(crate) use self::cluster::RedisCluster;
 pub(crate) use self::proxy::StallProxy;
 pub(crate) use self::redis::{RedisServer, RedisServerBuilder, info_field, parse_commandstats};
+pub(crate) use self::sentinel::RedisSentinel;
+pub(crate) use self::tls::TlsFiles;
 
 /// A store timeout no loaded test machine reaches: a timed-out call would
 /// fail open and make exact counts flaky. Tests that are not about timeouts

@@ -7,15 +7,29 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use super::sys::{
     INSTALL_HINT, PORT_ATTEMPTS, READY_DEADLINE, file_since, file_tail, pick_port,
     redis_server_bin, send_signal, unique_dir, wait_for_state,
 };
+use super::tls::TlsFiles;
 
-/// Builder for [`RedisServer`]: extra `redis-server` arguments.
+/// Builder for [`RedisServer`]: extra `redis-server` arguments, a config
+/// file, TLS.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct RedisServerBuilder {
     args: Vec<String>,
+    setup: Setup,
+}
+
+/// What a server is started with besides its extra arguments.
+#[derive(Debug, Default, Clone)]
+struct Setup {
+    /// A config file, given first on the command line (a sentinel needs one).
+    config: Option<PathBuf>,
+    /// TLS only: the port picked is the TLS port, the plain one is off.
+    tls: Option<Arc<TlsFiles>>,
 }
 
 impl RedisServerBuilder {
@@ -35,9 +49,23 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Starts the server with the config file `path` (written by the test;
+    /// the server may rewrite it, as a sentinel does).
+    pub(crate) fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.setup.config = Some(path.into());
+        self
+    }
+
+    /// Serves TLS only (`--port 0 --tls-port <port>`) with `tls`'s
+    /// certificate; the fixture's own connections trust its CA.
+    pub(crate) fn tls(mut self, tls: &Arc<TlsFiles>) -> Self {
+        self.setup.tls = Some(tls.clone());
+        self
+    }
+
     /// Spawns the server on a free loopback port and waits until it answers PING.
     pub(crate) fn start(self) -> RedisServer {
-        RedisServer::spawn_new(self.args)
+        RedisServer::spawn_new(self.args, self.setup)
     }
 }
 
@@ -59,6 +87,7 @@ pub(crate) struct RedisServer {
     dir: PathBuf,
     log: PathBuf,
     extra_args: Vec<String>,
+    setup: Setup,
 }
 
 impl RedisServer {
@@ -72,21 +101,21 @@ impl RedisServer {
         Self::builder().start()
     }
 
-    fn spawn_new(extra_args: Vec<String>) -> RedisServer {
+    fn spawn_new(extra_args: Vec<String>, setup: Setup) -> RedisServer {
         let dir = unique_dir("trr-redis");
         let log = dir.join("redis.log");
         let mut last_failure = String::new();
         for attempt in 1..=PORT_ATTEMPTS {
             let port = pick_port();
             let log_offset = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-            let mut child = match spawn_redis(port, &dir, &log, &extra_args) {
+            let mut child = match spawn_redis(port, &dir, &log, &extra_args, &setup) {
                 Ok(child) => child,
                 Err(msg) => {
                     let _ = fs::remove_dir_all(&dir);
                     panic!("{msg}");
                 }
             };
-            match wait_ready(&mut child, port, READY_DEADLINE) {
+            match wait_ready(&mut child, &client_for(port, &setup), READY_DEADLINE) {
                 Readiness::Ready => {
                     let pid = child.id();
                     return RedisServer {
@@ -96,6 +125,7 @@ impl RedisServer {
                         dir,
                         log,
                         extra_args,
+                        setup,
                     };
                 }
                 Readiness::Exited(status) => {
@@ -140,9 +170,9 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT/`
+    /// `redis://127.0.0.1:PORT/`, or `rediss://…` for a TLS server.
     pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        url_for(self.port, &self.setup)
     }
 
     /// The pid of the current (or, after `kill()`, the last) redis-server process.
@@ -197,10 +227,17 @@ impl RedisServer {
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
             let log_offset = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
-            let mut child = spawn_redis(self.port, &self.dir, &self.log, &self.extra_args)
-                .unwrap_or_else(|msg| panic!("{msg}"));
+            let mut child = spawn_redis(
+                self.port,
+                &self.dir,
+                &self.log,
+                &self.extra_args,
+                &self.setup,
+            )
+            .unwrap_or_else(|msg| panic!("{msg}"));
             let left = deadline.saturating_duration_since(Instant::now());
-            match wait_ready(&mut child, self.port, left.max(Duration::from_millis(500))) {
+            let client = client_for(self.port, &self.setup);
+            match wait_ready(&mut child, &client, left.max(Duration::from_millis(500))) {
                 Readiness::Ready => {
                     self.pid = child.id();
                     self.child = Some(child);
@@ -237,9 +274,9 @@ impl RedisServer {
         }
     }
 
-    /// A `redis::Client` for this server.
+    /// A `redis::Client` for this server (trusting the test CA for TLS).
     pub(crate) fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("fixture URL is valid")
+        client_for(self.port, &self.setup)
     }
 
     /// A fresh multiplexed async connection.
@@ -342,7 +379,32 @@ impl Drop for RedisServer {
     }
 }
 
-fn spawn_redis(port: u16, dir: &Path, log: &Path, extra_args: &[String]) -> Result<Child, String> {
+/// The URL of a fixture server on `port`.
+fn url_for(port: u16, setup: &Setup) -> String {
+    let scheme = if setup.tls.is_some() {
+        "rediss"
+    } else {
+        "redis"
+    };
+    format!("{scheme}://127.0.0.1:{port}/")
+}
+
+/// A client of a fixture server on `port`.
+fn client_for(port: u16, setup: &Setup) -> redis::Client {
+    let url = url_for(port, setup);
+    match &setup.tls {
+        Some(tls) => tls.client(&url),
+        None => redis::Client::open(url).expect("fixture URL is valid"),
+    }
+}
+
+fn spawn_redis(
+    port: u16,
+    dir: &Path,
+    log: &Path,
+    extra_args: &[String],
+    setup: &Setup,
+) -> Result<Child, String> {
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -352,10 +414,18 @@ fn spawn_redis(port: u16, dir: &Path, log: &Path, extra_args: &[String]) -> Resu
         .try_clone()
         .unwrap_or_else(|e| panic!("cannot clone log handle: {e}"));
     let bin = redis_server_bin();
-    Command::new(&bin)
-        .arg("--port")
-        .arg(port.to_string())
-        .arg("--bind")
+    let mut cmd = Command::new(&bin);
+    if let Some(config) = &setup.config {
+        cmd.arg(config);
+    }
+    match &setup.tls {
+        Some(tls) => cmd
+            .args(["--port", "0", "--tls-port"])
+            .arg(port.to_string())
+            .args(tls.server_args()),
+        None => cmd.arg("--port").arg(port.to_string()),
+    };
+    cmd.arg("--bind")
         .arg("127.0.0.1")
         .arg("--save")
         .arg("")
@@ -392,21 +462,25 @@ fn kill_and_reap(child: &mut Child) {
 }
 
 /// Waits until the process answers PING and reports its own pid in `INFO server`.
-fn wait_ready(child: &mut Child, port: u16, within: Duration) -> Readiness {
+fn wait_ready(child: &mut Child, client: &redis::Client, within: Duration) -> Readiness {
     let deadline = Instant::now() + within;
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("valid URL");
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Readiness::Exited(status);
         }
-        if let Some((mut conn, pid)) = ping_and_pid(&client) {
+        if let Some((mut conn, pid)) = ping_and_pid(client) {
             if pid == child.id() {
                 // Start with clean INFO commandstats: the readiness probe's
                 // PING/INFO must not show up in a test's command counts.
                 let reset: redis::RedisResult<()> =
                     redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn);
-                if reset.is_ok() {
-                    return Readiness::Ready;
+                match reset {
+                    Ok(()) => return Readiness::Ready,
+                    // a sentinel has no CONFIG (and no command counts to reset)
+                    Err(e) if e.detail().is_some_and(|d| d.starts_with("unknown command")) => {
+                        return Readiness::Ready;
+                    }
+                    Err(_) => {}
                 }
                 sleep(Duration::from_millis(20));
                 continue;

@@ -3,7 +3,7 @@
 //! budgets, replacement of broken or silent connections, and the `NOSCRIPT`
 //! reload. What is sent and how replies read is in [`protocol`](super::protocol).
 //!
-//! A connection kind (single node, Cluster; Sentinel would be a third) is one
+//! A connection kind (single node, Cluster, Sentinel) is one
 //! [`Pooled`] implementation next to its store type.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -328,10 +328,13 @@ impl<P: Pooled> Connections<P> {
             self.discard(held);
             return StoreError::Timeout(self.timeout);
         }
-        if is_connection_error(&e) {
+        // READONLY: the node was demoted to a replica (a failover); a fresh
+        // connection goes to the primary of now (Sentinel asks again, a DNS
+        // name that follows the primary resolves again)
+        if is_connection_error(&e) || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
             self.discard(held);
         }
-        StoreError::redis(e)
+        StoreError::from_redis(e)
     }
 
     /// [`within`](Self::within) for work on `held`: a timeout forgets the connection.
@@ -499,7 +502,7 @@ fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
 /// A deadpool error as a store error.
 pub(crate) fn pool_error(e: deadpool_redis::PoolError) -> StoreError {
     match e {
-        deadpool_redis::PoolError::Backend(e) => StoreError::redis(e),
+        deadpool_redis::PoolError::Backend(e) => StoreError::from_redis(e),
         other => StoreError::pool(other),
     }
 }

@@ -1,9 +1,10 @@
 //! The one home of the Redis protocol, for every connection kind.
 //!
 //! - [`RedisStore`] (here): one Redis server; `RedisClusterStore`
-//!   ([`cluster`], feature `cluster`): a Redis Cluster. A connection kind is
-//!   its store type and one `conn::Pooled` implementation; a
-//!   Sentinel store would be a third, beside them.
+//!   ([`cluster`], feature `cluster`): a Redis Cluster; `RedisSentinelStore`
+//!   (`sentinel`, feature `sentinel`): the primary that Redis Sentinel names.
+//!   A connection kind is its store type and one `conn::Pooled`
+//!   implementation.
 //! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
 //!   connections, time budgets, discarding broken or silent connections,
 //!   reloading the script on `NOSCRIPT`.
@@ -23,6 +24,8 @@ pub(crate) mod conn;
 pub(crate) mod protocol;
 pub(crate) mod reserve;
 pub(crate) mod script;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +146,53 @@ impl RedisStore {
                     ),
                 )
             })
+    }
+
+    /// A store over a new pool for the `rediss://` URL `url` that trusts
+    /// `certificates`: the root certificate of a private CA
+    /// (`root_cert`, PEM) instead of the system's, and a client certificate
+    /// for mutual TLS. `RedisStore::from_url("rediss://…")` trusts the
+    /// system's roots.
+    ///
+    /// ```no_run
+    /// use tower_redis_ratelimit::RedisStore;
+    /// use tower_redis_ratelimit::redis::TlsCertificates;
+    ///
+    /// let ca = std::fs::read("/etc/redis/ca.crt")?;
+    /// let store = RedisStore::from_url_with_tls(
+    ///     "rediss://limiter:secret@redis.internal:6380/",
+    ///     TlsCertificates { client_tls: None, root_cert: Some(ca) },
+    /// )?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for the field `store.url` if the URL does not
+    /// parse or the certificates do not (PEM expected).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn from_url_with_tls(
+        url: &str,
+        certificates: redis::TlsCertificates,
+    ) -> Result<Self, ConfigError> {
+        // The URL may hold a password: it is not repeated in the errors.
+        let client = redis::Client::build_with_tls(url, certificates).map_err(|e| {
+            ConfigError::new(
+                "store.url",
+                format!(
+                    "not a usable TLS Redis URL and certificates ({e}); expected \
+                     rediss://[[user]:password@]host[:port][/db] and PEM certificates"
+                ),
+            )
+        })?;
+        let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+            .map_err(|e| ConfigError::new("store.url", format!("not a usable Redis URL ({e})")))?;
+        Pool::builder(manager)
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
+            .map(Self::new)
+            .map_err(|e| ConfigError::new("store.url", format!("cannot build the pool ({e})")))
     }
 
     /// Bounds every store call, taking a connection included. Default

@@ -316,6 +316,80 @@ pub(crate) async fn reset<P: Pooled>(
     conns.query(Request::Cmd(&cmd), None, None).await
 }
 
+/// The oldest Redis the scripts run on: they read `TIME` and then write,
+/// which needs script effects replication, the default since Redis 5.0.
+const MIN_VERSION: (u32, u32) = (5, 0);
+
+/// Checks that the server can run a limiter's `scripts`: its version (from
+/// `INFO server`, where the user may read it), then one `SCRIPT LOAD` of each
+/// script (on every primary of a cluster). A server that refuses for good
+/// answers [`StoreError::Refused`].
+pub(crate) async fn verify<P: Pooled>(
+    conns: &Connections<P>,
+    scripts: &[&LimiterScript],
+) -> Result<(), StoreError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    match conns
+        .query::<redis::Value>(Request::Cmd(&info), None, None)
+        .await
+    {
+        Ok(reply) => check_version(&reply)?,
+        // INFO denied (by an ACL, so Redis 6 or later) or renamed: the
+        // loads and the probe decision tell what matters
+        Err(StoreError::Refused(_)) => {}
+        Err(e) => return Err(e),
+    }
+    for script in scripts {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(&script.source);
+        let sha: String = conns.query(Request::Cmd(&load), None, None).await?;
+        if !sha.eq_ignore_ascii_case(&script.sha) {
+            return Err(StoreError::Protocol(format!(
+                "SCRIPT LOAD answered {sha:?}, expected the script's SHA1 {}",
+                script.sha
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a server older than [`MIN_VERSION`], from `INFO server`'s
+/// `redis_version` (one node's text, or every node's on a cluster; Valkey
+/// reports its Redis compatibility version there).
+fn check_version(reply: &redis::Value) -> Result<(), StoreError> {
+    fn texts<'a>(v: &'a redis::Value, out: &mut Vec<&'a [u8]>) {
+        match v {
+            redis::Value::BulkString(b) => out.push(b),
+            redis::Value::SimpleString(s) => out.push(s.as_bytes()),
+            redis::Value::VerbatimString { text, .. } => out.push(text.as_bytes()),
+            redis::Value::Array(items) | redis::Value::Set(items) => {
+                items.iter().for_each(|i| texts(i, out))
+            }
+            redis::Value::Map(pairs) => pairs.iter().for_each(|(_, i)| texts(i, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    texts(reply, &mut found);
+    for text in found {
+        let text = String::from_utf8_lossy(text);
+        let Some(version) = text
+            .lines()
+            .find_map(|l| l.trim_end().strip_prefix("redis_version:"))
+        else {
+            continue;
+        };
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+        if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next())
+            && (major, minor) < MIN_VERSION
+        {
+            return Err(StoreError::Refused(crate::error::Refusal::too_old(version)));
+        }
+    }
+    Ok(())
+}
+
 /// Turns the script's reply, a string of space-separated integers (all
 /// allowed, then per quota: allowed, remaining, reset after, retry after
 /// with -1 for never, delay; times in microseconds), into an [`Outcome`].
@@ -400,6 +474,33 @@ mod tests {
             let e = parse_reply(bad, 1).unwrap_err();
             assert!(matches!(e, StoreError::Protocol(_)), "{e}");
         }
+    }
+
+    #[test]
+    fn servers_before_redis_5_are_refused_as_too_old() {
+        use redis::Value;
+        let info = |v: &str| {
+            Value::BulkString(
+                format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n").into_bytes(),
+            )
+        };
+        for ok in ["5.0.0", "6.2.14", "7.0.15", "8.0.2", "unknown"] {
+            assert!(check_version(&info(ok)).is_ok(), "{ok}");
+        }
+        for old in ["4.0.14", "3.2.12"] {
+            let e = check_version(&info(old)).unwrap_err();
+            assert!(
+                matches!(&e, StoreError::Refused(r) if r.kind() == crate::error::RefusalKind::ServerTooOld),
+                "{e}"
+            );
+            assert!(e.to_string().contains(old), "{e}");
+        }
+        // a cluster: every node's text, one of them old
+        let nodes = Value::Map(vec![
+            (Value::SimpleString("a".into()), info("7.0.0")),
+            (Value::SimpleString("b".into()), info("4.0.0")),
+        ]);
+        assert!(check_version(&nodes).is_err());
     }
 
     #[test]

@@ -57,6 +57,11 @@ impl Scripts {
             give_back_args: encode(quotas.iter().flat_map(each).collect()),
         }
     }
+
+    /// The take and give-back scripts.
+    pub(crate) fn scripts(&self) -> [&LimiterScript; 2] {
+        [&self.take, &self.give_back]
+    }
 }
 
 /// A reservation's take: the decision of `call` (its cost the reserved

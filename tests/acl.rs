@@ -1,0 +1,377 @@
+//! ACL users and `RateLimiter::verify`: the crate works under the minimal ACL
+//! documented in the README (the test reads it from there), every command of
+//! that ACL is needed, a missing permission is a clear
+//! `StoreError::Refused` (never a panic, never a silent fail-open), and
+//! `verify` names what a server refuses: a permission, a renamed command.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{GENEROUS, RedisServer};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::error::{RefusalKind, StoreError};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
+
+const PASSWORD: &str = "limiter-secret";
+
+/// The README's minimal ACL: the `ACL SETUSER limiter …` line, split into rules.
+fn readme_acl() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER limiter "))
+        .expect("the README shows the minimal ACL as `ACL SETUSER limiter …`");
+    line.split_whitespace()
+        .skip(3)
+        .map(|rule| match rule {
+            ">secret" => format!(">{PASSWORD}"),
+            rule => rule.to_owned(),
+        })
+        .collect()
+}
+
+/// Sets the user `limiter` to exactly `rules` (after `reset`).
+async fn set_user(server: &RedisServer, rules: &[String]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg("limiter").arg("reset").arg(rules);
+    let () = cmd.query_async(&mut server.conn().await).await.unwrap();
+}
+
+fn url(server: &RedisServer) -> String {
+    format!("redis://limiter:{PASSWORD}@127.0.0.1:{}/", server.port())
+}
+
+/// Limiters under the prefix `api` that, together, run every branch that
+/// sends a command: every strategy alone and all together, a manual clock,
+/// local reservations (take and give-back).
+fn limiters(store: &RedisStore) -> Vec<(RateLimiter, bool, Option<ManualClock>)> {
+    let quota = |s: Strategy| match s {
+        Strategy::Concurrency => Quota::concurrency(2),
+        s => Quota::new(s, Rate::per_hour(2)),
+    };
+    let build = |quotas: Vec<Quota>, manual: bool, reserve: bool| {
+        let mut b = RateLimiter::builder()
+            .store(store.clone())
+            .prefix("api")
+            .quotas(quotas);
+        let clock = manual.then(|| ManualClock::new(Duration::from_secs(1_000)));
+        if let Some(clock) = &clock {
+            b = b.clock(clock.clone());
+        }
+        if reserve {
+            b = b.local_reservations(2);
+        }
+        (b.build().unwrap(), reserve, clock)
+    };
+    let mut out = Vec::new();
+    for manual in [false, true] {
+        for s in Strategy::ALL {
+            out.push(build(vec![quota(s)], manual, false));
+        }
+        out.push(build(Strategy::ALL.map(quota).to_vec(), manual, false));
+    }
+    for s in [
+        Strategy::FixedWindow,
+        Strategy::SlidingWindowLog,
+        Strategy::SlidingWindowCounter,
+        Strategy::Gcra,
+    ] {
+        out.push(build(vec![Quota::new(s, Rate::per_hour(20))], false, true));
+    }
+    out
+}
+
+/// How [`exercise`] failed.
+#[derive(Debug)]
+enum Failure {
+    Store(StoreError),
+    /// A reservation's unspent units were not given back (a give-back runs
+    /// in the background and reports no error: only its effect shows).
+    NotGivenBack(#[allow(dead_code)] String),
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+/// Everything the limiters do: verify, decide until denied, peek, release,
+/// give reservations back, reset. The first failure, or what the reserving
+/// limiters had left after their give-backs, which must be `expected` if
+/// given (what they had left with every permission).
+async fn exercise(
+    limiters: &[(RateLimiter, bool, Option<ManualClock>)],
+    expected: Option<&[u64]>,
+) -> Result<Vec<u64>, Failure> {
+    let mut lefts = Vec::new();
+    for (lim, reserved, clock) in limiters {
+        lim.verify().await?;
+        for key in ["user-1", "user-2"] {
+            for round in 0..2 {
+                // leases held until the round ends: the later checks see them
+                let mut leases = Vec::new();
+                for _ in 0..3 {
+                    leases.extend(lim.check(key).await?.lease);
+                }
+                for lease in &leases {
+                    lim.release(lease).await?;
+                }
+                lim.peek(key).await?;
+                // a window later: state that expired is trimmed, rewritten
+                match clock {
+                    Some(clock) if round == 0 => clock.advance(Duration::from_secs(7_200)),
+                    _ => break,
+                }
+            }
+        }
+        lim.flush_reservations().await;
+        if *reserved {
+            let left = lim.peek("user-1").await?.remaining;
+            if let Some(want) = expected.and_then(|e| e.get(lefts.len()))
+                && left != *want
+            {
+                return Err(Failure::NotGivenBack(format!(
+                    "{lim:?}: {left} left, {want} when given back"
+                )));
+            }
+            lefts.push(left);
+        }
+        for key in ["user-1", "user-2"] {
+            lim.reset(key).await?;
+        }
+    }
+    Ok(lefts)
+}
+
+fn no_permission(e: &StoreError) -> bool {
+    matches!(e, StoreError::Refused(r) if r.kind() == RefusalKind::NoPermission)
+        && e.to_string().contains("NOPERM")
+}
+
+#[tokio::test]
+async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_commands() {
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    set_user(&server, &acl).await;
+    let store = RedisStore::from_url(&url(&server))
+        .unwrap()
+        .timeout(GENEROUS);
+    let lims = limiters(&store);
+    let given_back = exercise(&lims, None).await.unwrap();
+    // (what the reservations had left when the give-backs ran, checked below)
+    assert_eq!(given_back.len(), 4);
+    // every key written was reset, none is left over
+    assert_eq!(
+        server.dbsize().await,
+        0,
+        "{:?}",
+        server.keys_with_ttl().await
+    );
+
+    // every command of the ACL is needed: without it something fails, clearly
+    for rule in acl.iter().filter(|r| r.starts_with('+')) {
+        let without: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
+        set_user(&server, &without).await;
+        if rule == "+ping" {
+            // sent only before a call on a connection idle for a second
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+        }
+        // fresh limiters: no reservation is left from the run before
+        match exercise(&limiters(&store), Some(&given_back)).await {
+            Err(Failure::Store(e)) => assert!(no_permission(&e), "without {rule}: {e:?}"),
+            // commands only a give-back sends
+            Err(Failure::NotGivenBack(_)) if ["+lrem", "+decrby"].contains(&rule.as_str()) => {}
+            other => panic!("without {rule}: {other:?}"),
+        }
+        // what the failed run left
+        let () = redis::cmd("FLUSHALL")
+            .query_async(&mut server.conn().await)
+            .await
+            .unwrap();
+    }
+    set_user(&server, &acl).await;
+    exercise(&limiters(&store), Some(&given_back))
+        .await
+        .unwrap();
+}
+
+#[test]
+fn the_readme_acl_allows_every_command_the_scripts_call() {
+    let acl = readme_acl();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let mut called = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "lua") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for part in text.split("call('").skip(1) {
+            let command: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            called.insert(format!("+{}", command.to_ascii_lowercase()));
+        }
+    }
+    assert!(called.contains("+time"), "{called:?}");
+    let missing: Vec<_> = called.iter().filter(|c| !acl.contains(c)).collect();
+    assert!(missing.is_empty(), "the README's ACL lacks {missing:?}");
+}
+
+#[tokio::test]
+async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&url(&server))
+        .unwrap()
+        .timeout(GENEROUS);
+    let lim = RateLimiter::builder()
+        .store(store.clone())
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(10)))
+        .build()
+        .unwrap();
+    let acl = readme_acl();
+    // without EVALSHA, without a command the script calls, outside the key pattern
+    let other_prefix: Vec<String> = acl
+        .iter()
+        .map(|r| match r.as_str() {
+            "~{api:*" => "~{other:*".to_owned(),
+            r => r.to_owned(),
+        })
+        .collect();
+    let without =
+        |rule: &str| -> Vec<String> { acl.iter().filter(|r| *r != rule).cloned().collect() };
+    for (what, rules) in [
+        ("EVALSHA", without("+evalsha")),
+        ("TIME", without("+time")),
+        ("the key pattern", other_prefix),
+    ] {
+        set_user(&server, &rules).await;
+        let e = lim.check("user-1").await.expect_err(what);
+        assert!(no_permission(&e), "without {what}: {e:?}");
+        let text = e.to_string();
+        assert!(text.contains("README"), "{text}");
+        let e = lim.verify().await.expect_err(what);
+        assert!(no_permission(&e), "verify without {what}: {e:?}");
+    }
+}
+
+#[tokio::test]
+async fn verify_passes_on_a_plain_server_and_the_memory_store() {
+    let server = RedisServer::start();
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("api")
+        .quota(Quota::concurrency(3))
+        .quota(Quota::sliding_window_log(Rate::per_minute(3)))
+        .build()
+        .unwrap();
+    lim.verify().await.unwrap();
+    let reserved = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(30)))
+        .local_reservations(2)
+        .build()
+        .unwrap();
+    reserved.verify().await.unwrap();
+    // the probes leave nothing behind; every script was loaded (the decision
+    // scripts, and the take and give-back of the reservations)
+    assert_eq!(server.dbsize().await, 0);
+    assert!(server.command_calls("script|load").await >= 4);
+    let memory = lim.with_store(MemoryStore::new());
+    memory.verify().await.unwrap();
+}
+
+#[tokio::test]
+async fn verify_names_what_the_server_refuses() {
+    let server = RedisServer::start();
+    let lim = |server: &RedisServer| {
+        RateLimiter::builder()
+            .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+            .prefix("api")
+            .quota(Quota::gcra(Rate::per_minute(3)))
+            .build()
+            .unwrap()
+    };
+    let acl = readme_acl();
+    for rule in ["+script|load", "+evalsha"] {
+        let rules: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
+        set_user(&server, &rules).await;
+        let user = RateLimiter::builder()
+            .store(
+                RedisStore::from_url(&url(&server))
+                    .unwrap()
+                    .timeout(GENEROUS),
+            )
+            .prefix("api")
+            .quota(Quota::gcra(Rate::per_minute(3)))
+            .build()
+            .unwrap();
+        let e = user.verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule}: {e}");
+    }
+
+    // commands renamed away in the server's config file: Lua unusable
+    for command in ["EVALSHA", "SCRIPT"] {
+        let dir = std::env::temp_dir().join(format!(
+            "trr-renamed-{}-{command}-{}",
+            std::process::id(),
+            server.port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("redis.conf");
+        std::fs::write(&config, format!("rename-command {command} \"\"\n")).unwrap();
+        let renamed = RedisServer::builder().config_file(&config).start();
+        let e = lim(&renamed).verify().await.expect_err(command);
+        assert!(
+            matches!(&e, StoreError::Refused(r) if r.kind() == RefusalKind::UnknownCommand),
+            "{command} renamed: {e:?}"
+        );
+        assert!(e.to_string().contains("unknown command"), "{e}");
+        drop(renamed);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+// current_thread: the log capture below captures this thread's events.
+#[tokio::test(flavor = "current_thread")]
+async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and_is_counted() {
+    #[cfg(feature = "tracing")]
+    let log = common::logs::capture();
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    let rules: Vec<String> = acl.iter().filter(|r| *r != "+evalsha").cloned().collect();
+    set_user(&server, &rules).await;
+    let lim = RateLimiter::builder()
+        .store(
+            RedisStore::from_url(&url(&server))
+                .unwrap()
+                .timeout(GENEROUS),
+        )
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(10)))
+        .build()
+        .unwrap();
+    let layer = tower_redis_ratelimit::RateLimitLayer::new(lim, tower_redis_ratelimit::key::PeerIp);
+    let app = common::http::make_app(layer.clone());
+    let res = common::http::send(&app, common::http::get_req("/")).await;
+    // FailurePolicy::Open (the default): through, without rate-limit headers
+    assert_eq!(res.status(), http::StatusCode::OK);
+    assert!(common::http::header(&res, "ratelimit").is_none());
+    assert_eq!(layer.stats().store_errors, 1);
+    #[cfg(feature = "tracing")]
+    {
+        let line = log
+            .lines_with("NOPERM")
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no warning logged: {}", log.text()));
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("FailurePolicy::Open"), "{line}");
+    }
+}
