@@ -146,6 +146,11 @@ pub(crate) mod root {
             }
         }
 
+        /// The [`lease`](Self::lease), owned.
+        pub fn into_lease(self) -> Option<Lease> {
+            self.lease
+        }
+
         /// Takes the [`lease`](Self::lease) out of the decision (to release
         /// it later, or hand it to a task).
         pub fn take_lease(&mut self) -> Option<Lease> {

@@ -114,7 +114,7 @@ async fn exercise(
                 // leases held until the round ends: the later checks see them
                 let mut leases = Vec::new();
                 for _ in 0..3 {
-                    leases.extend(lim.check(key).await?.lease);
+                    leases.extend(lim.check(key).await?.into_lease());
                 }
                 for lease in &leases {
                     lim.release(lease).await?;
@@ -129,7 +129,7 @@ async fn exercise(
         }
         lim.flush_reservations().await;
         if *reserved {
-            let left = lim.peek("user-1").await?.remaining;
+            let left = lim.peek("user-1").await?.remaining();
             if let Some(want) = expected.and_then(|e| e.get(lefts.len()))
                 && left != *want
             {

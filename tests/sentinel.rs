@@ -201,7 +201,7 @@ async fn assert_served_by(
     }
     let d = limiter.peek(kept).await.unwrap();
     assert_eq!(
-        d.remaining,
+        d.remaining(),
         1_000_000 - 3,
         "the state written (and replicated) before the switch is lost"
     );
@@ -211,7 +211,7 @@ async fn assert_served_by(
 async fn write_replicated_state(deployment: &RedisSentinel, limiter: &RateLimiter, kept: &str) {
     until_decided(limiter, "/warm-up", Duration::from_secs(10)).await;
     for _ in 0..3 {
-        assert!(limiter.check(kept).await.unwrap().allowed);
+        assert!(limiter.check(kept).await.unwrap().allowed());
     }
     deployment.sync_replica();
 }

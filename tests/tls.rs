@@ -39,10 +39,10 @@ async fn single_node_over_tls_with_an_acl_user() {
     lim.verify().await.unwrap();
     for remaining in [2, 1, 0] {
         let d = lim.check("user-1").await.unwrap();
-        assert!(d.allowed);
-        assert_eq!(d.remaining, remaining);
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), remaining);
     }
-    assert!(!lim.check("user-1").await.unwrap().allowed);
+    assert!(!lim.check("user-1").await.unwrap().allowed());
 
     // the certificate is really checked: the system's roots do not know the test CA
     let untrusted = limiter(RedisStore::from_url(&url).unwrap());
@@ -92,7 +92,7 @@ async fn sentinel_with_every_node_and_sentinel_on_tls() {
         .unwrap();
     lim.verify().await.unwrap();
     for remaining in [2, 1, 0] {
-        assert_eq!(lim.check("user-1").await.unwrap().remaining, remaining);
+        assert_eq!(lim.check("user-1").await.unwrap().remaining(), remaining);
     }
     // the decisions are in the primary the sentinels name
     let primary = deployment.node(deployment.primary_port());
