@@ -110,6 +110,17 @@ fn leaky_bucket_admissions_wait_for_their_slot() {
 }
 
 #[test]
+fn the_readmes_summary_is_the_simulators() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let summary = run(Strategy::FixedWindow, Pattern::BoundaryBurst).summary();
+    assert!(
+        readme.contains(&summary),
+        "README.md's \"Choosing a strategy\" should show this summary:\n{summary}"
+    );
+}
+
+#[test]
 fn runs_are_deterministic() {
     for (strategy, pattern) in [
         (Strategy::SlidingWindowCounter, Pattern::Sawtooth),

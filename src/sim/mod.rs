@@ -31,7 +31,7 @@
 //!
 //! A scenario sends each request at its time with
 //! [`RateLimiter::check`](crate::RateLimiter::check); an admitted
-//! request holding a [`Lease`](crate::decision::Lease) (a concurrency quota)
+//! request holding a [`Lease`] (a concurrency quota)
 //! keeps it for [`hold`](Scenario::hold), then
 //! [releases](crate::RateLimiter::release) it. Every tenth of the traffic
 //! period each client's state is [peeked](crate::RateLimiter::peek) for the
