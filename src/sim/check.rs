@@ -104,12 +104,98 @@ impl Simulation {
     /// guarantee ([`guarantee`](Self::guarantee)), and every decision
     /// against the meaning of a [`Decision`](crate::Decision): an admitted
     /// request has no `retry_after`, a denied one a `retry_after` above
-    /// zero (its cost always fits), `remaining` is at most the limit, and
-    /// only a leaky bucket delays. The first violation found is the error.
+    /// zero (its cost always fits), `remaining` is at most the limit, only
+    /// a leaky bucket delays, and a denied request sent again alone after
+    /// exactly its `retry_after` is admitted, a microsecond sooner denied
+    /// (tried on a replay; for a concurrency quota, whose `retry_after` is
+    /// the oldest lease's expiry, only that a slot is free by then). The
+    /// first violation found is the error.
     pub fn check(&self) -> Result<(), Violation> {
         for client in 0..self.pattern.clients() {
             self.check_decisions(client)?;
             self.check_guarantee(client)?;
+            self.check_retry_after(client)?;
+        }
+        Ok(())
+    }
+
+    /// Every denial's `retry_after` holds: the same request, sent alone
+    /// after exactly that wait, is admitted, and (but for a concurrency
+    /// quota, whose `retry_after` is documented as the latest a slot is
+    /// sure to free, the oldest lease's expiry) a microsecond sooner it is
+    /// still denied. Each denial is tried on a replay of the client's
+    /// admissions up to it, on a store of its own.
+    fn check_retry_after(&self, client: usize) -> Result<(), Violation> {
+        let mine: Vec<&super::Request> = self
+            .requests
+            .iter()
+            .filter(|r| r.client == client)
+            .collect();
+        let admissions = self.admissions(client);
+        let n = self.quota.rate().count();
+        for (i, r) in mine.iter().enumerate() {
+            let Some(wait) = r.retry_after.filter(|_| !r.allowed) else {
+                continue;
+            };
+            let (at, wait) = (us(r.at), us(wait));
+            let retry = at + wait;
+            if self.strategy() == Strategy::Concurrency {
+                // the leases admitted so far still held then (releases come only sooner)
+                let held = admissions
+                    .iter()
+                    .filter(|a| a.at <= at && a.lease_end.is_none_or(|end| end > retry))
+                    .count() as u64;
+                if held >= n {
+                    return Err(self.violation(
+                        client,
+                        "a denied request is admitted after its retry_after",
+                        format!(
+                            "denied at {} s: {held} leases still held at {} s",
+                            seconds(at),
+                            seconds(retry)
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let replay = self.replay(&mine[..i]).map_err(|e| {
+                self.violation(
+                    client,
+                    "a denied request is admitted after its retry_after",
+                    e.to_string(),
+                )
+            })?;
+            let early = replay.try_at(retry - 1).map_err(|e| {
+                self.violation(
+                    client,
+                    "a denied request is admitted after its retry_after",
+                    e.to_string(),
+                )
+            })?;
+            let on_time = !early
+                && replay.try_at(retry).map_err(|e| {
+                    self.violation(
+                        client,
+                        "a denied request is admitted after its retry_after",
+                        e.to_string(),
+                    )
+                })?;
+            if early || !on_time {
+                let what = if early {
+                    "already admitted 1 µs sooner"
+                } else {
+                    "still denied then"
+                };
+                return Err(self.violation(
+                    client,
+                    "a denied request is admitted after exactly its retry_after",
+                    format!(
+                        "denied at {} s with retry_after {} s: {what}",
+                        seconds(at),
+                        seconds(wait)
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -418,7 +504,26 @@ mod tests {
         assert!(v.guarantee.contains("retry_after above zero"), "{v}");
         sim.requests[denied].retry_after = None;
         assert!(sim.check().is_err());
-        sim.requests[denied].retry_after = Some(Duration::from_secs(1));
+        // a wait too long, or too short, by a microsecond
+        let wait = Scenario::standard(Strategy::Gcra, Pattern::Steady)
+            .run()
+            .unwrap()
+            .requests[denied]
+            .retry_after
+            .unwrap();
+        for (wrong, what) in [
+            (
+                wait + Duration::from_micros(1),
+                "already admitted 1 µs sooner",
+            ),
+            (wait - Duration::from_micros(1), "still denied then"),
+        ] {
+            sim.requests[denied].retry_after = Some(wrong);
+            let v = sim.check().unwrap_err();
+            assert!(v.detail.ends_with(what), "{v}");
+        }
+        sim.requests[denied].retry_after = Some(wait);
+        assert!(sim.check().is_ok());
         sim.requests[0].delay = Some(Duration::from_secs(1));
         let v = sim.check().unwrap_err();
         assert!(v.guarantee.contains("delay"), "{v}");

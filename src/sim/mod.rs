@@ -284,6 +284,50 @@ impl Run {
     }
 }
 
+/// A fresh limiter of a run's quota, replayed up to some request.
+pub(crate) struct Replay {
+    limiter: RateLimiter,
+    clock: ManualClock,
+    start: u64,
+}
+
+impl Replay {
+    /// Sends one more request (cost 1) at `t` µs after the run's start: admitted?
+    pub(crate) fn try_at(&self, t: u64) -> Result<bool, SimError> {
+        self.clock.set(Duration::from_micros(self.start + t));
+        Ok(ready(self.limiter.check("replay"))?.allowed)
+    }
+}
+
+impl Simulation {
+    /// A limiter like the run's, on a store of its own, that has admitted
+    /// the admitted ones of `requests` (one client's) at their times.
+    pub(crate) fn replay(&self, requests: &[&Request]) -> Result<Replay, SimError> {
+        let clock = ManualClock::new(Duration::from_micros(self.start));
+        let limiter = RateLimiter::builder()
+            .store(MemoryStore::new())
+            .prefix("sim")
+            .quota(self.quota.clone())
+            .clock(clock.clone())
+            .build()
+            .map_err(SimError::Config)?;
+        let replay = Replay {
+            limiter,
+            clock,
+            start: self.start,
+        };
+        for r in requests.iter().filter(|r| r.allowed) {
+            if !replay.try_at(us(r.at))? {
+                return Err(SimError::Traffic(format!(
+                    "the replay denied the request admitted at {} s",
+                    seconds(us(r.at))
+                )));
+            }
+        }
+        Ok(replay)
+    }
+}
+
 /// The output of a future that a [`MemoryStore`] completes at once.
 fn ready<T>(fut: impl Future<Output = Result<T, StoreError>>) -> Result<T, SimError> {
     let mut fut = pin!(fut);
