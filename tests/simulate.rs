@@ -43,31 +43,56 @@ fn every_standard_run_keeps_its_strategys_documented_guarantee() {
     );
 }
 
+/// Other counts, an odd period, bursts of 1 and above the count, traffic
+/// at the quota's rate and three times it, leases released before and after
+/// their timeout.
 #[test]
 fn other_quotas_and_traffic_keep_their_guarantees_too() {
-    let rate = Rate::new(7, Duration::from_millis(1_500));
-    let quotas = [
-        Quota::fixed_window(rate),
-        Quota::sliding_window_log(rate),
-        Quota::sliding_window_counter(rate),
-        Quota::token_bucket(rate).burst(3),
-        Quota::leaky_bucket(rate).burst(4),
-        Quota::gcra(rate).burst(1),
-        Quota::concurrency(3).lease_timeout(Duration::from_millis(700)),
-    ];
-    for quota in quotas {
-        for pattern in Pattern::ALL {
-            // traffic at another rate than the quota's, leases that expire before release
-            let sim = Scenario::new(quota.clone(), pattern)
-                .traffic(Rate::new(9, Duration::from_secs(2)))
-                .hold(Duration::from_secs(1))
-                .run()
-                .unwrap();
-            if let Err(v) = sim.check() {
-                panic!("{v}\n{}", sim.summary());
+    let period = Duration::from_micros(1_500_001);
+    let mut runs = 0;
+    for strategy in Strategy::ALL {
+        for n in [1, 7] {
+            let rate = Rate::new(n, period);
+            let quotas: Vec<Quota> = match strategy {
+                Strategy::Concurrency => vec![Quota::concurrency(n).lease_timeout(period)],
+                Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => {
+                    [None, Some(1), Some(2 * n + 1)]
+                        .into_iter()
+                        .map(|b| {
+                            let q = Quota::new(strategy, rate);
+                            b.map_or(q.clone(), |b| q.burst(b))
+                        })
+                        .collect()
+                }
+                _ => vec![Quota::new(strategy, rate)],
+            };
+            let holds = match strategy {
+                Strategy::Concurrency => vec![period / 3, period * 2],
+                _ => vec![period],
+            };
+            for quota in quotas {
+                for &hold in &holds {
+                    for pattern in Pattern::ALL {
+                        for traffic in [rate, Rate::new(3 * n, period)] {
+                            let sim = Scenario::new(quota.clone(), pattern)
+                                .traffic(traffic)
+                                .hold(hold)
+                                .run()
+                                .unwrap();
+                            if let Err(v) = sim.check() {
+                                panic!(
+                                    "{quota:?}, {traffic}, hold {hold:?}: {v}\n{}",
+                                    sim.summary()
+                                );
+                            }
+                            runs += 1;
+                        }
+                    }
+                }
             }
         }
     }
+    assert_eq!(runs, 280);
 }
 
 #[test]

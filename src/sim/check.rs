@@ -36,6 +36,10 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
+/// The most denials per client whose `retry_after` a check tries (each
+/// try replays the client's admissions so far).
+const MAX_RETRY_TRIES: usize = 200;
+
 /// One admitted request, as the checks see it (µs since the run's start).
 struct Admitted {
     at: u64,
@@ -107,7 +111,8 @@ impl Simulation {
     /// zero (its cost always fits), `remaining` is at most the limit, only
     /// a leaky bucket delays, and a denied request sent again alone after
     /// exactly its `retry_after` is admitted, a microsecond sooner denied
-    /// (tried on a replay; for a concurrency quota, whose `retry_after` is
+    /// (tried on a replay, for up to 200 denials per client, evenly spread;
+    /// for a concurrency quota, whose `retry_after` is
     /// the oldest lease's expiry, only that a slot is free by then). The
     /// first violation found is the error.
     pub fn check(&self) -> Result<(), Violation> {
@@ -119,7 +124,8 @@ impl Simulation {
         Ok(())
     }
 
-    /// Every denial's `retry_after` holds: the same request, sent alone
+    /// Every denial's `retry_after` holds (up to [`MAX_RETRY_TRIES`] per
+    /// client, evenly spread): the same request, sent alone
     /// after exactly that wait, is admitted, and (but for a concurrency
     /// quota, whose `retry_after` is documented as the latest a slot is
     /// sure to free, the oldest lease's expiry) a microsecond sooner it is
@@ -133,8 +139,16 @@ impl Simulation {
             .collect();
         let admissions = self.admissions(client);
         let n = self.quota.rate().count();
-        for (i, r) in mine.iter().enumerate() {
-            let Some(wait) = r.retry_after.filter(|_| !r.allowed) else {
+        // each try replays the run so far: at most MAX_RETRY_TRIES, evenly spread
+        let denials = mine.iter().filter(|r| !r.allowed).count();
+        let stride = denials.div_ceil(MAX_RETRY_TRIES).max(1);
+        let tried = mine
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.allowed)
+            .step_by(stride);
+        for (i, r) in tried {
+            let Some(wait) = r.retry_after else {
                 continue;
             };
             let (at, wait) = (us(r.at), us(wait));
