@@ -353,7 +353,8 @@ pub struct Request {
     pub retry_after: Option<Duration>,
     /// The decision's `delay` (leaky bucket: when it is served, after `at`).
     pub delay: Option<Duration>,
-    /// When its lease was released, since the run's start (concurrency).
+    /// When its lease is released, since the run's start (concurrency:
+    /// `at` plus the hold; a release due after the run's end is not sent).
     pub released_at: Option<Duration>,
 }
 
