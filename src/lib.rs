@@ -29,6 +29,8 @@
 //! under), [`middleware`] (the layer's service, options and outcomes),
 //! [`limiter`] (the builder), [`strategy`], [`decision`] (a decision's parts),
 //! [`clock`], [`store`] (the trait the stores implement) and [`error`].
+//! With the `sim` feature, `sim` runs any strategy against traffic patterns
+//! and draws the result as an SVG chart.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -42,6 +44,9 @@ pub mod middleware;
 mod quota;
 mod rate;
 mod reserve;
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub mod sim;
 pub mod store;
 pub mod strategy;
 
