@@ -259,22 +259,12 @@ impl RateLimiter {
     ) -> Decision {
         let inner = &*self.inner;
         let user = storable_key(key);
-        let call = LocalCall {
-            scopes,
-            user: &user,
-            quotas: &inner.quotas,
-            cost,
-            now_us: inner.clock.manual_now_us(),
-            nonce: &nonce,
-        };
-        let n = inner.quotas.len();
-        let placeholder = Raw::deny(0, 0, -1);
-        if n == 1 {
-            let mut raw = placeholder;
-            let allowed = store.decide(&call, std::slice::from_mut(&mut raw));
-            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+        let now_us = inner.clock.manual_now_us();
+        if let ([scope], [quota]) = (scopes, inner.quotas.as_slice()) {
+            let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
+            let lease = self.lease(raw.ok, cost, nonce, || self.keys_of(&user));
             return Decision {
-                allowed,
+                allowed: raw.ok,
                 binding: 0,
                 delay_us: raw.delay.max(0) as u64,
                 parts: Parts::one(Part::from(raw)),
@@ -282,6 +272,16 @@ impl RateLimiter {
                 lease,
             };
         }
+        let call = LocalCall {
+            scopes,
+            user: &user,
+            quotas: &inner.quotas,
+            cost,
+            now_us,
+            nonce: &nonce,
+        };
+        let n = inner.quotas.len();
+        let placeholder = Raw::deny(0, 0, -1);
         let mut inline = [placeholder; 4];
         let mut heap = Vec::new();
         let out: &mut [Raw] = match inline.get_mut(..n) {
@@ -586,13 +586,26 @@ impl<K: AsRef<[u8]>> Future for Check<'_, K> {
             {
                 return Poll::Ready(Ok(decision));
             }
-            this.store = Some(Box::pin(limiter.check_later(key.to_vec(), cost)));
+            let key = key.to_vec();
+            this.store = Some(boxed_in_place(|| limiter.check_later(key, cost)));
         }
         match &mut this.store {
             Some(store) => store.as_mut().poll(cx),
             None => panic!("`Check` polled after completion"),
         }
     }
+}
+
+/// `Box::pin(make())`, but with the box allocated first so that the value
+/// (a future of several kilobytes) is written straight into it instead of
+/// being built on the stack and copied.
+#[inline(always)]
+pub(crate) fn boxed_in_place<F, C>(make: C) -> Pin<Box<F>>
+where
+    C: FnOnce() -> F,
+{
+    let slot = Box::<F>::new_uninit();
+    Box::into_pin(Box::write(slot, make()))
 }
 
 /// The user key as it appears inside the hash tag: UTF-8, always.
@@ -602,17 +615,6 @@ pub(crate) fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
     }
     Cow::Owned(format!("~{}", hash_hex(key)).into_bytes())
 }
-
-/// The bytes a key of printable ASCII but braces is made of.
-static PLAIN: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut b = b' ';
-    while b <= b'~' {
-        t[b as usize] = b != b'{' && b != b'}';
-        b += 1;
-    }
-    t
-};
 
 /// Whether all eight bytes of `w` are printable ASCII but braces.
 fn plain_word(w: u64) -> bool {
@@ -631,13 +633,18 @@ fn plain_word(w: u64) -> bool {
 /// Whether a key may be stored as is: UTF-8 without braces or control
 /// characters.
 fn verbatim(key: &[u8]) -> bool {
-    // printable ASCII but braces: the usual keys, eight bytes at a time
-    let mut words = key.chunks_exact(8);
-    let plain = words.all(|w| {
-        plain_word(u64::from_le_bytes([
-            w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
-        ]))
-    }) && words.remainder().iter().all(|&b| PLAIN[usize::from(b)]);
+    // printable ASCII but braces: the usual keys, eight bytes at a time (the
+    // last word overlaps the one before it; a short key is padded with spaces)
+    let word = |w: &[u8]| <[u8; 8]>::try_from(w).is_ok_and(|w| plain_word(u64::from_le_bytes(w)));
+    let plain = match key.len() {
+        0 => true,
+        n if n < 8 => {
+            let mut w = [b' '; 8];
+            w[..n].copy_from_slice(key);
+            plain_word(u64::from_le_bytes(w))
+        }
+        n => key.chunks_exact(8).all(word) && word(&key[n - 8..]),
+    };
     if plain {
         return true;
     }
@@ -994,17 +1001,19 @@ mod tests {
             std::str::from_utf8(k)
                 .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
         };
+        let base = b"user:1234567890abcdefg";
         for b in 0..=255u8 {
-            for at in 0..10 {
-                let mut k = *b"user:12345";
-                k[at] = b;
-                assert_eq!(verbatim(&k), bytewise(&k), "{k:?}");
-                assert_eq!(
-                    plain_word(u64::from_le_bytes([b; 8])),
-                    PLAIN[usize::from(b)],
-                    "{b}"
-                );
+            // short keys (padded), one word, overlapping last words
+            for len in 1..=base.len() {
+                for at in 0..len {
+                    let mut k = base[..len].to_vec();
+                    k[at] = b;
+                    assert_eq!(verbatim(&k), bytewise(&k), "{k:?}");
+                }
             }
+            let plain = (b' '..=b'~').contains(&b) && b != b'{' && b != b'}';
+            assert_eq!(plain_word(u64::from_le_bytes([b; 8])), plain, "{b}");
         }
+        assert!(verbatim(b""));
     }
 }

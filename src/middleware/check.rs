@@ -28,7 +28,7 @@ use super::response;
 use super::stats::Counters;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::limiter::RateLimiter;
+use crate::limiter::{RateLimiter, boxed_in_place};
 
 /// What the check of a request found before any store call.
 // (a decision inline: boxing it would cost the allocation this avoids)
@@ -117,10 +117,8 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
 async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
     // Read before the call: a cached denial then ends no later than the store's.
     let started = config.deny_cache.as_ref().map(|c| c.now(&config.limiter));
-    // The store's future is large (kilobytes): built in place on the heap,
-    // it is never copied; this future stays small.
-    let check = boxed_in_place(|| config.limiter.check_n(&key, cost));
-    match check.await {
+    // (`Check` is small: the store's own future, kilobytes, is on the heap)
+    match config.limiter.check_n(&key, cost).await {
         Ok(decision) => {
             remember(&config, &config.limiter, &key, cost, started, &decision);
             Verdict::Decided(decision)
@@ -149,7 +147,7 @@ async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
                         event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
                     }
                     Counters::bump(&config.counters.fallback_decisions);
-                    match boxed_in_place(|| fallback.check_n(&key, cost)).await {
+                    match fallback.check_n(&key, cost).await {
                         Ok(decision) => {
                             remember(&config, fallback, &key, cost, started, &decision);
                             Verdict::Fallback(decision, fallback.clone(), error)
@@ -185,16 +183,4 @@ fn remember(
     if let (Some(cache), Some(now)) = (&config.deny_cache, started) {
         cache.insert(limiter, key, cost, now, decision);
     }
-}
-
-/// `Box::pin(make())`, but with the box allocated first so that the value
-/// (a future of several kilobytes) is written straight into it instead of
-/// being built on the stack and copied.
-#[inline(always)]
-fn boxed_in_place<F, C>(make: C) -> Pin<Box<F>>
-where
-    C: FnOnce() -> F,
-{
-    let slot = Box::<F>::new_uninit();
-    Box::into_pin(Box::write(slot, make()))
 }

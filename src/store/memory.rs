@@ -374,9 +374,10 @@ impl MemoryStore {
         }
     }
 
-    /// [`decide`](Self::decide), and the time it decided at.
-    fn decide_at(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
-        let now = match call.now_us {
+    /// The time of a decision: the manual clock's reading (remembered for
+    /// [`sweep`](Self::sweep)), else the store's clock.
+    fn decision_time(&self, manual: Option<u64>) -> i64 {
+        match manual {
             Some(manual) => {
                 let manual = manual as i64;
                 if manual > self.inner.manual_now.load(Ordering::Relaxed) {
@@ -385,7 +386,34 @@ impl MemoryStore {
                 manual
             }
             None => self.now_us(),
-        };
+        }
+    }
+
+    /// [`decide`](Self::decide) for a limiter of one quota (the common case,
+    /// without the bookkeeping of several): quota `quota` of scope `scope`
+    /// for the user key `user`.
+    pub(crate) fn decide_one(
+        &self,
+        scope: u32,
+        user: &[u8],
+        quota: &QuotaSpec,
+        cost: u64,
+        now_us: Option<u64>,
+        nonce: &str,
+    ) -> Raw {
+        let now = self.decision_time(now_us);
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(user);
+        shard.ops = shard.ops.saturating_add(1);
+        shard.sweep_if_due(now, hasher);
+        shard.with_entry(hasher, hash, scope, user, |slot| {
+            state::run(slot, quota, now, cost as i64, nonce, true)
+        })
+    }
+
+    /// [`decide`](Self::decide), and the time it decided at.
+    fn decide_at(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
+        let now = self.decision_time(call.now_us);
         // the tag's rest, after the prefix: the user key
         let rest = call.user;
         let cost = call.cost as i64;

@@ -113,10 +113,20 @@ pub(crate) fn run(
         && write
         && let Some(value) = new
     {
-        *slot = Some(Entry {
-            value,
-            expires_at: now + ttl_us(raw.reset),
-        });
+        let expires_at = now + ttl_us(raw.reset);
+        match slot {
+            // (in place: no drop of the old state when it is one integer)
+            Some(Entry {
+                value: Value::Tat(tat),
+                expires_at: at,
+            }) if matches!(value, Value::Tat(_)) => {
+                if let Value::Tat(new) = value {
+                    *tat = new;
+                }
+                *at = expires_at;
+            }
+            _ => *slot = Some(Entry { value, expires_at }),
+        }
     }
     raw
 }
