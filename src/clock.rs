@@ -8,8 +8,8 @@ use std::time::Duration;
 ///
 /// By default ([`Clock::Store`]) time comes from the store: Redis's `TIME`
 /// (so app servers with skewed clocks still agree) or, for
-/// [`MemoryStore`](crate::MemoryStore), a monotonic tokio `Instant` (which
-/// `tokio::time::pause` controls in tests). A [`ManualClock`] passes an exact
+/// [`MemoryStore`](crate::MemoryStore), the CPU's time-stamp counter (which
+/// `tokio::time::pause` does not stop). A [`ManualClock`] passes an exact
 /// time with every call instead, for tests and simulations.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]

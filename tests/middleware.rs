@@ -330,11 +330,12 @@ async fn the_deny_cache_lets_the_key_in_again_when_its_denial_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_delay_is_waited_in_full_and_a_request_beyond_the_queue_is_denied_at_once() {
-    // Memory store: its clock is tokio's, so paused time drives the whole test.
-    // One request a minute, a queue of 3: slots far beyond any default bound
-    // on a delay (the old `max_delay` served them early, at 30 s).
+    // Decisions on a manual clock that stands still, the waits in paused
+    // tokio time. One request a minute, a queue of 3: slots far beyond any
+    // default bound on a delay (the old `max_delay` served them early, at 30 s).
     let limiter = RateLimiter::builder()
         .store(MemoryStore::new())
+        .clock(ManualClock::new(Duration::from_secs(3_600)))
         .prefix("leaky-full")
         .quota(
             Quota::leaky_bucket(Rate::per_minute(1))

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
+use tower_redis_ratelimit::clock::ManualClock;
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
@@ -138,12 +139,14 @@ async fn a_soak_of_100k_keys_through_every_strategy_leaves_redis_empty() {
     );
 }
 
-// The memory store's clock is tokio's: paused time moves only when told.
-#[tokio::test(start_paused = true)]
+// A manual clock: time moves only when told.
+#[tokio::test]
 async fn a_soak_of_100k_keys_through_every_strategy_returns_the_memory_store_to_its_baseline() {
     let store = MemoryStore::with_shards(16);
+    let clock = ManualClock::new(Duration::from_secs(3_600));
     let all = RateLimiter::builder()
         .store(store.clone())
+        .clock(clock.clone())
         .prefix("soak-all")
         .quotas(every_strategy())
         .build()
@@ -154,11 +157,14 @@ async fn a_soak_of_100k_keys_through_every_strategy_returns_the_memory_store_to_
     // time stood still: every key of every strategy is held
     assert_eq!(store.len(), KEYS * Strategy::ALL.len());
     // Not yet expired: a sweep keeps everything.
-    tokio::time::advance(WINDOW / 2).await;
+    clock.advance(WINDOW / 2);
+    // (the store learns the manual time from a decision)
+    all.peek("now").await.unwrap();
     store.sweep();
     assert_eq!(store.len(), KEYS * Strategy::ALL.len());
     // Two windows later everything has expired.
-    tokio::time::advance(2 * WINDOW).await;
+    clock.advance(2 * WINDOW);
+    all.peek("now").await.unwrap();
     store.sweep();
     assert_eq!(store.len(), baseline, "an explicit sweep");
 
@@ -167,9 +173,10 @@ async fn a_soak_of_100k_keys_through_every_strategy_returns_the_memory_store_to_
     // peeks (of other keys) write nothing.
     assert_eq!(soak(&all, KEYS).await, KEYS as u64);
     assert_eq!(store.len(), KEYS * Strategy::ALL.len());
-    tokio::time::advance(2 * WINDOW + Duration::from_secs(1)).await;
+    clock.advance(2 * WINDOW + Duration::from_secs(1));
     let peeker = RateLimiter::builder()
         .store(store.clone())
+        .clock(clock.clone())
         .prefix("peek")
         .quota(Quota::gcra(Rate::per_second(1)))
         .build()
