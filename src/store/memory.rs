@@ -37,7 +37,8 @@ const GROWN: usize = 4 * SWEEP_EVERY as usize;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
-/// Bytes of a tag's rest held in a slot without allocating.
+/// Bytes of a storage key held in a slot without allocating: its scope (4)
+/// and up to 18 bytes of the user key (`ip:255.255.255.255` fits).
 const INLINE_KEY: usize = 22;
 
 /// An in-process store with exactly the semantics of [`RedisStore`](crate::RedisStore).
@@ -93,16 +94,17 @@ struct Shard {
     latest: i64,
 }
 
-/// One storage key and its state.
+/// One storage key and its state: one cache line.
 #[derive(Debug)]
+#[repr(align(64))]
 struct Slot {
-    scope: u32,
     key: KeyBytes,
     /// `None` only for a moment, while a strategy runs on the slot.
     entry: Option<Entry>,
 }
 
-/// The rest of a storage key's hash tag, after its first `:`.
+/// A storage key: its scope (four bytes, little-endian) and the rest of its
+/// hash tag (the user key as stored).
 #[derive(Debug)]
 enum KeyBytes {
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
@@ -110,14 +112,21 @@ enum KeyBytes {
 }
 
 impl KeyBytes {
-    fn new(tag: &[u8]) -> Self {
-        match u8::try_from(tag.len()) {
-            Ok(len) if tag.len() <= INLINE_KEY => {
+    fn new(scope: u32, user: &[u8]) -> Self {
+        let len = 4 + user.len();
+        match u8::try_from(len) {
+            Ok(short) if len <= INLINE_KEY => {
                 let mut bytes = [0; INLINE_KEY];
-                bytes[..tag.len()].copy_from_slice(tag);
-                KeyBytes::Inline { len, bytes }
+                bytes[..4].copy_from_slice(&scope.to_le_bytes());
+                bytes[4..len].copy_from_slice(user);
+                KeyBytes::Inline { len: short, bytes }
             }
-            _ => KeyBytes::Heap(tag.into()),
+            _ => {
+                let mut v = Vec::with_capacity(len);
+                v.extend_from_slice(&scope.to_le_bytes());
+                v.extend_from_slice(user);
+                KeyBytes::Heap(v.into_boxed_slice())
+            }
         }
     }
 
@@ -126,6 +135,21 @@ impl KeyBytes {
             KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len)],
             KeyBytes::Heap(b) => b,
         }
+    }
+
+    /// Whether this is the key of `user` in `scope`.
+    fn is(&self, scope: u32, user: &[u8]) -> bool {
+        let b = self.as_bytes();
+        b.len() == 4 + user.len() && b[..4] == scope.to_le_bytes() && b[4..] == *user
+    }
+
+    fn scope(&self) -> u32 {
+        let b = self.as_bytes();
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    fn user(&self) -> &[u8] {
+        &self.as_bytes()[4..]
     }
 }
 
@@ -253,7 +277,7 @@ impl Shard {
         f: impl FnOnce(&mut Option<Entry>) -> R,
     ) -> R {
         let hash = scoped(rest_hash, scope);
-        let eq = |s: &Slot| s.scope == scope && s.key.as_bytes() == rest;
+        let eq = |s: &Slot| s.key.is(scope, rest);
         match self.table.find_entry(hash, eq) {
             Ok(mut found) => {
                 let r = f(&mut found.get_mut().entry);
@@ -267,8 +291,7 @@ impl Shard {
                 let r = f(&mut entry);
                 if entry.is_some() {
                     let slot = Slot {
-                        scope,
-                        key: KeyBytes::new(rest),
+                        key: KeyBytes::new(scope, rest),
                         entry,
                     };
                     absent
@@ -283,7 +306,7 @@ impl Shard {
 
 /// A slot's table hash, computed again (when the table grows or shrinks).
 fn rehash(hasher: &foldhash::fast::RandomState, s: &Slot) -> u64 {
-    scoped(hasher.hash_one(s.key.as_bytes()), s.scope)
+    scoped(hasher.hash_one(s.key.user()), s.key.scope())
 }
 
 impl Default for MemoryStore {
@@ -543,6 +566,26 @@ mod tests {
     use super::*;
     use crate::strategy::Strategy;
     use crate::{Quota, Rate, RateLimiter};
+
+    #[test]
+    fn a_slot_is_one_cache_line_and_keys_of_any_length_are_told_apart() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        for user in [
+            &b""[..],
+            b"ip:255.255.255.255",
+            b"ip:255.255.255.2555",
+            &[b'k'; 128],
+        ] {
+            let key = KeyBytes::new(7, user);
+            assert!(key.is(7, user) && !key.is(8, user), "{user:?}");
+            assert_eq!((key.scope(), key.user()), (7, user));
+            assert!(!key.is(7, &user[..user.len().saturating_sub(1)]) || user.is_empty());
+        }
+        assert!(matches!(
+            KeyBytes::new(1, b"ip:255.255.255.255"),
+            KeyBytes::Inline { .. }
+        ));
+    }
 
     #[tokio::test]
     async fn an_explicit_sweep_keeps_the_live_state_of_a_manual_clock() {
