@@ -50,6 +50,8 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 /// (fewest remaining; on a tie, the later reset), and a `Retry-After`
 /// already on the response is kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum HeaderStyle {
     /// `RateLimit-Policy` and `RateLimit` (IETF draft, structured fields).
