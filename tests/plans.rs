@@ -78,7 +78,10 @@ async fn each_plan_has_its_own_quotas_and_state(store: Store<'_>) {
     }
     assert!(!allowed(&plans, "free", "u").await, "{s}: free is 3/minute");
     // an unknown plan is the default plan, with its state
-    assert!(!allowed(&plans, "gold", "u").await, "{s}: unknown plan = free");
+    assert!(
+        !allowed(&plans, "gold", "u").await,
+        "{s}: unknown plan = free"
+    );
     // the same caller on another plan starts fresh (no shared state)
     for i in 0..6 {
         assert!(allowed(&plans, "pro", "u").await, "{s}: pro #{i}");
@@ -298,7 +301,10 @@ async fn a_published_change_reaches_the_other_instance_on_redis() {
         .await
         .unwrap();
     assert!(text.starts_with("default free\n"), "{text}");
-    assert!(text.contains("plan free: fixed-window 5/min name=minute"), "{text}");
+    assert!(
+        text.contains("plan free: fixed-window 5/min name=minute"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

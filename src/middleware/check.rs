@@ -153,7 +153,12 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     {
         Counters::bump(&config.counters.deny_cache_hits);
         metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
-        metrics::decision(config.name, plan_name, decision.quota().as_str(), Outcome::Denied);
+        metrics::decision(
+            config.name,
+            plan_name,
+            decision.quota().as_str(),
+            Outcome::Denied,
+        );
         event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
         let policy = match plan.as_deref().and_then(|p| p.policy.as_deref()) {
             Some(policy) => policy,
@@ -165,7 +170,16 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     // A memory store decides at once: no future, no store error.
     let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
     if let Some(decision) = limiter.decide_now(&key, cost) {
-        remember(config, plan.as_deref(), limiter, &key, cost, started, &decision, shadow);
+        remember(
+            config,
+            plan.as_deref(),
+            limiter,
+            &key,
+            cost,
+            started,
+            &decision,
+            shadow,
+        );
         return Check::Store(Pending::Ready(Some(Checked {
             verdict: Verdict::Decided(decision),
             plan,
@@ -213,7 +227,16 @@ async fn decide(
     metrics::store_call(config.name, plan_name, timer);
     let verdict = match result {
         Ok(decision) => {
-            remember(&config, plan.as_deref(), limiter, &key, cost, started, &decision, shadow);
+            remember(
+                &config,
+                plan.as_deref(),
+                limiter,
+                &key,
+                cost,
+                started,
+                &decision,
+                shadow,
+            );
             Verdict::Decided(decision)
         }
         Err(error) => {
@@ -247,7 +270,16 @@ async fn decide(
                     };
                     match boxed_in_place(|| fallback.check_n(&key, cost)).await {
                         Ok(decision) => {
-                            remember(&config, plan.as_deref(), &fallback, &key, cost, started, &decision, shadow);
+                            remember(
+                                &config,
+                                plan.as_deref(),
+                                &fallback,
+                                &key,
+                                cost,
+                                started,
+                                &decision,
+                                shadow,
+                            );
                             Verdict::Fallback(decision, fallback, error)
                         }
                         // The memory store does not fail; if it ever did, fail open.

@@ -15,9 +15,9 @@ use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
 use super::check::{Checked, Pending, Verdict};
-use super::metrics::{self, LeaseCount, Outcome};
 use super::config::Config;
 use super::headers::RateHeaders;
+use super::metrics::{self, LeaseCount, Outcome};
 use super::outcome::RateLimitOutcome;
 use super::response;
 
@@ -345,7 +345,7 @@ fn after<F, ReqBody>(
         extensions.insert(RateLimitOutcome::ShadowDenied(decision.clone()));
         extensions.insert(decision);
         let extra = Extra {
-            headers: config.shadow_headers.then_some(headers),
+            headers: config.shadow_headers.then(|| headers.without_retry_after()),
             lease: None,
         };
         return called(call(request), extra);

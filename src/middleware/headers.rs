@@ -175,6 +175,12 @@ impl RateHeaders {
         h
     }
 
+    /// The same headers without `Retry-After` (a shadowed denial is no 429).
+    pub(crate) fn without_retry_after(mut self) -> Self {
+        self.retry_after = None;
+        self
+    }
+
     /// Adds the headers to `headers`, combining them with those of another
     /// layer already there: list items appended, the most restrictive
     /// legacy limit kept, an existing `Retry-After` kept.

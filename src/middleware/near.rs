@@ -49,7 +49,8 @@ impl NearLimitHook {
             .quotas()
             .filter_map(|q| {
                 let limit = q.limit();
-                let threshold = ((self.fraction * limit as f64).ceil() as u64).clamp(1, limit.max(1));
+                let threshold =
+                    ((self.fraction * limit as f64).ceil() as u64).clamp(1, limit.max(1));
                 let used_after = limit.saturating_sub(q.remaining());
                 let used_before = used_after.saturating_sub(cost);
                 (used_before < threshold && used_after >= threshold).then(|| NearLimit {

@@ -87,7 +87,10 @@ impl RateLimitLayer {
             self = self.grpc(grpc);
         }
         if let Some(fraction) = options.near_limit {
-            self = self.near_limit(fraction, None::<fn(&http::request::Parts, &super::NearLimit)>);
+            self = self.near_limit(
+                fraction,
+                None::<fn(&http::request::Parts, &super::NearLimit)>,
+            );
         }
         self
     }

@@ -446,7 +446,10 @@ impl Shared {
         let name = intern(name);
         if plan.unlimited {
             if !plan.quotas.is_empty() {
-                return Err(ConfigError::new("unlimited", "an unlimited plan has no quotas"));
+                return Err(ConfigError::new(
+                    "unlimited",
+                    "an unlimited plan has no quotas",
+                ));
             }
             return Ok(ActivePlan {
                 name,

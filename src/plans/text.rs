@@ -47,7 +47,12 @@ impl FromStr for Quota {
         let (first, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
         let (strategy, rest) = match first.parse::<Strategy>() {
             Ok(strategy) => (strategy, rest),
-            Err(e) if first.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) => {
+            Err(e)
+                if first
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic()) =>
+            {
                 return Err(ConfigError::new("strategy", e.to_string()));
             }
             Err(_) => (Strategy::Gcra, s),
@@ -214,7 +219,9 @@ mod tests {
             Quota::gcra(Rate::per_minute(60))
         );
         assert_eq!(
-            "leaky-bucket 5 per 2 hours burst=3".parse::<Quota>().unwrap(),
+            "leaky-bucket 5 per 2 hours burst=3"
+                .parse::<Quota>()
+                .unwrap(),
             Quota::leaky_bucket(Rate::new(5, Duration::from_secs(7200))).burst(3)
         );
     }

@@ -473,12 +473,20 @@ fn lock(m: &Padded) -> MutexGuard<'_, Shard> {
 /// what a Redis store keeps in a plain key, kept here by name.
 impl MemoryStore {
     pub(crate) fn document(&self, name: &str) -> Option<Arc<str>> {
-        let docs = self.inner.documents.lock().unwrap_or_else(|e| e.into_inner());
+        let docs = self
+            .inner
+            .documents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         docs.get(name).cloned()
     }
 
     pub(crate) fn set_document(&self, name: &str, text: &str) {
-        let mut docs = self.inner.documents.lock().unwrap_or_else(|e| e.into_inner());
+        let mut docs = self
+            .inner
+            .documents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         docs.insert(name.into(), text.into());
     }
 }
