@@ -26,11 +26,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
-        .layer(RateLimitLayer::new(limiter, key::Global).name("api").near_limit(0.8, None::<fn(&http::request::Parts, &_)>))
-        .route("/metrics", get(move || std::future::ready(prometheus.render())));
+        .layer(
+            RateLimitLayer::new(limiter, key::Global)
+                .name("api")
+                .near_limit(0.8, None::<fn(&http::request::Parts, &_)>),
+        )
+        .route(
+            "/metrics",
+            get(move || std::future::ready(prometheus.render())),
+        );
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
-    println!("listening on http://{}; metrics on /metrics", listener.local_addr()?);
+    println!(
+        "listening on http://{}; metrics on /metrics",
+        listener.local_addr()?
+    );
     axum::serve(listener, app).await?;
     Ok(())
 }

@@ -24,7 +24,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::StatusCode;
-use tower_redis_ratelimit::middleware::{LayerOptions, NearLimit, PlanFromExtension, RateLimitOutcome};
+use tower_redis_ratelimit::middleware::{
+    LayerOptions, NearLimit, PlanFromExtension, RateLimitOutcome,
+};
 use tower_redis_ratelimit::plans::{ActivePlan, LimitsHandle, Plans, PlansConfig};
 use tower_redis_ratelimit::{MemoryStore, RateLimitLayer, RedisStore};
 
@@ -120,18 +122,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("key-pro", "pro"),
         ("key-internal", "internal"),
     ]));
-    let key = |p: &http::request::Parts| {
-        p.headers
-            .get("x-api-key")
-            .map(|v| v.as_bytes().to_vec())
-    };
-    let layer = RateLimitLayer::with_plans(plans, key, PlanFromExtension::<Tier>::new())
-        .options(&options);
+    let key = |p: &http::request::Parts| p.headers.get("x-api-key").map(|v| v.as_bytes().to_vec());
+    let layer =
+        RateLimitLayer::with_plans(plans, key, PlanFromExtension::<Tier>::new()).options(&options);
     let app = Router::new()
         .route("/", get(hello))
         .layer(layer)
         .layer(axum::middleware::from_fn_with_state(keys, authenticate))
-        .merge(Router::new().route("/admin/reload", post(reload)).with_state(handle));
+        .merge(
+            Router::new()
+                .route("/admin/reload", post(reload))
+                .with_state(handle),
+        );
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     println!("listening on http://{}", listener.local_addr()?);

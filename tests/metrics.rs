@@ -37,10 +37,10 @@ fn counter(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
             continue;
         }
         let has = |k: &str, v: &str| key.labels().any(|l| l.key() == k && l.value() == v);
-        if labels.iter().all(|(k, v)| has(k, v)) {
-            if let DebugValue::Counter(n) = *value {
-                total += n;
-            }
+        if labels.iter().all(|(k, v)| has(k, v))
+            && let DebugValue::Counter(n) = *value
+        {
+            total += n;
         }
     }
     total

@@ -73,7 +73,7 @@
 //!
 //! // raise the limit while running: the state is kept, the new limit admits at once
 //! plans.handle().set_plan("free", Plan::new([Quota::fixed_window(Rate::per_minute(5)).name("minute")]))?;
-//! assert_eq!(plans.check("free", "user:1").await?.map(|d| d.remaining()), Some(1));
+//! assert_eq!(plans.check("free", "user:1").await?.map(|d| d.remaining()), Some(2));
 //! # Ok(())
 //! # }
 //! ```
