@@ -61,6 +61,24 @@ impl ConfigError {
     pub fn field(&self) -> &str {
         &self.field
     }
+
+    /// The same error about another field.
+    pub(crate) fn with_field(self, field: String) -> Self {
+        Self { field, ..self }
+    }
+
+    /// The same error, its field inside `path` (`plans.pro` and
+    /// `quotas[1].rate` make `plans.pro.quotas[1].rate`).
+    pub(crate) fn within(self, path: &str) -> Self {
+        let field = if self.field.is_empty() {
+            path.to_owned()
+        } else if self.field.starts_with('[') {
+            format!("{path}{}", self.field)
+        } else {
+            format!("{path}.{}", self.field)
+        };
+        Self { field, ..self }
+    }
 }
 
 impl fmt::Display for ConfigError {

@@ -41,6 +41,7 @@ pub mod error;
 pub mod key;
 pub mod limiter;
 pub mod middleware;
+pub mod plans;
 mod quota;
 mod rate;
 mod reserve;

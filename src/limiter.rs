@@ -407,6 +407,11 @@ impl RateLimiter {
         }
     }
 
+    /// The prefix of its storage keys (the middleware's metrics label).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
     /// The manual clock's reading in µs, if the limiter runs on one.
     pub(crate) fn manual_now_us(&self) -> Option<u64> {
         self.inner.clock.manual_now_us()
@@ -831,6 +836,15 @@ impl RateLimiterBuilder {
                 reserve,
             }),
         })
+    }
+}
+
+/// What [`Plans`](crate::plans::Plans) needs to build one limiter per plan.
+impl RateLimiterBuilder {
+    /// The store, as the internal dispatch enum (a clone of another's).
+    pub(crate) fn backend(mut self, store: Backend) -> Self {
+        self.store = Some(store);
+        self
     }
 }
 

@@ -125,6 +125,16 @@ impl Quota {
         self.name.is_some()
     }
 
+    /// The burst set with [`burst`](Self::burst), if any.
+    pub(crate) fn explicit_burst(&self) -> Option<u64> {
+        self.burst
+    }
+
+    /// The name set with [`name`](Self::name), if any.
+    pub(crate) fn explicit_name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// The strategy.
     pub fn strategy(&self) -> Strategy {
         self.strategy

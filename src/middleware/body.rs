@@ -272,6 +272,8 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
 pub(crate) struct LeaseGuard {
     limiter: RateLimiter,
     lease: Option<Lease>,
+    /// The `ratelimit_leases` gauge's part (feature `metrics`).
+    _count: Option<super::metrics::LeaseCount>,
 }
 
 impl LeaseGuard {
@@ -279,7 +281,14 @@ impl LeaseGuard {
         Self {
             limiter,
             lease: Some(lease),
+            _count: None,
         }
+    }
+
+    /// Counts the lease in the `ratelimit_leases` gauge while it is held.
+    pub(crate) fn counted(mut self, count: super::metrics::LeaseCount) -> Self {
+        self._count = Some(count);
+        self
     }
 
     /// The release of the lease as a future: the store call, bounded by the

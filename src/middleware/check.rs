@@ -8,10 +8,12 @@
 //! request bypasses the limiter, checks it, and hands the result to its
 //! [`ResponseFuture`](crate::ResponseFuture).
 //!
-//! Room for what comes next: a per-request choice of quotas (plans) is a
-//! resolver consulted where [`check`] picks the limiter, still one store
-//! call; a "would have denied" answer (shadow mode) is one more [`Verdict`].
+//! Plans: the layer's [`PlanResolver`](crate::middleware::PlanResolver)
+//! picks the request's plan where [`check`] picks the limiter (still one
+//! store call); shadow mode skips the deny cache and lets a denial through
+//! (`future.rs` makes it a "would have denied" outcome).
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,13 +24,15 @@ use http::Response;
 use http::request::Parts;
 
 use super::config::Config;
-use super::headers::RateHeaders;
+use super::headers::{Policy, RateHeaders};
+use super::metrics::{self, Outcome};
 use super::policy::{Failure, Resolved};
 use super::response;
 use super::stats::Counters;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::limiter::{RateLimiter, boxed_in_place};
+use crate::plans::ActivePlan;
 
 /// What the check of a request found before any store call.
 // (a decision inline: boxing it would cost the allocation this avoids)
@@ -37,6 +41,8 @@ pub(crate) enum Check {
     /// No key, and [`MissingKey::skip`](crate::middleware::MissingKey::skip): the
     /// request goes on unlimited.
     Skip,
+    /// The request's plan is unlimited: it goes on without a store call.
+    Unlimited(Arc<ActivePlan>),
     /// The middleware's answer, without a store call: a request without a
     /// key rejected, or a denial from the deny cache.
     Answer(Response<Bytes>),
@@ -45,18 +51,18 @@ pub(crate) enum Check {
 }
 
 /// The store call of a [`Check::Store`], and the failure policy after it.
-pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
+pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
 /// The verdict of a check: made already (a memory store decides at once),
 /// or the store call that gives it.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Pending {
-    Ready(Option<Verdict>),
+    Ready(Option<Checked>),
     Store(CheckFuture),
 }
 
 impl Pending {
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Verdict> {
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Checked> {
         match self {
             Pending::Ready(verdict) => match verdict.take() {
                 Some(v) => Poll::Ready(v),
@@ -65,6 +71,42 @@ impl Pending {
             Pending::Store(future) => future.as_mut().poll(cx),
         }
     }
+}
+
+/// A verdict, with what the rest of the request needs to apply it.
+pub(crate) struct Checked {
+    pub(crate) verdict: Verdict,
+    /// The request's plan, for a layer with plans.
+    pub(crate) plan: Option<Arc<ActivePlan>>,
+    pub(crate) cost: u64,
+    /// Shadow mode (the layer's or the plan's): a denial lets the request through.
+    pub(crate) shadow: bool,
+}
+
+impl Checked {
+    /// The limiter the request was checked with.
+    pub(crate) fn limiter<'a>(&'a self, config: &'a Config) -> &'a RateLimiter {
+        limiter_of(config, self.plan.as_deref())
+    }
+
+    /// What the headers need of the quotas.
+    pub(crate) fn policy<'a>(&'a self, config: &'a Config) -> &'a Policy {
+        match self.plan.as_deref().and_then(|p| p.policy.as_deref()) {
+            Some(policy) => policy,
+            None => &config.policy,
+        }
+    }
+
+    /// The `plan` label of metrics.
+    pub(crate) fn plan_name(&self) -> &'static str {
+        self.plan.as_deref().map_or("", ActivePlan::name)
+    }
+}
+
+/// The limiter of `plan` (a limited one), else the layer's.
+fn limiter_of<'a>(config: &'a Config, plan: Option<&'a ActivePlan>) -> &'a RateLimiter {
+    plan.and_then(ActivePlan::limiter)
+        .unwrap_or(&config.limiter)
 }
 
 /// The result of the store call of a check.
@@ -82,6 +124,15 @@ pub(crate) enum Verdict {
 /// Checks the request of `parts`: answers it at once where no store call is
 /// needed, else starts the store call.
 pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
+    let plan = config
+        .plans
+        .as_ref()
+        .map(|(plans, resolver)| plans.resolve(resolver.plan(parts).as_deref()));
+    if let Some(p) = &plan
+        && p.limiter().is_none()
+    {
+        return Check::Unlimited(p.clone());
+    }
     let key = match config.extractor.extract(parts) {
         Some(key) => key,
         None => match config.missing.resolve(parts) {
@@ -93,40 +144,104 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
         },
     };
     let cost = config.cost.as_ref().map_or(1, |cost| cost(parts));
-    if let Some(cache) = &config.deny_cache
-        && let Some(decision) = cache.lookup(&config.limiter, &key, cost)
+    let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
+    let limiter = limiter_of(config, plan.as_deref());
+    let plan_name = plan.as_deref().map_or("", ActivePlan::name);
+    if !shadow
+        && let Some(cache) = &config.deny_cache
+        && let Some(decision) = cache.lookup(limiter, &cache_key(plan.as_deref(), &key), cost)
     {
         Counters::bump(&config.counters.deny_cache_hits);
+        metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
+        metrics::decision(
+            config.name,
+            plan_name,
+            decision.quota().as_str(),
+            Outcome::Denied,
+        );
         event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
-        let headers = RateHeaders::new(config.style, &decision, &config.policy);
+        let policy = match plan.as_deref().and_then(|p| p.policy.as_deref()) {
+            Some(policy) => policy,
+            None => &config.policy,
+        };
+        let headers = RateHeaders::new(config.style, &decision, policy);
         return Check::Answer(response::denied(config, parts, &decision, headers));
     }
     // A memory store decides at once: no future, no store error.
-    let started = config.deny_cache.as_ref().map(|c| c.now(&config.limiter));
-    if let Some(decision) = config.limiter.decide_now(&key, cost) {
-        remember(config, &config.limiter, &key, cost, started, &decision);
-        return Check::Store(Pending::Ready(Some(Verdict::Decided(decision))));
+    let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
+    if let Some(decision) = limiter.decide_now(&key, cost) {
+        remember(
+            config,
+            plan.as_deref(),
+            limiter,
+            &key,
+            cost,
+            started,
+            &decision,
+            shadow,
+        );
+        return Check::Store(Pending::Ready(Some(Checked {
+            verdict: Verdict::Decided(decision),
+            plan,
+            cost,
+            shadow,
+        })));
     }
     Check::Store(Pending::Store(boxed_in_place(|| {
-        decide(config.clone(), key, cost)
+        decide(config.clone(), plan, key, cost, shadow)
     })))
+}
+
+/// The deny cache's key of `key`: under a plan, prefixed with the plan's
+/// generation, so a plan's new limits never meet its old denials.
+fn cache_key<'a>(plan: Option<&ActivePlan>, key: &'a [u8]) -> Cow<'a, [u8]> {
+    match plan {
+        None => Cow::Borrowed(key),
+        Some(p) => {
+            let mut k = Vec::with_capacity(8 + key.len());
+            k.extend_from_slice(&p.generation.to_le_bytes());
+            k.extend_from_slice(key);
+            Cow::Owned(k)
+        }
+    }
 }
 
 /// Checks `key` with the store (bounded by the store's own timeout),
 /// applying the failure policy; remembers denials in the deny cache.
-async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
+async fn decide(
+    config: Arc<Config>,
+    plan: Option<Arc<ActivePlan>>,
+    key: Vec<u8>,
+    cost: u64,
+    shadow: bool,
+) -> Checked {
+    let limiter = limiter_of(&config, plan.as_deref());
+    let plan_name = plan.as_deref().map_or("", ActivePlan::name);
     // Read before the call: a cached denial then ends no later than the store's.
-    let started = config.deny_cache.as_ref().map(|c| c.now(&config.limiter));
+    let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
+    let timer = metrics::start();
     // (`Check` is small: the store's own future, kilobytes, is on the heap)
-    match config.limiter.check_n(&key, cost).await {
+    let result = limiter.check_n(&key, cost).await;
+    metrics::store_call(config.name, plan_name, timer);
+    let verdict = match result {
         Ok(decision) => {
-            remember(&config, &config.limiter, &key, cost, started, &decision);
+            remember(
+                &config,
+                plan.as_deref(),
+                limiter,
+                &key,
+                cost,
+                started,
+                &decision,
+                shadow,
+            );
             Verdict::Decided(decision)
         }
         Err(error) => {
             let error = Arc::new(error);
             let _error = &error;
             Counters::bump(&config.counters.store_errors);
+            metrics::store_error(config.name, plan_name);
             // `suppressed`: failures since the previous warning, not logged one by one
             let log = config.counters.failure_to_log();
             match &config.failure {
@@ -147,10 +262,23 @@ async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
                         event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
                     }
                     Counters::bump(&config.counters.fallback_decisions);
+                    let fallback = match plan.as_deref() {
+                        Some(p) => fallback_of(&config, p).unwrap_or_else(|| fallback.clone()),
+                        None => fallback.clone(),
+                    };
                     match fallback.check_n(&key, cost).await {
                         Ok(decision) => {
-                            remember(&config, fallback, &key, cost, started, &decision);
-                            Verdict::Fallback(decision, fallback.clone(), error)
+                            remember(
+                                &config,
+                                plan.as_deref(),
+                                &fallback,
+                                &key,
+                                cost,
+                                started,
+                                &decision,
+                                shadow,
+                            );
+                            Verdict::Fallback(decision, fallback, error)
                         }
                         // The memory store does not fail; if it ever did, fail open.
                         Err(_) => Verdict::Open(error),
@@ -158,19 +286,46 @@ async fn decide(config: Arc<Config>, key: Vec<u8>, cost: u64) -> Verdict {
                 }
             }
         }
+    };
+    Checked {
+        verdict,
+        plan,
+        cost,
+        shadow,
     }
 }
 
-/// Counts a denial and keeps it in the deny cache.
+/// The plan's limiter over the fallback store (made once per plan build).
+fn fallback_of(config: &Config, plan: &ActivePlan) -> Option<RateLimiter> {
+    let store = config.fallback_store.as_ref()?;
+    let limiter = plan.limiter()?;
+    let mut made = config.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
+    Some(
+        made.entry(plan.generation)
+            .or_insert_with(|| limiter.with_store(store.clone()))
+            .clone(),
+    )
+}
+
+/// Counts a denial and keeps it in the deny cache (a shadowed denial is
+/// counted apart and never cached: it must not deny).
+#[allow(clippy::too_many_arguments)]
 fn remember(
     config: &Config,
+    plan: Option<&ActivePlan>,
     limiter: &RateLimiter,
     key: &[u8],
     cost: u64,
     started: Option<u64>,
     decision: &Decision,
+    shadow: bool,
 ) {
     if decision.allowed() {
+        return;
+    }
+    if shadow {
+        Counters::bump(&config.counters.shadow_denied);
+        event!(debug, quota = %decision.quota(), "would have rate limited (shadow mode)");
         return;
     }
     Counters::bump(&config.counters.denied);
@@ -181,6 +336,6 @@ fn remember(
         "rate limited"
     );
     if let (Some(cache), Some(now)) = (&config.deny_cache, started) {
-        cache.insert(limiter, key, cost, now, decision);
+        cache.insert(limiter, &cache_key(plan, key), cost, now, decision);
     }
 }

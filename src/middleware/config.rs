@@ -1,7 +1,8 @@
 //! The layer's resolved configuration: what [`RateLimitLayer`](crate::RateLimitLayer)'s
 //! builder methods set, read by every service the layer builds.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::Response;
@@ -14,6 +15,11 @@ use super::stats::Counters;
 use crate::decision::Decision;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
+use crate::plans::Plans;
+use crate::store::MemoryStore;
+
+use super::near::NearLimitHook;
+use super::plan::PlanResolver;
 
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -38,12 +44,27 @@ pub(crate) struct Config {
     /// `RateLimit-Policy` and what `RateLimit` needs of the quotas.
     pub(crate) policy: Arc<Policy>,
     pub(crate) counters: Arc<Counters>,
+    /// Plans: the quotas are chosen per request (`limiter` is then only
+    /// what [`RateLimitLayer::limiter`](crate::RateLimitLayer::limiter) shows).
+    pub(crate) plans: Option<(Plans, Arc<dyn PlanResolver>)>,
+    /// Shadow mode for the whole layer: decide and count, never deny.
+    pub(crate) shadow: bool,
+    /// Whether a shadowed denial's response carries its rate-limit headers.
+    pub(crate) shadow_headers: bool,
+    pub(crate) near_limit: Option<NearLimitHook>,
+    /// The `limiter` label of the layer's metrics.
+    pub(crate) name: &'static str,
+    /// Plans under `FailurePolicy::Fallback`: the fallback store, and each
+    /// plan's limiter over it (by plan generation), made on first need.
+    pub(crate) fallback_store: Option<MemoryStore>,
+    pub(crate) fallbacks: Arc<Mutex<HashMap<u64, RateLimiter>>>,
 }
 
 impl Config {
     /// The defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new).
     pub(crate) fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         let policy = Arc::new(Policy::new(&limiter));
+        let name = crate::decision::intern(limiter.prefix());
         Self {
             limiter,
             extractor: Arc::new(extractor),
@@ -57,6 +78,13 @@ impl Config {
             grpc: None,
             policy,
             counters: Arc::new(Counters::default()),
+            plans: None,
+            shadow: false,
+            shadow_headers: true,
+            near_limit: None,
+            name,
+            fallback_store: None,
+            fallbacks: Arc::default(),
         }
     }
 }

@@ -14,9 +14,10 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
-use super::check::{Pending, Verdict};
+use super::check::{Checked, Pending, Verdict};
 use super::config::Config;
 use super::headers::RateHeaders;
+use super::metrics::{self, LeaseCount, Outcome};
 use super::outcome::RateLimitOutcome;
 use super::response;
 
@@ -111,7 +112,7 @@ where
     /// `inner` service called now unless the request waits for its slot
     /// (then a clone of `inner` is kept for it).
     pub(crate) fn decided(
-        verdict: Verdict,
+        verdict: Checked,
         inner: &mut S,
         request: Request<ReqBody>,
         config: &Arc<Config>,
@@ -289,7 +290,7 @@ impl<F, ReqBody> Next<Called<F>, ReqBody> {
 /// with `call` (at once, or after a delay), the decision and outcome in the
 /// request's extensions and the headers for its response.
 fn after<F, ReqBody>(
-    verdict: Verdict,
+    checked: Checked,
     mut request: Request<ReqBody>,
     config: &Arc<Config>,
     call: impl FnOnce(Request<ReqBody>) -> Next<F, ReqBody>,
@@ -299,31 +300,79 @@ fn after<F, ReqBody>(
         Next::Answer(r) => Next::Answer(r),
         Next::Delay(s, r, e) => Next::Delay(s, r, e),
     };
-    let (decision, limiter, store_error) = match verdict {
-        Verdict::Decided(decision) => (decision, None, None),
-        Verdict::Fallback(decision, limiter, error) => (decision, Some(limiter), Some(error)),
-        Verdict::Open(error) => {
+    let plan = checked.plan_name();
+    if let Some(p) = &checked.plan {
+        request.extensions_mut().insert(p.clone());
+    }
+    let (decision, limiter, store_error) = match checked.verdict {
+        Verdict::Decided(ref decision) => (decision.clone(), None, None),
+        Verdict::Fallback(ref decision, ref limiter, ref error) => {
+            (decision.clone(), Some(limiter.clone()), Some(error.clone()))
+        }
+        Verdict::Open(ref error) => {
+            metrics::decision(config.name, plan, "", Outcome::FailOpen);
             request
                 .extensions_mut()
-                .insert(RateLimitOutcome::StoreUnavailable { error });
+                .insert(RateLimitOutcome::StoreUnavailable {
+                    error: error.clone(),
+                });
             return called(call(request), Extra::default());
         }
         Verdict::Closed => {
+            metrics::decision(config.name, plan, "", Outcome::FailClosed);
             let (parts, _body) = request.into_parts();
             return Next::Answer(response::unavailable(config, &parts));
         }
     };
-    let headers = RateHeaders::new(config.style, &decision, &config.policy);
+    let quota = decision.quota().as_str();
+    let headers = RateHeaders::new(config.style, &decision, checked.policy(config));
+    let fallback = store_error.is_some();
     if !decision.allowed() {
-        let (parts, _body) = request.into_parts();
-        return Next::Answer(response::denied(config, &parts, &decision, headers));
+        if !checked.shadow {
+            let outcome = if fallback {
+                Outcome::FallbackDenied
+            } else {
+                Outcome::Denied
+            };
+            metrics::decision(config.name, plan, quota, outcome);
+            let (parts, _body) = request.into_parts();
+            return Next::Answer(response::denied(config, &parts, &decision, headers));
+        }
+        // Shadow mode: would have denied; let through, with the headers it
+        // would have had (configurable), never a Retry-After.
+        metrics::decision(config.name, plan, quota, Outcome::ShadowDenied);
+        let extensions = request.extensions_mut();
+        extensions.insert(RateLimitOutcome::ShadowDenied(decision.clone()));
+        extensions.insert(decision);
+        let extra = Extra {
+            headers: config.shadow_headers.then(|| headers.without_retry_after()),
+            lease: None,
+        };
+        return called(call(request), extra);
+    }
+    let outcome = if fallback {
+        Outcome::FallbackAllowed
+    } else {
+        Outcome::Allowed
+    };
+    metrics::decision(config.name, plan, quota, outcome);
+    if let Some(hook) = &config.near_limit
+        && let Some(near) = hook.crossed(&decision, checked.cost)
+    {
+        metrics::near_limit(config.name, plan, near.quota.as_str());
+        if let Some(callback) = &hook.callback {
+            let (parts, body) = request.into_parts();
+            callback(&parts, &near);
+            request = Request::from_parts(parts, body);
+        }
+        request.extensions_mut().insert(near);
     }
     // The whole delay, never less: the request's slot is taken.
     let delay = decision.delay().filter(|d| !d.is_zero());
     // The handler sees the lease too (releasing twice is harmless).
     let lease = decision.lease().cloned().map(|l| {
-        let limiter = limiter.unwrap_or_else(|| config.limiter.clone());
-        LeaseGuard::new(limiter, l)
+        let limiter = limiter.unwrap_or_else(|| checked.limiter(config).clone());
+        LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan))
     });
     let outcome = match store_error {
         None => RateLimitOutcome::Allowed(decision.clone()),

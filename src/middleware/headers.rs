@@ -50,6 +50,8 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 /// (fewest remaining; on a tie, the later reset), and a `Retry-After`
 /// already on the response is kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum HeaderStyle {
     /// `RateLimit-Policy` and `RateLimit` (IETF draft, structured fields).
@@ -171,6 +173,12 @@ impl RateHeaders {
             h.retry_after = Some(HeaderValue::from(retry_after_secs(decision)));
         }
         h
+    }
+
+    /// The same headers without `Retry-After` (a shadowed denial is no 429).
+    pub(crate) fn without_retry_after(mut self) -> Self {
+        self.retry_after = None;
+        self
     }
 
     /// Adds the headers to `headers`, combining them with those of another

@@ -17,6 +17,10 @@ use super::stats::Stats;
 use crate::decision::Decision;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
+use crate::plans::Plans;
+
+use super::near::{NearLimit, NearLimitFn, NearLimitHook};
+use super::plan::PlanResolver;
 
 /// Applies [`RateLimit`] to services: a [`RateLimiter`] and a
 /// [`KeyExtractor`], plus options set with by-value methods.
@@ -90,8 +94,18 @@ impl RateLimitLayer {
     }
 
     /// What to do when the store fails or times out (default [`FailurePolicy::Open`]).
+    ///
+    /// With [plans](Self::with_plans), `Fallback` decides each plan's
+    /// quotas in its store (each plan's limiter over it is made on first need).
     pub fn on_store_error(self, policy: FailurePolicy) -> Self {
-        self.with(|c| c.failure = Failure::resolve(policy, &c.limiter))
+        self.with(|c| {
+            c.fallback_store = match &policy {
+                FailurePolicy::Fallback(store) => Some(store.clone()),
+                _ => None,
+            };
+            c.fallbacks = Arc::default();
+            c.failure = Failure::resolve(policy, &c.limiter);
+        })
     }
 
     /// The weight of a request (default 1). A cost of 0 only reports the
@@ -170,9 +184,136 @@ impl RateLimitLayer {
         self.with(|c| c.grpc = Some(grpc))
     }
 
-    /// The limiter requests are checked with.
+    /// Checks every request under its plan: `resolver` names the plan
+    /// (say from what API-key authentication put in the request's
+    /// extensions); a request without one, or with an unknown one, gets the
+    /// plans' default plan. Still one store call per request (none for an
+    /// unlimited plan); the limits may change while the layer serves (see
+    /// [`LimitsHandle`](crate::plans::LimitsHandle)). The request's
+    /// [`ActivePlan`](crate::plans::ActivePlan) is in its extensions (as an
+    /// `Arc<ActivePlan>`).
+    ///
+    /// The same defaults as [`new`](Self::new); the deny cache keeps each
+    /// plan's denials apart and forgets them when the plan's limits change.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::middleware::PlanFromHeader;
+    /// use tower_redis_ratelimit::plans::{Plan, Plans};
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, key};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let plans = Plans::builder()
+    ///     .store(MemoryStore::new())
+    ///     .plan("free", Plan::new([Quota::gcra(Rate::per_minute(60)).name("minute")]))
+    ///     .plan("pro", Plan::new([Quota::gcra(Rate::per_minute(600)).name("minute")]))
+    ///     .plan("internal", Plan::unlimited())
+    ///     .default_plan("free")
+    ///     .build()?;
+    /// let header = http::HeaderName::from_static("x-plan"); // set by a trusted gateway
+    /// let layer = RateLimitLayer::with_plans(plans, key::PeerIp, PlanFromHeader(header));
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_plans(
+        plans: Plans,
+        extractor: impl KeyExtractor,
+        resolver: impl PlanResolver,
+    ) -> Self {
+        let default = plans.resolve(None);
+        // (what `limiter()` shows; a layer of unlimited plans only shows an inert one)
+        let limiter = match default.limiter() {
+            Some(l) => l.clone(),
+            None => inert_limiter(),
+        };
+        let mut config = Config::new(limiter, extractor);
+        config.name = crate::decision::intern(plans.prefix());
+        config.plans = Some((plans, Arc::new(resolver)));
+        Self {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`):
+    /// every request is decided and counted as usual, but none is denied.
+    /// A request the store would have denied reaches the inner service with
+    /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied)
+    /// (and is counted in [`Stats::shadow_denied`] and the metrics'
+    /// `shadow_denied` outcome); its response carries the rate-limit headers
+    /// it would have had (see [`shadow_headers`](Self::shadow_headers)) but
+    /// no `Retry-After`. The deny cache is not used. Roll a new limit out
+    /// with it, then turn it off. A [plan](crate::plans::Plan::shadow) can be
+    /// in shadow mode on its own.
+    ///
+    /// As for any denial, the store consumes nothing for a request it
+    /// denies: while a shadowed quota denies, the request is not counted
+    /// against the layer's other quotas either. Shadow a new quota in a
+    /// layer (or plan) of its own, stacked on the enforced one.
+    pub fn shadow(self, shadow: bool) -> Self {
+        self.with(|c| c.shadow = shadow)
+    }
+
+    /// Whether a shadowed denial's response carries the rate-limit headers
+    /// of its decision (default `true`; `Retry-After` never).
+    pub fn shadow_headers(self, headers: bool) -> Self {
+        self.with(|c| c.shadow_headers = headers)
+    }
+
+    /// Flags the admitted request that takes a quota across `fraction` of
+    /// its limit (e.g. `0.8`: 80 % used): a [`NearLimit`] goes into its
+    /// extensions (the handler can warn the caller), and `callback`, if
+    /// given, is called with it. `fraction` is clamped to `0.0..=1.0`.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::middleware::NearLimit;
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let limiter = RateLimiter::builder().store(MemoryStore::new()).quota(Quota::gcra(Rate::per_minute(60))).build()?;
+    /// let layer = RateLimitLayer::new(limiter, key::PeerIp).near_limit(
+    ///     0.8,
+    ///     Some(|_req: &http::request::Parts, near: &NearLimit| {
+    ///         println!("{} is at {} of {}", near.quota, near.limit - near.remaining, near.limit);
+    ///     }),
+    /// );
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn near_limit<F>(self, fraction: f64, callback: Option<F>) -> Self
+    where
+        F: Fn(&Parts, &NearLimit) + Send + Sync + 'static,
+    {
+        let fraction = if fraction.is_nan() {
+            1.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        self.with(|c| {
+            c.near_limit = Some(NearLimitHook {
+                fraction,
+                callback: callback.map(|f| Arc::new(f) as Arc<NearLimitFn>),
+            })
+        })
+    }
+
+    /// The `limiter` label of the layer's metrics (feature `metrics`;
+    /// default: the limiter's key prefix, or the plans' prefix).
+    pub fn name(self, name: &str) -> Self {
+        let name = crate::decision::intern(name);
+        self.with(|c| c.name = name)
+    }
+
+    /// The limiter requests are checked with. For a layer
+    /// [with plans](Self::with_plans): the default plan's when the layer was
+    /// built (the plans themselves are [`plans`](Self::plans)).
     pub fn limiter(&self) -> &RateLimiter {
         &self.config.limiter
+    }
+
+    /// The plans of a layer [with plans](Self::with_plans).
+    pub fn plans(&self) -> Option<&Plans> {
+        self.config.plans.as_ref().map(|(p, _)| p)
     }
 
     /// Counters shared by every service of this layer.
@@ -209,6 +350,23 @@ impl fmt::Debug for RateLimitLayer {
             .field("deny_response", &c.deny.is_some())
             .field("deny_cache", &c.deny_cache)
             .field("grpc", &c.grpc)
+            .field("plans", &c.plans.as_ref().map(|(p, _)| p))
+            .field("shadow", &c.shadow)
+            .field("near_limit", &c.near_limit.as_ref().map(|n| n.fraction))
             .finish()
+    }
+}
+
+/// A limiter that decides nothing a layer of unlimited plans uses (it
+/// never checks with it: every request's plan has no limits).
+fn inert_limiter() -> RateLimiter {
+    match RateLimiter::builder()
+        .store(crate::MemoryStore::with_shards(1))
+        .prefix("unlimited")
+        .quota(crate::Rate::per_second(1))
+        .build()
+    {
+        Ok(limiter) => limiter,
+        Err(e) => unreachable!("a fixed valid configuration: {e}"),
     }
 }

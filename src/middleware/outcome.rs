@@ -103,23 +103,46 @@ pub enum RateLimitOutcome {
         /// What went wrong.
         error: Arc<StoreError>,
     },
+    /// Shadow mode (the layer's [`shadow`](crate::RateLimitLayer::shadow) or
+    /// the plan's): the store **would have denied** the request (the
+    /// decision says why; nothing was consumed, as for any denial), and it
+    /// was let through.
+    ShadowDenied(Decision),
+    /// The request's [plan](crate::plans::Plan::unlimited) has no limits: no
+    /// store call.
+    Unlimited,
 }
 
 impl RateLimitOutcome {
     /// The decision that let the request through, if one was made (by the
-    /// limiter's store or the fallback store).
+    /// limiter's store or the fallback store; under shadow mode, the denial
+    /// that was let through).
     pub fn decision(&self) -> Option<&Decision> {
         match self {
-            Self::Allowed(decision) | Self::Fallback { decision, .. } => Some(decision),
-            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } => None,
+            Self::Allowed(decision)
+            | Self::Fallback { decision, .. }
+            | Self::ShadowDenied(decision) => Some(decision),
+            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } | Self::Unlimited => {
+                None
+            }
         }
+    }
+
+    /// Whether the store would have denied the request, had shadow mode not
+    /// let it through.
+    pub fn would_have_denied(&self) -> bool {
+        matches!(self, Self::ShadowDenied(_))
     }
 
     /// The decision that let the request through, if one was made.
     pub fn into_decision(self) -> Option<Decision> {
         match self {
-            Self::Allowed(decision) | Self::Fallback { decision, .. } => Some(decision),
-            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } => None,
+            Self::Allowed(decision)
+            | Self::Fallback { decision, .. }
+            | Self::ShadowDenied(decision) => Some(decision),
+            Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } | Self::Unlimited => {
+                None
+            }
         }
     }
 
@@ -129,7 +152,11 @@ impl RateLimitOutcome {
     pub fn store_error(&self) -> Option<&StoreError> {
         match self {
             Self::Fallback { error, .. } | Self::StoreUnavailable { error } => Some(error),
-            Self::Allowed(_) | Self::Bypassed | Self::Skipped => None,
+            Self::Allowed(_)
+            | Self::Bypassed
+            | Self::Skipped
+            | Self::ShadowDenied(_)
+            | Self::Unlimited => None,
         }
     }
 }

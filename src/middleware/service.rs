@@ -10,6 +10,7 @@ use tower_service::Service;
 use super::check::{Check, Pending, check};
 use super::config::Config;
 use super::future::ResponseFuture;
+use super::metrics::{self, Outcome};
 use super::outcome::RateLimitOutcome;
 use super::stats::Stats;
 use crate::key::KeyExtractor;
@@ -106,11 +107,19 @@ where
             .is_some_and(|bypass| bypass(&parts))
         {
             parts.extensions.insert(RateLimitOutcome::Bypassed);
+            metrics::decision(self.config.name, "", "", Outcome::Bypassed);
             return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
         }
         match check(&self.config, &parts) {
             Check::Skip => {
                 parts.extensions.insert(RateLimitOutcome::Skipped);
+                metrics::decision(self.config.name, "", "", Outcome::Skipped);
+                ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
+            }
+            Check::Unlimited(plan) => {
+                metrics::decision(self.config.name, plan.name(), "", Outcome::Unlimited);
+                parts.extensions.insert(RateLimitOutcome::Unlimited);
+                parts.extensions.insert(plan);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
             Check::Answer(response) => ResponseFuture::answered(response),

@@ -22,6 +22,9 @@ pub struct Stats {
     pub store_errors: u64,
     /// Decisions made by the [`FailurePolicy::Fallback`](crate::middleware::FailurePolicy::Fallback) store.
     pub fallback_decisions: u64,
+    /// Denials let through by shadow mode (the layer's or the plan's):
+    /// requests that would have been denied.
+    pub shadow_denied: u64,
 }
 
 impl Stats {
@@ -31,6 +34,7 @@ impl Stats {
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
             store_errors: c.store_errors.load(Ordering::Relaxed),
             fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
+            shadow_denied: c.shadow_denied.load(Ordering::Relaxed),
         }
     }
 }
@@ -42,6 +46,7 @@ pub(crate) struct Counters {
     pub(crate) deny_cache_hits: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) fallback_decisions: AtomicU64,
+    pub(crate) shadow_denied: AtomicU64,
     /// When the last store-failure warning was logged (ms since `WARN_EPOCH`, plus one).
     last_warning_ms: AtomicU64,
     /// Store failures not logged since the last warning.

@@ -74,6 +74,9 @@ struct Inner {
     /// none): an explicit [`MemoryStore::sweep`] sweeps at that time, since
     /// entries written on a manual clock expire in manual time.
     manual_now: AtomicI64,
+    /// Shared documents by name (a [`Plans`](crate::plans::Plans)' current
+    /// limits), what Redis holds under the prefix for a Redis store.
+    documents: Mutex<HashMap<Box<str>, Arc<str>>>,
 }
 
 /// A shard on cache lines of its own: two cores locking neighbouring
@@ -330,6 +333,7 @@ impl MemoryStore {
                 hasher: foldhash::fast::RandomState::default(),
                 scopes: Mutex::new(HashMap::new()),
                 manual_now: AtomicI64::new(i64::MIN),
+                documents: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -557,6 +561,28 @@ impl MemoryStore {
 /// a poisoned lock is used as is.
 fn lock(m: &Padded) -> MutexGuard<'_, Shard> {
     m.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Shared documents (a [`Plans`](crate::plans::Plans)' current limits):
+/// what a Redis store keeps in a plain key, kept here by name.
+impl MemoryStore {
+    pub(crate) fn document(&self, name: &str) -> Option<Arc<str>> {
+        let docs = self
+            .inner
+            .documents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        docs.get(name).cloned()
+    }
+
+    pub(crate) fn set_document(&self, name: &str, text: &str) {
+        let mut docs = self
+            .inner
+            .documents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        docs.insert(name.into(), text.into());
+    }
 }
 
 #[cfg(test)]

@@ -398,3 +398,41 @@ impl Bound {
         }
     }
 }
+
+/// Shared documents (a [`Plans`](crate::plans::Plans)' current limits): a
+/// plain key on Redis (`GET`, `SET`), a map on the memory store. Never on a
+/// decision's path: read at most once per sync interval.
+impl Backend {
+    pub(crate) async fn document(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut cmd = ::redis::cmd("GET");
+        cmd.arg(key);
+        match self {
+            Backend::Redis(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            Backend::Memory(s) => Ok(s.document(key).map(|d| d.to_string())),
+        }
+    }
+
+    pub(crate) async fn set_document(&self, key: &str, text: &str) -> Result<(), StoreError> {
+        let mut cmd = ::redis::cmd("SET");
+        cmd.arg(key).arg(text);
+        match self {
+            Backend::Redis(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            Backend::Memory(s) => {
+                s.set_document(key, text);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn conn_request(cmd: &::redis::Cmd) -> redis::conn::Request<'_> {
+    redis::conn::Request::Cmd(cmd)
+}

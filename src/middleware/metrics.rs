@@ -1,0 +1,161 @@
+//! Metrics through the `metrics` facade (feature `metrics`); without the
+//! feature every function here is empty and inlined away.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `ratelimit_decisions_total` | counter | `limiter`, `plan`, `quota`, `outcome` |
+//! | `ratelimit_store_errors_total` | counter | `limiter`, `plan` |
+//! | `ratelimit_store_call_seconds` | histogram | `limiter`, `plan` |
+//! | `ratelimit_deny_cache_hits_total` | counter | `limiter`, `plan`, `quota` |
+//! | `ratelimit_near_limit_total` | counter | `limiter`, `plan`, `quota` |
+//! | `ratelimit_leases` | gauge | `limiter`, `plan` |
+//!
+//! Label values come from the configuration only (the layer's
+//! [`name`](crate::RateLimitLayer::name), plan and quota names; `""` where
+//! there is none), never from a request: cardinality is bounded.
+
+#[cfg(feature = "metrics")]
+use std::time::Duration;
+
+/// `outcome` label values of `ratelimit_decisions_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    Allowed,
+    Denied,
+    ShadowDenied,
+    Bypassed,
+    Skipped,
+    Unlimited,
+    FailOpen,
+    FailClosed,
+    FallbackAllowed,
+    FallbackDenied,
+}
+
+impl Outcome {
+    #[cfg(feature = "metrics")]
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::Bypassed => "bypassed",
+            Outcome::Skipped => "skipped",
+            Outcome::Unlimited => "unlimited",
+            Outcome::FailOpen => "fail_open",
+            Outcome::FailClosed => "fail_closed",
+            Outcome::FallbackAllowed => "fallback_allowed",
+            Outcome::FallbackDenied => "fallback_denied",
+        }
+    }
+}
+
+/// One decision's outcome.
+#[inline]
+pub(crate) fn decision(limiter: &'static str, plan: &'static str, quota: &'static str, o: Outcome) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "ratelimit_decisions_total",
+        "limiter" => limiter,
+        "plan" => plan,
+        "quota" => quota,
+        "outcome" => o.label()
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan, quota, o);
+}
+
+/// A failed store call.
+#[inline]
+pub(crate) fn store_error(limiter: &'static str, plan: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_store_errors_total", "limiter" => limiter, "plan" => plan)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan);
+}
+
+/// A denial answered from the deny cache.
+#[inline]
+pub(crate) fn deny_cache_hit(limiter: &'static str, plan: &'static str, quota: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "ratelimit_deny_cache_hits_total",
+        "limiter" => limiter,
+        "plan" => plan,
+        "quota" => quota
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan, quota);
+}
+
+/// A caller that crossed the near-limit fraction of a quota.
+#[inline]
+pub(crate) fn near_limit(limiter: &'static str, plan: &'static str, quota: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "ratelimit_near_limit_total",
+        "limiter" => limiter,
+        "plan" => plan,
+        "quota" => quota
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan, quota);
+}
+
+/// The time a store call started (only read with the feature on).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started(#[cfg(feature = "metrics")] std::time::Instant);
+
+#[inline]
+pub(crate) fn start() -> Started {
+    Started(
+        #[cfg(feature = "metrics")]
+        std::time::Instant::now(),
+    )
+}
+
+/// A store call's latency, from `started`.
+#[inline]
+pub(crate) fn store_call(limiter: &'static str, plan: &'static str, started: Started) {
+    #[cfg(feature = "metrics")]
+    {
+        let took: Duration = started.0.elapsed();
+        metrics::histogram!("ratelimit_store_call_seconds", "limiter" => limiter, "plan" => plan)
+            .record(took.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan, started);
+}
+
+/// One concurrency lease held by a response: `ratelimit_leases` goes up
+/// now and down when this is dropped (the lease's release starts).
+#[derive(Debug)]
+pub(crate) struct LeaseCount(#[cfg(feature = "metrics")] metrics::Gauge);
+
+impl LeaseCount {
+    #[inline]
+    pub(crate) fn new(limiter: &'static str, plan: &'static str) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let gauge = metrics::gauge!("ratelimit_leases", "limiter" => limiter, "plan" => plan);
+            gauge.increment(1.0);
+            LeaseCount(gauge)
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = (limiter, plan);
+            LeaseCount()
+        }
+    }
+}
+
+impl Drop for LeaseCount {
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        self.0.decrement(1.0);
+    }
+}

@@ -1,0 +1,727 @@
+//! Plans (tiers) and limits that change while the service runs.
+//!
+//! A [`Plans`] holds one limiter per named [`Plan`] (say `free`: 60/minute
+//! and 1 000/day, `pro`: 600/minute, `internal`: unlimited) over one store,
+//! and a default plan for callers whose plan is unknown. A request is checked
+//! against its plan's quotas alone: still one store call. The middleware
+//! takes a [`Plans`] with a [`PlanResolver`](crate::middleware::PlanResolver)
+//! ([`RateLimitLayer::with_plans`](crate::RateLimitLayer::with_plans)).
+//!
+//! A [`LimitsHandle`] (cloneable, `Send + Sync`) replaces a plan's quotas,
+//! or every plan, at run time. The swap is one atomic pointer store: a
+//! request sees the old limits or the new ones, never none, and the check
+//! reads them without a lock ([`arc_swap`](https://docs.rs/arc-swap)). With
+//! [`PlansBuilder::sync_interval`], the current limits also live in the store
+//! (on Redis, the key `<prefix>:plans`, in the text notation of
+//! [`PlansConfig`]'s `Display`): [`LimitsHandle::publish`] writes them there,
+//! and every instance reads that key at most once per interval (in a task of
+//! its own, never on a request's path), so a change made on one instance
+//! reaches the others.
+//!
+//! # Keys, and what happens to stored state when limits change
+//!
+//! Each plan's keys live under the prefix `<prefix>.<plan>` (so a plan named
+//! `pro` of prefix `api` keeps `{api.pro:<key>}:<quota id>`): keys of
+//! different plans never share state, and a caller who moves to another
+//! plan starts fresh on it (and finds its old state again if it moves back
+//! before that state expired). [`PlansBuilder::carry_over`] puts every plan
+//! under the prefix itself instead: a quota of the same strategy, period and
+//! name in two plans then has one state, which a caller who upgrades keeps.
+//!
+//! A quota's storage key names its strategy and, for a
+//! [named](crate::Quota::name) quota, its period and name, or, for an
+//! unnamed one, its count and period (see the README's "Keys"). So:
+//!
+//! - **a named quota whose count or burst changes keeps its state**, and the
+//!   new limit applies to it from the next request: lowering a limit
+//!   mid-window denies at once, raising it admits at once;
+//! - a change of strategy or period, or any change of rate of an unnamed
+//!   quota, moves the quota to a new key: it starts empty (full capacity),
+//!   and the old key expires with its TTL. Name the quotas you mean to tune.
+//!
+//! What the kept state means under the new limit, per strategy:
+//!
+//! | strategy | state kept | under the new limit |
+//! |---|---|---|
+//! | `FixedWindow` | the window's count and its end (TTL) | the count is compared with the new limit; the window ends when it would have |
+//! | `SlidingWindowLog` | the admitted requests' times | counted against the new limit over the same period |
+//! | `SlidingWindowCounter` | this and the previous window's counts | the weighted estimate is compared with the new limit |
+//! | `Gcra`, `TokenBucket`, `LeakyBucket` | the theoretical arrival time (TAT) | the TAT is kept and the new emission interval and burst apply from the next request: the time already "owed" stays owed, now worth `owed / new interval` requests |
+//! | `Concurrency` | the leases held, with their expiries | the leases held count against the new maximum (none is revoked); a new lease timeout applies to new leases |
+//!
+//! Limiters are built (and checked) before the swap; an invalid new
+//! configuration is rejected with a [`ConfigError`] naming the field
+//! (`plans.pro.quotas[1].burst`) and the old limits stay.
+//!
+//! ```
+//! use tower_redis_ratelimit::plans::{Plan, Plans};
+//! use tower_redis_ratelimit::{MemoryStore, Quota, Rate};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let plans = Plans::builder()
+//!     .store(MemoryStore::new())
+//!     .prefix("api")
+//!     .plan("free", Plan::new([Quota::fixed_window(Rate::per_minute(2)).name("minute")]))
+//!     .plan("internal", Plan::unlimited())
+//!     .default_plan("free")
+//!     .build()?;
+//! assert!(plans.check("free", "user:1").await?.is_some_and(|d| d.allowed()));
+//! assert!(plans.check("no-such-plan", "user:1").await?.is_some_and(|d| d.allowed()));
+//! assert!(plans.check("free", "user:1").await?.is_some_and(|d| d.denied()));
+//! assert!(plans.check("internal", "user:1").await?.is_none()); // unlimited
+//!
+//! // raise the limit while running: the state is kept, the new limit admits at once
+//! plans.handle().set_plan("free", Plan::new([Quota::fixed_window(Rate::per_minute(5)).name("minute")]))?;
+//! assert_eq!(plans.check("free", "user:1").await?.map(|d| d.remaining()), Some(2));
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+#[cfg(feature = "serde")]
+mod serde;
+mod text;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+pub use self::config::{Plan, PlansConfig};
+use crate::clock::Clock;
+use crate::decision::{Decision, intern};
+use crate::error::{ConfigError, StoreError};
+use crate::limiter::{MAX_PREFIX_LEN, RateLimiter};
+use crate::middleware::headers::Policy;
+use crate::store::{Backend, Store};
+
+/// Every plan's limiter, swapped whole by a [`LimitsHandle`]; see the
+/// [module docs](self).
+///
+/// Cheap to clone (an `Arc`); clones share the plans and their limits.
+#[derive(Clone)]
+pub struct Plans {
+    shared: Arc<Shared>,
+}
+
+/// A cloneable, `Send + Sync` handle that changes a [`Plans`]' limits while
+/// it runs; from [`Plans::handle`].
+#[derive(Clone)]
+pub struct LimitsHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Backend,
+    prefix: String,
+    clock: Clock,
+    carry_over: bool,
+    current: ArcSwap<Snapshot>,
+    /// Serializes updates (never taken by a check).
+    update: Mutex<()>,
+    generation: AtomicU64,
+    sync: Option<Sync>,
+}
+
+/// Reading the limits from the store.
+struct Sync {
+    interval_us: u64,
+    key: String,
+    /// When the store was last read (µs since `epoch`, plus one; 0: never).
+    last_poll: AtomicU64,
+    polling: AtomicBool,
+    epoch: tokio::time::Instant,
+    /// The text last read from or written to the store.
+    last_text: Mutex<Option<String>>,
+}
+
+/// The limits in force: every plan, built.
+struct Snapshot {
+    config: PlansConfig,
+    by_name: HashMap<String, Arc<ActivePlan>>,
+    default: Arc<ActivePlan>,
+}
+
+/// One plan as it is in force now: its name and limiter (none for an
+/// unlimited plan), from [`Plans::resolve`].
+pub struct ActivePlan {
+    name: &'static str,
+    plan: Plan,
+    limiter: Option<RateLimiter>,
+    /// `RateLimit-Policy` of its quotas (middleware).
+    pub(crate) policy: Option<Arc<Policy>>,
+    /// Distinct for every build of a plan (the deny cache keys by it).
+    pub(crate) generation: u64,
+}
+
+impl ActivePlan {
+    /// The plan's name (the default plan's for a request whose plan was unknown).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The plan's limiter; `None` for an unlimited plan.
+    pub fn limiter(&self) -> Option<&RateLimiter> {
+        self.limiter.as_ref()
+    }
+
+    /// Whether the plan is in shadow mode (decided, never denied).
+    pub fn is_shadow(&self) -> bool {
+        self.plan.shadow
+    }
+
+    /// The plan's configuration.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+impl fmt::Debug for ActivePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ActivePlan")
+            .field("name", &self.name)
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Plans {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plans")
+            .field("prefix", &self.shared.prefix)
+            .field("config", &self.shared.current.load().config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for LimitsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitsHandle")
+            .field("prefix", &self.shared.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plans {
+    /// Starts a configuration.
+    pub fn builder() -> PlansBuilder {
+        PlansBuilder::default()
+    }
+
+    /// The plan `name` as it is in force now, or the default plan if there
+    /// is no such plan (or `name` is `None`). Lock-free: one atomic load.
+    pub fn resolve(&self, name: Option<&str>) -> Arc<ActivePlan> {
+        self.shared.poll_if_due();
+        let snapshot = self.shared.current.load();
+        match name.and_then(|n| snapshot.by_name.get(n)) {
+            Some(plan) => plan.clone(),
+            None => snapshot.default.clone(),
+        }
+    }
+
+    /// Checks one request (cost 1) for `key` under the plan `plan` (the
+    /// default plan if unknown): `None` if that plan is unlimited.
+    pub async fn check(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Decision>, StoreError> {
+        self.check_n(plan, key, 1).await
+    }
+
+    /// [`check`](Self::check) with a weight, as
+    /// [`RateLimiter::check_n`](crate::RateLimiter::check_n).
+    pub async fn check_n(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Option<Decision>, StoreError> {
+        let active = self.resolve(Some(plan));
+        match active.limiter() {
+            Some(limiter) => limiter.check_n(key.as_ref(), cost).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The handle that changes these plans' limits.
+    pub fn handle(&self) -> LimitsHandle {
+        LimitsHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> PlansConfig {
+        self.shared.current.load().config.clone()
+    }
+
+    /// The key prefix the plans were built with.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    /// The prefix of the plan `plan`'s storage keys (see the [module docs](self)).
+    pub fn plan_prefix(&self, plan: &str) -> String {
+        self.shared.plan_prefix(plan)
+    }
+}
+
+/// Why a change of limits through the store failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LimitsError {
+    /// The new limits are invalid (nothing changed).
+    Config(ConfigError),
+    /// The store could not be read or written.
+    Store(StoreError),
+}
+
+impl fmt::Display for LimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitsError::Config(e) => e.fmt(f),
+            LimitsError::Store(e) => write!(f, "limits could not be shared: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LimitsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LimitsError::Config(e) => Some(e),
+            LimitsError::Store(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for LimitsError {
+    fn from(e: ConfigError) -> Self {
+        LimitsError::Config(e)
+    }
+}
+
+impl From<StoreError> for LimitsError {
+    fn from(e: StoreError) -> Self {
+        LimitsError::Store(e)
+    }
+}
+
+impl LimitsHandle {
+    /// Replaces (or adds) one plan's quotas on this instance, at once. The
+    /// plans' other limiters are kept as they are.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field (`plans.pro.quotas[0].burst`);
+    /// the old limits then stay.
+    pub fn set_plan(&self, name: &str, plan: Plan) -> Result<(), ConfigError> {
+        let _update = self.shared.lock_update();
+        let config = self.shared.current.load().config.clone().plan(name, plan);
+        self.shared.apply(config)
+    }
+
+    /// Replaces every plan on this instance, at once (the handle's way to
+    /// reload a configuration file).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field; the old limits then stay.
+    pub fn replace(&self, config: PlansConfig) -> Result<(), ConfigError> {
+        let _update = self.shared.lock_update();
+        self.shared.apply(config)
+    }
+
+    /// [`replace`](Self::replace), then writes the limits to the store
+    /// (without [`sync_interval`](PlansBuilder::sync_interval), only the
+    /// replace), where every instance's [`sync`](Self::sync) finds them.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitsError::Config`] if invalid (nothing changed), or
+    /// [`LimitsError::Store`] if the store could not be written (the limits
+    /// changed on this instance only).
+    pub async fn publish(&self, config: PlansConfig) -> Result<(), LimitsError> {
+        let text = config.to_string();
+        self.replace(config)?;
+        if let Some(sync) = &self.shared.sync {
+            self.shared.store.set_document(&sync.key, &text).await?;
+            *lock(&sync.last_text) = Some(text);
+        }
+        Ok(())
+    }
+
+    /// Reads the limits from the store now and applies them if they changed
+    /// (what every instance does at most once per
+    /// [`sync_interval`](PlansBuilder::sync_interval) on its own). `Ok(true)`:
+    /// the limits changed. Without a sync interval, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitsError::Store`] if the store could not be read;
+    /// [`LimitsError::Config`] if what it holds is invalid (the limits in
+    /// force stay).
+    pub async fn sync(&self) -> Result<bool, LimitsError> {
+        self.shared.sync_now().await
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> PlansConfig {
+        self.shared.current.load().config.clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn lock_update(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.update)
+    }
+
+    fn plan_prefix(&self, plan: &str) -> String {
+        if self.carry_over {
+            self.prefix.clone()
+        } else {
+            format!("{}.{plan}", self.prefix)
+        }
+    }
+
+    /// Builds every plan of `config` (reusing the limiters of plans that did
+    /// not change), then swaps them in. The caller holds the update lock.
+    fn apply(&self, config: PlansConfig) -> Result<(), ConfigError> {
+        let old = self.current.load_full();
+        let snapshot = self.build(config, Some(&old))?;
+        self.current.store(Arc::new(snapshot));
+        Ok(())
+    }
+
+    fn build(&self, config: PlansConfig, old: Option<&Snapshot>) -> Result<Snapshot, ConfigError> {
+        if config.plans.is_empty() {
+            return Err(ConfigError::new(
+                "plans",
+                "no plan configured; add at least one with .plan(name, Plan::new(...))",
+            ));
+        }
+        let mut by_name = HashMap::with_capacity(config.plans.len());
+        for (name, plan) in &config.plans {
+            let path = format!("plans.{name}");
+            validate_plan_name(name, &self.prefix, self.carry_over)
+                .map_err(|m| ConfigError::new(path.clone(), m))?;
+            let reused = old
+                .and_then(|o| o.by_name.get(name))
+                .filter(|a| a.plan == *plan)
+                .cloned();
+            let active = match reused {
+                Some(active) => active,
+                None => Arc::new(self.build_plan(name, plan).map_err(|e| e.within(&path))?),
+            };
+            by_name.insert(name.clone(), active);
+        }
+        let default = by_name.get(&config.default).cloned().ok_or_else(|| {
+            let names: Vec<&str> = config.plans.keys().map(String::as_str).collect();
+            ConfigError::new(
+                "default",
+                format!(
+                    "the default plan {:?} is not one of the plans ({})",
+                    config.default,
+                    names.join(", ")
+                ),
+            )
+        })?;
+        Ok(Snapshot {
+            config,
+            by_name,
+            default,
+        })
+    }
+
+    fn build_plan(&self, name: &str, plan: &Plan) -> Result<ActivePlan, ConfigError> {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let name = intern(name);
+        if plan.unlimited {
+            if !plan.quotas.is_empty() {
+                return Err(ConfigError::new(
+                    "unlimited",
+                    "an unlimited plan has no quotas",
+                ));
+            }
+            return Ok(ActivePlan {
+                name,
+                plan: plan.clone(),
+                limiter: None,
+                policy: None,
+                generation,
+            });
+        }
+        if plan.quotas.is_empty() {
+            return Err(ConfigError::new(
+                "quotas",
+                "no quota configured; give the plan quotas or make it Plan::unlimited()",
+            ));
+        }
+        let limiter = RateLimiter::builder()
+            .backend(self.store.clone())
+            .prefix(self.plan_prefix(name))
+            .clock(self.clock.clone())
+            .quotas(plan.quotas.iter().cloned())
+            .build()
+            .map_err(|e| {
+                // `quota[1].burst` of the builder is `quotas[1].burst` of the plan
+                match e.field().strip_prefix("quota") {
+                    Some(rest) => {
+                        let field = format!("quotas{rest}");
+                        e.with_field(field)
+                    }
+                    None => e,
+                }
+            })?;
+        let policy = Some(Arc::new(Policy::new(&limiter)));
+        Ok(ActivePlan {
+            name,
+            plan: plan.clone(),
+            limiter: Some(limiter),
+            policy,
+            generation,
+        })
+    }
+
+    /// Starts a read of the store in a task of its own when the sync
+    /// interval has passed since the last one (never waits for it).
+    fn poll_if_due(self: &Arc<Self>) {
+        let Some(sync) = &self.sync else {
+            return;
+        };
+        let now = sync.epoch.elapsed().as_micros() as u64 + 1;
+        let last = sync.last_poll.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < sync.interval_us {
+            return;
+        }
+        if sync.polling.swap(true, Ordering::Acquire) {
+            return;
+        }
+        sync.last_poll.store(now, Ordering::Relaxed);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            sync.polling.store(false, Ordering::Release);
+            return;
+        };
+        let shared = self.clone();
+        runtime.spawn(async move {
+            let _result = shared.sync_now().await;
+            #[cfg(feature = "tracing")]
+            if let Err(e) = &_result {
+                tracing::warn!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits failed; the limits in force stay");
+            }
+            if let Some(sync) = &shared.sync {
+                sync.polling.store(false, Ordering::Release);
+            }
+        });
+    }
+
+    async fn sync_now(&self) -> Result<bool, LimitsError> {
+        let Some(sync) = &self.sync else {
+            return Ok(false);
+        };
+        let text = self.store.document(&sync.key).await?;
+        let Some(text) = text else {
+            return Ok(false);
+        };
+        if lock(&sync.last_text).as_deref() == Some(text.as_str()) {
+            return Ok(false);
+        }
+        let config: PlansConfig = text.parse()?;
+        let _update = self.lock_update();
+        let changed = config != self.current.load().config;
+        if changed {
+            self.apply(config)?;
+        }
+        *lock(&sync.last_text) = Some(text);
+        Ok(changed)
+    }
+}
+
+fn validate_plan_name(name: &str, prefix: &str, carry_over: bool) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a plan name must not be empty".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+    {
+        return Err(format!(
+            "plan name {name:?} contains {c:?}; use ASCII letters, digits, '-' or '_'"
+        ));
+    }
+    if !carry_over && prefix.len() + 1 + name.len() > MAX_PREFIX_LEN {
+        return Err(format!(
+            "plan name {name:?} makes the key prefix {prefix}.{name} longer than {MAX_PREFIX_LEN} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Configures [`Plans`]; see [`Plans::builder`].
+#[must_use]
+#[derive(Default)]
+pub struct PlansBuilder {
+    store: Option<Backend>,
+    prefix: Option<String>,
+    clock: Clock,
+    carry_over: bool,
+    plans: Vec<(String, Plan)>,
+    default: Option<String>,
+    config: Option<PlansConfig>,
+    sync: Option<Duration>,
+}
+
+impl fmt::Debug for PlansBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlansBuilder")
+            .field("prefix", &self.prefix)
+            .field("plans", &self.plans)
+            .field("default", &self.default)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlansBuilder {
+    /// Where state is kept (every plan's). Required.
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(store.into_backend());
+        self
+    }
+
+    /// Namespace of every storage key (default `rl`); each plan's keys are
+    /// under `<prefix>.<plan>` (see [`carry_over`](Self::carry_over)).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// The time source (default [`Clock::Store`]).
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Adds the plan `name` (ASCII letters, digits, `-`, `_`).
+    pub fn plan(mut self, name: impl Into<String>, plan: Plan) -> Self {
+        self.plans.push((name.into(), plan));
+        self
+    }
+
+    /// The plan of requests whose plan is unknown (required unless there is
+    /// a single plan).
+    pub fn default_plan(mut self, name: impl Into<String>) -> Self {
+        self.default = Some(name.into());
+        self
+    }
+
+    /// Every plan and the default at once, e.g. from a configuration file
+    /// (plans added with [`plan`](Self::plan) are added to these).
+    pub fn config(mut self, config: PlansConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Whether every plan keeps its state under the prefix itself (default
+    /// `false`: each under `<prefix>.<plan>`, and a caller who changes plan
+    /// starts fresh). With `true`, quotas of the same strategy, period and
+    /// name in two plans share one state, which a caller who upgrades keeps.
+    pub fn carry_over(mut self, carry_over: bool) -> Self {
+        self.carry_over = carry_over;
+        self
+    }
+
+    /// Keeps the limits in the store too (on Redis, the key
+    /// `<prefix>:plans`) and reads them at most once per `interval`, in a
+    /// task of its own started by a check once the interval has passed, so
+    /// that a [`LimitsHandle::publish`] on one instance reaches every
+    /// other. What the store holds replaces the built configuration on the
+    /// first read. Zero is rejected (`sync_interval`).
+    pub fn sync_interval(mut self, interval: Duration) -> Self {
+        self.sync = Some(interval);
+        self
+    }
+
+    /// Builds every plan's limiter.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field: `store`, `prefix`, `plans`,
+    /// `default`, `sync_interval`, or a plan's own, such as
+    /// `plans.pro.quotas[1].burst`.
+    pub fn build(self) -> Result<Plans, ConfigError> {
+        let store = self.store.ok_or_else(|| {
+            ConfigError::new(
+                "store",
+                "no store configured; call .store(RedisStore::new(pool)) or .store(MemoryStore::new())",
+            )
+        })?;
+        store.validate()?;
+        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        // the prefix's own rules (a plan's adds `.<plan>`)
+        RateLimiter::builder()
+            .backend(store.clone())
+            .prefix(prefix.clone())
+            .quota(crate::Rate::per_second(1))
+            .build()?;
+        let mut config = self.config.unwrap_or_else(|| PlansConfig::new(""));
+        let single = (self.plans.len() == 1).then(|| self.plans[0].0.clone());
+        for (name, plan) in self.plans {
+            config.plans.insert(name, plan);
+        }
+        if let Some(default) = self.default {
+            config.default = default;
+        } else if config.default.is_empty()
+            && let Some(single) = single.filter(|_| config.plans.len() == 1)
+        {
+            config.default = single;
+        }
+        let sync = match self.sync {
+            Some(d) if d.is_zero() => {
+                return Err(ConfigError::new("sync_interval", "must be above zero"));
+            }
+            Some(d) => Some(Sync {
+                interval_us: u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+                key: format!("{prefix}:plans"),
+                last_poll: AtomicU64::new(0),
+                polling: AtomicBool::new(false),
+                epoch: tokio::time::Instant::now(),
+                last_text: Mutex::new(None),
+            }),
+            None => None,
+        };
+        let mut shared = Shared {
+            store,
+            prefix,
+            clock: self.clock,
+            carry_over: self.carry_over,
+            // replaced below, once built
+            current: ArcSwap::from_pointee(Snapshot {
+                config: PlansConfig::new(""),
+                by_name: HashMap::new(),
+                default: Arc::new(ActivePlan {
+                    name: "",
+                    plan: Plan::unlimited(),
+                    limiter: None,
+                    policy: None,
+                    generation: 0,
+                }),
+            }),
+            update: Mutex::new(()),
+            generation: AtomicU64::new(1),
+            sync,
+        };
+        let snapshot = shared.build(config, None)?;
+        shared.current = ArcSwap::from_pointee(snapshot);
+        Ok(Plans {
+            shared: Arc::new(shared),
+        })
+    }
+}

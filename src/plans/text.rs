@@ -1,0 +1,241 @@
+//! The text notation of quotas, plans and plan sets: what `Display` writes
+//! and `FromStr` reads (and what a shared store keeps).
+//!
+//! - a quota: `<strategy> <rate> [burst=<n>] [name=<name>]`, e.g.
+//!   `gcra 60/min burst=10 name=minute`, `fixed-window 1000/day name=day`,
+//!   `concurrency 8/60s` (8 in flight, leases of 60 s); a bare rate
+//!   (`60/min`) is a GCRA quota at that rate, as everywhere;
+//! - a plan: its quotas separated by `;`, or `unlimited`, optionally
+//!   preceded by `shadow;`;
+//! - a plan set: one `default <name>` line, then `plan <name>: <plan>` lines.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::config::{Plan, PlansConfig};
+use crate::error::ConfigError;
+use crate::quota::Quota;
+use crate::rate::Rate;
+use crate::strategy::Strategy;
+
+impl fmt::Display for Quota {
+    /// The text notation, e.g. `gcra 60/min burst=10 name=minute`; it parses back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.strategy(), self.rate())?;
+        if let Some(burst) = self.explicit_burst() {
+            write!(f, " burst={burst}")?;
+        }
+        if let Some(name) = self.explicit_name() {
+            write!(f, " name={name}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Quota {
+    type Err = ConfigError;
+
+    /// Parses the text notation: `gcra 60/min burst=10 name=minute`, or a
+    /// bare rate (`60/min`, a GCRA quota). Errors name the part at fault
+    /// (`strategy`, `rate`, `burst`, `name`). Values are checked when a
+    /// limiter is built.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(ConfigError::new("rate", "empty quota"));
+        }
+        let (first, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+        let (strategy, rest) = match first.parse::<Strategy>() {
+            Ok(strategy) => (strategy, rest),
+            Err(e)
+                if first
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic()) =>
+            {
+                return Err(ConfigError::new("strategy", e.to_string()));
+            }
+            Err(_) => (Strategy::Gcra, s),
+        };
+        let mut rate = Vec::new();
+        let mut burst = None;
+        let mut name = None;
+        for word in rest.split_whitespace() {
+            match word.split_once('=') {
+                Some(("burst", v)) => {
+                    burst = Some(v.parse::<u64>().map_err(|e| {
+                        ConfigError::new("burst", format!("{v:?} is not a count: {e}"))
+                    })?);
+                }
+                Some(("name", v)) => name = Some(v.to_owned()),
+                Some((k, _)) => {
+                    return Err(ConfigError::new(
+                        k,
+                        format!("unknown option {k:?}; expected burst=<n> or name=<name>"),
+                    ));
+                }
+                None => rate.push(word),
+            }
+        }
+        let rate = rate.join(" ");
+        let rate: Rate = rate
+            .parse()
+            .map_err(|e| ConfigError::new("rate", format!("{e}")))?;
+        let mut quota = Quota::new(strategy, rate);
+        if let Some(b) = burst {
+            quota = quota.burst(b);
+        }
+        if let Some(n) = name {
+            quota = quota.name(n);
+        }
+        Ok(quota)
+    }
+}
+
+impl fmt::Display for Plan {
+    /// The text notation: quotas separated by `; `, or `unlimited`, after
+    /// `shadow; ` for a plan in shadow mode.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.shadow {
+            f.write_str("shadow; ")?;
+        }
+        if self.unlimited {
+            return f.write_str("unlimited");
+        }
+        for (i, q) in self.quotas.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{q}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Plan {
+    type Err = ConfigError;
+
+    /// Parses `gcra 60/min name=minute; fixed-window 1000/day name=day`,
+    /// `unlimited`, or either after `shadow;`. Errors name the quota at
+    /// fault, e.g. `quotas[1].rate`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut plan = Plan::new(Vec::<Quota>::new());
+        let mut i = 0;
+        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "shadow" => plan.shadow = true,
+                "unlimited" => plan.unlimited = true,
+                _ => {
+                    let q = part
+                        .parse::<Quota>()
+                        .map_err(|e| e.within(&format!("quotas[{i}]")))?;
+                    plan.quotas.push(q);
+                    i += 1;
+                }
+            }
+        }
+        if plan.unlimited && !plan.quotas.is_empty() {
+            return Err(ConfigError::new(
+                "unlimited",
+                "an unlimited plan has no quotas",
+            ));
+        }
+        Ok(plan)
+    }
+}
+
+impl fmt::Display for PlansConfig {
+    /// The text notation: `default <name>`, then one `plan <name>: <plan>`
+    /// line per plan.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "default {}", self.default)?;
+        for (name, plan) in &self.plans {
+            writeln!(f, "plan {name}: {plan}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for PlansConfig {
+    type Err = ConfigError;
+
+    /// Parses what [`Display`](fmt::Display) writes. Errors name the field,
+    /// e.g. `plans.pro.quotas[1].rate`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut config = PlansConfig::new("");
+        let mut default = None;
+        for (n, line) in s.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix("default ") {
+                default = Some(name.trim().to_owned());
+            } else if let Some(rest) = line.strip_prefix("plan ") {
+                let Some((name, plan)) = rest.split_once(':') else {
+                    return Err(ConfigError::new(
+                        format!("line {}", n + 1),
+                        "expected `plan <name>: <quotas>`",
+                    ));
+                };
+                let name = name.trim();
+                let plan = plan
+                    .parse::<Plan>()
+                    .map_err(|e| e.within(&format!("plans.{name}")))?;
+                config.plans.insert(name.to_owned(), plan);
+            } else {
+                return Err(ConfigError::new(
+                    format!("line {}", n + 1),
+                    "expected `default <name>` or `plan <name>: <quotas>`",
+                ));
+            }
+        }
+        config.default =
+            default.ok_or_else(|| ConfigError::new("default", "no `default <plan>` line"))?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn quotas_round_trip_through_the_text_notation() {
+        for q in [
+            Quota::gcra(Rate::per_minute(60)).burst(10).name("minute"),
+            Quota::fixed_window(Rate::per_day(1_000)).name("day"),
+            Quota::sliding_window_log(Rate::new(5, Duration::from_millis(1500))),
+            Quota::concurrency(8).lease_timeout(Duration::from_secs(30)),
+            Quota::token_bucket(Rate::per_second(3)),
+        ] {
+            let text = q.to_string();
+            assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
+        }
+        assert_eq!(
+            "60/min".parse::<Quota>().unwrap(),
+            Quota::gcra(Rate::per_minute(60))
+        );
+        assert_eq!(
+            "leaky-bucket 5 per 2 hours burst=3"
+                .parse::<Quota>()
+                .unwrap(),
+            Quota::leaky_bucket(Rate::new(5, Duration::from_secs(7200))).burst(3)
+        );
+    }
+
+    #[test]
+    fn bad_quotas_name_the_part_at_fault() {
+        let field = |s: &str| s.parse::<Quota>().unwrap_err().field().to_owned();
+        assert_eq!(field("gcr 60/min"), "strategy");
+        assert_eq!(field("gcra 60/fortnight"), "rate");
+        assert_eq!(field("gcra 60/min burst=x"), "burst");
+        assert_eq!(field("gcra 60/min colour=red"), "colour");
+        let e = "plan free: 60/min; gcra 10/eon\ndefault free"
+            .parse::<PlansConfig>()
+            .unwrap_err();
+        assert_eq!(e.field(), "plans.free.quotas[1].rate");
+    }
+}

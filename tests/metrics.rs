@@ -1,0 +1,190 @@
+//! Metrics (feature `metrics`) read back through `metrics-util`'s debugging
+//! recorder: one test, since the recorder is process-wide.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::http::{get_req, make_app, send};
+use common::{GENEROUS, RedisServer};
+use http::StatusCode;
+use http::request::Parts;
+use metrics_util::CompositeKey;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+/// What the recorder holds (a snapshot resets its counters: read once, query often).
+type Snap = Vec<(
+    CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+fn take(s: &Snapshotter) -> Snap {
+    s.snapshot().into_vec()
+}
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::middleware::FailurePolicy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
+
+fn counter(snap: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
+    let mut total = 0;
+    for (key, _, _, value) in snap {
+        let key = key.key();
+        if key.name() != name {
+            continue;
+        }
+        let has = |k: &str, v: &str| key.labels().any(|l| l.key() == k && l.value() == v);
+        if labels.iter().all(|(k, v)| has(k, v))
+            && let DebugValue::Counter(n) = *value
+        {
+            total += n;
+        }
+    }
+    total
+}
+
+fn histogram_len(snap: &Snap, name: &str, limiter: &str) -> usize {
+    snap.iter()
+        .filter(|(k, ..)| k.key().name() == name && k.key().labels().any(|l| l.value() == limiter))
+        .map(|(.., v)| match v {
+            DebugValue::Histogram(h) => h.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn gauge(snap: &Snap, name: &str, limiter: &str) -> f64 {
+    snap.iter()
+        .filter(|(k, ..)| k.key().name() == name && k.key().labels().any(|l| l.value() == limiter))
+        .map(|(.., v)| match v {
+            DebugValue::Gauge(g) => g.into_inner(),
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn user(_: &Parts) -> Option<&'static str> {
+    Some("u")
+}
+
+#[tokio::test]
+async fn outcomes_latency_deny_cache_hits_and_leases_are_recorded_by_limiter_and_quota() {
+    let recorder = DebuggingRecorder::new();
+    let snap = recorder.snapshotter();
+    recorder.install().unwrap();
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+
+    // memory store: allowed, denied, deny-cache hits, shadow, bypass
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter.clone(), user)
+        .name("mem")
+        .bypass(|p: &Parts| p.uri.path() == "/health");
+    let app = make_app(layer);
+    for _ in 0..5 {
+        send(&app, get_req("/")).await;
+    }
+    send(&app, get_req("/health")).await;
+    let shadow = make_app(
+        RateLimitLayer::new(limiter, user)
+            .name("shadow")
+            .shadow(true),
+    );
+    for _ in 0..2 {
+        assert_eq!(send(&shadow, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let now = take(&snap);
+    let c = |labels: &[(&str, &str)]| counter(&now, "ratelimit_decisions_total", labels);
+    let mem = ("limiter", "mem");
+    assert_eq!(c(&[mem, ("quota", "minute"), ("outcome", "allowed")]), 2);
+    assert_eq!(c(&[mem, ("quota", "minute"), ("outcome", "denied")]), 3);
+    assert_eq!(c(&[mem, ("outcome", "bypassed")]), 1);
+    assert_eq!(
+        counter(
+            &now,
+            "ratelimit_deny_cache_hits_total",
+            &[mem, ("quota", "minute")]
+        ),
+        2
+    );
+    assert_eq!(
+        c(&[
+            ("limiter", "shadow"),
+            ("quota", "minute"),
+            ("outcome", "shadow_denied")
+        ]),
+        2
+    );
+
+    // Redis: store-call latency, a store error under each policy, leases
+    let server = RedisServer::start();
+    let redis_limiter = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("leases")
+        .quota(Quota::concurrency(5).name("in-flight"))
+        .build()
+        .unwrap();
+    let app = make_app(RateLimitLayer::new(redis_limiter, user).name("redis"));
+    for _ in 0..3 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let now = take(&snap);
+    let c = |labels: &[(&str, &str)]| counter(&now, "ratelimit_decisions_total", labels);
+    assert_eq!(
+        c(&[
+            ("limiter", "redis"),
+            ("quota", "in-flight"),
+            ("outcome", "allowed")
+        ]),
+        3
+    );
+    assert_eq!(
+        histogram_len(&now, "ratelimit_store_call_seconds", "redis"),
+        3
+    );
+    // every lease was counted, and released once its response was whole
+    assert!(
+        now.iter()
+            .any(|(k, ..)| k.key().name() == "ratelimit_leases")
+    );
+    assert_eq!(gauge(&now, "ratelimit_leases", "redis"), 0.0);
+
+    let down = RedisStore::from_url("redis://127.0.0.1:1/")
+        .unwrap()
+        .timeout(Duration::from_secs(2));
+    let broken = RateLimiter::builder()
+        .store(down)
+        .quota(Quota::gcra(Rate::per_minute(5)).name("minute"))
+        .build()
+        .unwrap();
+    for (name, policy, outcome) in [
+        ("open", FailurePolicy::Open, "fail_open"),
+        ("closed", FailurePolicy::Closed, "fail_closed"),
+        (
+            "fallback",
+            FailurePolicy::Fallback(MemoryStore::new()),
+            "fallback_allowed",
+        ),
+    ] {
+        let app = make_app(
+            RateLimitLayer::new(broken.clone(), user)
+                .name(name)
+                .on_store_error(policy),
+        );
+        send(&app, get_req("/")).await;
+        let now = take(&snap);
+        let c = |labels: &[(&str, &str)]| counter(&now, "ratelimit_decisions_total", labels);
+        assert_eq!(c(&[("limiter", name), ("outcome", outcome)]), 1, "{name}");
+        assert_eq!(
+            counter(&now, "ratelimit_store_errors_total", &[("limiter", name)]),
+            1
+        );
+    }
+}

@@ -1,0 +1,331 @@
+//! The middleware with plans, shadow mode and the near-limit hook: on the
+//! memory store under a manual clock, and shadow mode on Redis too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use common::http::{header, send, text};
+use common::{GENEROUS, RedisServer};
+use http::request::Parts;
+use http::{Request, StatusCode};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::middleware::{NearLimit, PlanFromExtension, RateLimitOutcome};
+use tower_redis_ratelimit::plans::{ActivePlan, Plan, Plans, PlansConfig};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
+
+/// What an API-key lookup put in the request.
+#[derive(Clone)]
+struct Tier(&'static str);
+
+impl AsRef<str> for Tier {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+fn clock() -> ManualClock {
+    ManualClock::new(Duration::from_secs(3_600))
+}
+
+fn tiers() -> PlansConfig {
+    PlansConfig::new("free")
+        .plan(
+            "free",
+            Plan::new([Quota::fixed_window(Rate::per_minute(2)).name("minute")]),
+        )
+        .plan(
+            "pro",
+            Plan::new([Quota::fixed_window(Rate::per_minute(4)).name("minute")]),
+        )
+        .plan("internal", Plan::unlimited())
+}
+
+/// `GET /` answers "<outcome> <plan>"; the request's tier comes from `?tier=`
+/// (as an earlier authentication layer would put it in the extensions).
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(
+                |axum::Extension(o): axum::Extension<RateLimitOutcome>,
+                 plan: Option<axum::Extension<Arc<ActivePlan>>>,
+                 near: Option<axum::Extension<NearLimit>>| async move {
+                    let what = match &o {
+                        RateLimitOutcome::Allowed(_) => "allowed",
+                        RateLimitOutcome::ShadowDenied(_) => "shadow-denied",
+                        RateLimitOutcome::Unlimited => "unlimited",
+                        _ => "other",
+                    };
+                    let plan = plan.map_or("-", |p| p.0.name());
+                    let near = if near.is_some() { " near" } else { "" };
+                    format!("{what} {plan}{near}")
+                },
+            ),
+        )
+        .layer(layer)
+        .layer(axum::middleware::from_fn(
+            |mut req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let tier = match req.uri().query() {
+                    Some("tier=pro") => Some(Tier("pro")),
+                    Some("tier=internal") => Some(Tier("internal")),
+                    Some("tier=gold") => Some(Tier("gold")),
+                    _ => None,
+                };
+                if let Some(t) = tier {
+                    req.extensions_mut().insert(t);
+                }
+                next.run(req).await
+            },
+        ))
+}
+
+fn get_req(uri: &str) -> Request<Body> {
+    Request::get(uri).body(Body::empty()).unwrap()
+}
+
+fn plans(clock: &ManualClock, prefix: &str) -> Plans {
+    Plans::builder()
+        .store(MemoryStore::new())
+        .prefix(prefix)
+        .clock(clock.clone())
+        .config(tiers())
+        .build()
+        .unwrap()
+}
+
+fn user(_: &Parts) -> Option<&'static str> {
+    Some("user-1")
+}
+
+#[tokio::test]
+async fn each_request_is_limited_under_its_plan_in_one_layer() {
+    let clock = clock();
+    let layer = RateLimitLayer::with_plans(
+        plans(&clock, "layer"),
+        user,
+        PlanFromExtension::<Tier>::new(),
+    );
+    let app = app(layer.clone());
+    for _ in 0..2 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(
+            header(&res, "ratelimit-policy"),
+            Some(r#""minute";q=2;w=60"#)
+        );
+        assert_eq!(text(res).await, "allowed free");
+    }
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // unknown plan: the default's state
+    assert_eq!(
+        send(&app, get_req("/?tier=gold")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // pro: its own quota and state
+    for _ in 0..4 {
+        let res = send(&app, get_req("/?tier=pro")).await;
+        assert_eq!(
+            header(&res, "ratelimit-policy"),
+            Some(r#""minute";q=4;w=60"#)
+        );
+        assert_eq!(text(res).await, "allowed pro");
+    }
+    assert_eq!(
+        send(&app, get_req("/?tier=pro")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // internal: unlimited, no headers
+    for _ in 0..20 {
+        let res = send(&app, get_req("/?tier=internal")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().get("ratelimit").is_none());
+        assert_eq!(text(res).await, "unlimited internal");
+    }
+}
+
+#[tokio::test]
+async fn a_raised_plan_admits_at_once_despite_a_cached_denial() {
+    let clock = clock();
+    let plans = plans(&clock, "cached");
+    let handle = plans.handle();
+    let app = app(RateLimitLayer::with_plans(
+        plans,
+        user,
+        PlanFromExtension::<Tier>::new(),
+    ));
+    for _ in 0..2 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    for _ in 0..3 {
+        // the second one on comes from the deny cache
+        assert_eq!(
+            send(&app, get_req("/")).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    handle
+        .set_plan(
+            "free",
+            Plan::new([Quota::fixed_window(Rate::per_minute(3)).name("minute")]),
+        )
+        .unwrap();
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // lowered: denied at once
+    handle.replace(tiers()).unwrap();
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+fn limiter_on(
+    store: impl tower_redis_ratelimit::store::Store,
+    clock: &ManualClock,
+    prefix: &str,
+) -> RateLimiter {
+    RateLimiter::builder()
+        .store(store)
+        .prefix(prefix)
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .build()
+        .unwrap()
+}
+
+async fn shadowed_denials_are_counted_and_never_block(limiter: RateLimiter) {
+    let layer = RateLimitLayer::new(limiter, user).shadow(true);
+    let app = app(layer.clone());
+    for i in 0..6 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::OK, "#{i}");
+        assert!(res.headers().get("retry-after").is_none());
+        let remaining = if i < 2 { 1 - i } else { 0 };
+        assert_eq!(
+            header(&res, "ratelimit"),
+            Some(format!(r#""minute";r={remaining};t=60"#).as_str()),
+            "#{i}: the headers it would have had"
+        );
+        let expected = if i < 2 {
+            "allowed -"
+        } else {
+            "shadow-denied -"
+        };
+        assert_eq!(text(res).await, expected, "#{i}");
+    }
+    let stats = layer.stats();
+    assert_eq!(stats.shadow_denied, 4);
+    assert_eq!(stats.denied, 0);
+    assert_eq!(stats.deny_cache_hits, 0);
+}
+
+#[tokio::test]
+async fn shadowed_denials_are_counted_and_never_block_in_memory() {
+    let clock = clock();
+    shadowed_denials_are_counted_and_never_block(limiter_on(MemoryStore::new(), &clock, "shadow"))
+        .await;
+}
+
+#[tokio::test]
+async fn shadowed_denials_are_counted_and_never_block_on_redis() {
+    let server = RedisServer::start();
+    let clock = clock();
+    let store = RedisStore::new(server.pool(2)).timeout(GENEROUS);
+    shadowed_denials_are_counted_and_never_block(limiter_on(store, &clock, "shadow")).await;
+}
+
+#[tokio::test]
+async fn shadow_headers_can_be_left_off_and_a_plan_can_be_shadowed_alone() {
+    let clock = clock();
+    let app1 = app(
+        RateLimitLayer::new(limiter_on(MemoryStore::new(), &clock, "quiet"), user)
+            .shadow(true)
+            .shadow_headers(false),
+    );
+    for _ in 0..2 {
+        send(&app1, get_req("/")).await;
+    }
+    let res = send(&app1, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("ratelimit").is_none());
+
+    let config = tiers().plan(
+        "pro",
+        Plan::new([Quota::fixed_window(Rate::per_minute(1)).name("minute")]).shadow(true),
+    );
+    let plans = Plans::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .config(config)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::with_plans(plans, user, PlanFromExtension::<Tier>::new());
+    let app2 = app(layer.clone());
+    assert_eq!(
+        text(send(&app2, get_req("/?tier=pro")).await).await,
+        "allowed pro"
+    );
+    for _ in 0..3 {
+        let res = send(&app2, get_req("/?tier=pro")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(text(res).await, "shadow-denied pro");
+    }
+    for _ in 0..2 {
+        send(&app2, get_req("/")).await;
+    }
+    assert_eq!(
+        send(&app2, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "free is enforced"
+    );
+    assert_eq!(layer.stats().shadow_denied, 3);
+}
+
+#[tokio::test]
+async fn the_request_that_crosses_the_near_limit_fraction_is_flagged_once() {
+    let clock = clock();
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(10)).name("minute"))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let layer = RateLimitLayer::new(limiter, user).near_limit(
+        0.8,
+        Some(move |_: &Parts, near: &NearLimit| {
+            assert_eq!(near.quota, "minute");
+            assert_eq!((near.limit, near.remaining, near.threshold), (10, 2, 8));
+            seen.fetch_add(1, Ordering::Relaxed);
+        }),
+    );
+    let app = app(layer);
+    for i in 1..=10 {
+        let body = text(send(&app, get_req("/")).await).await;
+        let expected = if i == 8 {
+            "allowed - near"
+        } else {
+            "allowed -"
+        };
+        assert_eq!(body, expected, "request #{i}");
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    // the next window: once again
+    clock.advance(Duration::from_secs(60));
+    for _ in 0..8 {
+        send(&app, get_req("/")).await;
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+}

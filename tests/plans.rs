@@ -1,0 +1,344 @@
+//! Plans (tiers) and limits changed while running, on a private Redis and on
+//! the memory store alike: each scenario runs on both, under a manual clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{GENEROUS, RedisServer};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::plans::{Plan, Plans, PlansBuilder, PlansConfig};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RedisStore};
+
+/// The two stores every scenario runs on.
+enum Store<'a> {
+    Redis(&'a RedisServer),
+    Memory(MemoryStore),
+}
+
+impl Store<'_> {
+    fn builder(&self, clock: &ManualClock, prefix: &str) -> PlansBuilder {
+        let b = Plans::builder().prefix(prefix).clock(clock.clone());
+        match self {
+            Store::Redis(server) => b.store(RedisStore::new(server.pool(2)).timeout(GENEROUS)),
+            Store::Memory(store) => b.store(store.clone()),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "redis",
+            Store::Memory(_) => "memory",
+        }
+    }
+}
+
+fn clock() -> ManualClock {
+    ManualClock::new(Duration::from_secs(3_600))
+}
+
+fn tiers() -> PlansConfig {
+    PlansConfig::new("free")
+        .plan(
+            "free",
+            Plan::new([
+                Quota::fixed_window(Rate::per_minute(3)).name("minute"),
+                Quota::fixed_window(Rate::per_day(1_000)).name("day"),
+            ]),
+        )
+        .plan(
+            "pro",
+            Plan::new([Quota::fixed_window(Rate::per_minute(6)).name("minute")]),
+        )
+        .plan("internal", Plan::unlimited())
+}
+
+async fn allowed(plans: &Plans, plan: &str, key: &str) -> bool {
+    plans
+        .check(plan, key)
+        .await
+        .unwrap()
+        .expect("a limited plan")
+        .allowed()
+}
+
+async fn each_plan_has_its_own_quotas_and_state(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let plans = store
+        .builder(&clock, &format!("tiers-{s}"))
+        .config(tiers())
+        .build()
+        .unwrap();
+    for i in 0..3 {
+        assert!(allowed(&plans, "free", "u").await, "{s}: free #{i}");
+    }
+    assert!(!allowed(&plans, "free", "u").await, "{s}: free is 3/minute");
+    // an unknown plan is the default plan, with its state
+    assert!(
+        !allowed(&plans, "gold", "u").await,
+        "{s}: unknown plan = free"
+    );
+    // the same caller on another plan starts fresh (no shared state)
+    for i in 0..6 {
+        assert!(allowed(&plans, "pro", "u").await, "{s}: pro #{i}");
+    }
+    assert!(!allowed(&plans, "pro", "u").await, "{s}: pro is 6/minute");
+    // unlimited: no decision, no store call
+    for _ in 0..100 {
+        assert!(plans.check("internal", "u").await.unwrap().is_none());
+    }
+    let free = plans.resolve(Some("free"));
+    let pro = plans.resolve(Some("pro"));
+    assert_eq!(free.name(), "free");
+    assert_eq!(plans.resolve(Some("nope")).name(), "free");
+    assert_eq!(
+        free.limiter().unwrap().storage_keys("u"),
+        [
+            format!("{{tiers-{s}.free:u}}:f1m/minute"),
+            format!("{{tiers-{s}.free:u}}:f1d/day")
+        ]
+    );
+    assert_eq!(
+        pro.limiter().unwrap().storage_keys("u"),
+        [format!("{{tiers-{s}.pro:u}}:f1m/minute")]
+    );
+    // a minute later the free caller is admitted again
+    clock.advance(Duration::from_secs(60));
+    assert!(allowed(&plans, "free", "u").await, "{s}");
+}
+
+#[tokio::test]
+async fn each_plan_has_its_own_quotas_and_state_on_redis() {
+    let redis = RedisServer::start();
+    each_plan_has_its_own_quotas_and_state(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn each_plan_has_its_own_quotas_and_state_in_memory() {
+    each_plan_has_its_own_quotas_and_state(Store::Memory(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn carry_over_keeps_a_callers_state_across_plans_of_the_same_quota() {
+    let clock = clock();
+    let plans = Store::Memory(MemoryStore::new())
+        .builder(&clock, "carry")
+        .config(tiers())
+        .carry_over(true)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(allowed(&plans, "free", "u").await);
+    }
+    // upgraded: the 3 already used count against pro's 6
+    for _ in 0..3 {
+        assert!(allowed(&plans, "pro", "u").await);
+    }
+    assert!(!allowed(&plans, "pro", "u").await);
+}
+
+/// A quota of `strategy` at `count` per minute, named "q" (the name keeps its
+/// storage key across changes of count).
+fn quota(strategy: Strategy, count: u64) -> Quota {
+    match strategy {
+        Strategy::Concurrency => Quota::concurrency(count).name("q"),
+        s => Quota::new(s, Rate::per_minute(count)).name("q"),
+    }
+}
+
+fn one_plan(q: Quota) -> Plan {
+    Plan::new([q])
+}
+
+/// For every strategy: a caller who has used some of its quota; lowering
+/// the limit below what was used denies at once, raising it admits at once,
+/// at the same instant (the state in the store is kept, the new limit read
+/// from the next request).
+async fn limits_change_while_running(store: Store<'_>) {
+    let s = store.name();
+    for strategy in Strategy::ALL {
+        let clock = clock();
+        // Window strategies: 5 of 10 used, then 4 (denied), then 8 (admitted).
+        // TAT strategies keep the time owed (5 × 6 s = 30 s): at 1 per minute
+        // that is more than the whole burst (denied), at 10 per minute half.
+        let (start, lower, raise) = match strategy {
+            Strategy::Gcra | Strategy::TokenBucket | Strategy::LeakyBucket => (10, 1, 10),
+            _ => (10, 4, 8),
+        };
+        let plans = store
+            .builder(&clock, &format!("live-{s}-{strategy}"))
+            .plan("p", one_plan(quota(strategy, start)))
+            .build()
+            .unwrap();
+        let handle = plans.handle();
+        let mut leases = Vec::new();
+        for i in 0..5 {
+            let d = plans.check("p", "u").await.unwrap().unwrap();
+            assert!(d.allowed(), "{s} {strategy} #{i}");
+            leases.extend(d.into_lease());
+        }
+        handle
+            .set_plan("p", one_plan(quota(strategy, lower)))
+            .unwrap();
+        let d = plans.check("p", "u").await.unwrap().unwrap();
+        assert!(d.denied(), "{s} {strategy}: lowered to {lower}: {d:?}");
+        assert_eq!(d.limit(), lower, "{s} {strategy}");
+        handle
+            .set_plan("p", one_plan(quota(strategy, raise)))
+            .unwrap();
+        let d = plans.check("p", "u").await.unwrap().unwrap();
+        assert!(d.allowed(), "{s} {strategy}: raised to {raise}: {d:?}");
+        if let Some(lease) = d.lease() {
+            plans
+                .resolve(Some("p"))
+                .limiter()
+                .unwrap()
+                .release(lease)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn limits_change_while_running_on_redis() {
+    let redis = RedisServer::start();
+    limits_change_while_running(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn limits_change_while_running_in_memory() {
+    limits_change_while_running(Store::Memory(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn an_invalid_change_is_rejected_naming_the_field_and_the_old_limits_stay() {
+    let clock = clock();
+    let plans = Store::Memory(MemoryStore::new())
+        .builder(&clock, "invalid")
+        .config(tiers())
+        .build()
+        .unwrap();
+    let e = plans
+        .handle()
+        .set_plan(
+            "pro",
+            Plan::new([
+                Quota::gcra(Rate::per_minute(60)),
+                Quota::fixed_window(Rate::per_minute(5)).burst(3),
+            ]),
+        )
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.pro.quotas[1].burst", "{e}");
+    let e = plans
+        .handle()
+        .replace(tiers().default_plan("gold"))
+        .unwrap_err();
+    assert_eq!(e.field(), "default", "{e}");
+    assert!(e.to_string().contains("\"gold\""), "{e}");
+    let e = plans
+        .handle()
+        .set_plan("bad name", Plan::unlimited())
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.bad name", "{e}");
+    assert_eq!(plans.config(), tiers());
+    let e = Plans::builder()
+        .store(MemoryStore::new())
+        .plan("a", Plan::new(Vec::<Quota>::new()))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.a.quotas", "{e}");
+}
+
+/// Two instances (two `Plans`) on one store: a change published by one is
+/// read by the other's sync.
+async fn a_published_change_reaches_the_other_instance(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let prefix = format!("shared-{s}");
+    let build = || {
+        store
+            .builder(&clock, &prefix)
+            .config(tiers())
+            .sync_interval(Duration::from_secs(3_600))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    for _ in 0..3 {
+        assert!(allowed(&b, "free", "u").await);
+    }
+    assert!(!allowed(&b, "free", "u").await);
+    let raised = tiers().plan(
+        "free",
+        Plan::new([Quota::fixed_window(Rate::per_minute(5)).name("minute")]),
+    );
+    a.handle().publish(raised.clone()).await.unwrap();
+    assert_eq!(a.config(), raised);
+    // b has not read the store yet
+    assert!(!allowed(&b, "free", "u").await, "{s}");
+    assert!(b.handle().sync().await.unwrap(), "{s}: b changed");
+    assert_eq!(b.config(), raised, "{s}");
+    assert!(!b.handle().sync().await.unwrap(), "{s}: nothing new");
+    // the same state (3 used of the minute window), the new limit: 2 more
+    assert!(allowed(&b, "free", "u").await, "{s}");
+    assert!(allowed(&a, "free", "u").await, "{s}");
+    assert!(!allowed(&b, "free", "u").await, "{s}");
+}
+
+#[tokio::test]
+async fn a_published_change_reaches_the_other_instance_on_redis() {
+    let server = RedisServer::start();
+    a_published_change_reaches_the_other_instance(Store::Redis(&server)).await;
+    // what Redis holds: the text notation, under the prefix
+    let text: String = redis::cmd("GET")
+        .arg("shared-redis:plans")
+        .query_async(&mut server.conn().await)
+        .await
+        .unwrap();
+    assert!(text.starts_with("default free\n"), "{text}");
+    assert!(
+        text.contains("plan free: fixed-window 5/min name=minute"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_published_change_reaches_the_other_instance_in_memory() {
+    a_published_change_reaches_the_other_instance(Store::Memory(MemoryStore::new())).await;
+}
+
+/// The store is read at most once per interval, in a task of its own that
+/// a check starts once the interval has passed (tokio's paused clock).
+#[tokio::test(start_paused = true)]
+async fn instances_read_the_shared_limits_at_most_once_per_interval() {
+    let store = MemoryStore::new();
+    let clock = clock();
+    let build = || {
+        Store::Memory(store.clone())
+            .builder(&clock, "poll")
+            .config(tiers())
+            .sync_interval(Duration::from_secs(5))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    b.resolve(None); // the first read (nothing published yet)
+    tokio::task::yield_now().await;
+    let raised = tiers().plan("pro", Plan::new([Rate::per_minute(600)]));
+    a.handle().publish(raised.clone()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(4)).await;
+    b.resolve(None);
+    tokio::task::yield_now().await;
+    assert_eq!(b.config(), tiers(), "not before the interval");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    b.resolve(None);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(b.config(), raised, "read once the interval passed");
+}
