@@ -44,6 +44,7 @@ pub mod middleware;
 mod quota;
 mod rate;
 mod reserve;
+pub mod settle;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
