@@ -666,6 +666,38 @@ store_suite! {
             assert_eq!(rem, 100 - 5 * kept, "{s}: admitted {admitted}, kept {kept}");
         }
     }
+
+    async fn penalty_box_and_adjust_on_the_store_clock(h: &impl Harness) {
+        let lim = h.limiter(
+            "sclock",
+            vec![Quota::fixed_window(Rate::new(10, ms(60_000)))],
+            Clock::Store,
+        );
+        assert_eq!(lim.check("u").await.unwrap().remaining(), 9);
+        lim.penalize("u", 5).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 4);
+        lim.reward("u", 2).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 6);
+        let r = lim.reserve_n("u", 3).await.unwrap();
+        assert_eq!(r.decision().remaining(), 3);
+        lim.settle(&r, 1).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 5);
+        let boxed = h
+            .builder("sclock2")
+            .quota(Quota::gcra(Rate::per_minute(1)))
+            .block_for(ms(120_000))
+            .build()
+            .unwrap();
+        assert!(boxed.check("u").await.unwrap().allowed());
+        let d = boxed.check("u").await.unwrap();
+        assert!(!d.allowed());
+        let retry = d.retry_after().unwrap();
+        assert!(retry > ms(119_000) && retry <= ms(120_000), "{retry:?}");
+        boxed.unblock("u").await.unwrap();
+        let d = boxed.check("u").await.unwrap();
+        assert!(!d.allowed(), "the quota itself still denies");
+        assert!(d.retry_after().unwrap() > ms(119_000), "and blocks again");
+    }
     }
 
     // The Redis keys themselves: stores whose keys are Redis keys (with TTLs).
