@@ -7,11 +7,22 @@
 -- and now, and never raises what is left above the limit, never makes a
 -- count negative, never touches a window later than the take's, and keeps
 -- the key's TTL (or sets the one its new state needs).
+--
+-- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
+-- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
+-- interval, units (> 0: charge, past the limit if need be; < 0: give back,
+-- never above the limit) and now; no fins follow. A strategy without a block
+-- of the kind asked is left as it is.
 local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nq = #KEYS
 for i = 1, nq do
   local o = 3 + (i - 1) * 5
-  G[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
-    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+  local id = tonumber(ARGV[o + 1])
+  local f = G[id]
+  if not at then f = A[id] end
+  if f then
+    f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
+      tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+  end
 end
 return 'OK'

@@ -45,6 +45,7 @@ pub mod plans;
 mod quota;
 mod rate;
 mod reserve;
+pub mod settle;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;

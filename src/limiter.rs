@@ -86,6 +86,13 @@ struct Inner {
     counter: AtomicU64,
     /// Local reservations, when enabled with more than one unit.
     reserve: Option<Reserver>,
+    /// Blocking ([`RateLimiterBuilder::block_for`], [`RateLimiterBuilder::blocking`]):
+    /// the penalty of a denial in µs (0: none); the block key is then the
+    /// last storage key.
+    block: Option<u64>,
+    /// A Redis store's settle scripts (take, give-back and adjust), for
+    /// [`RateLimiter::reserve_n`], `penalize` and `reward`.
+    settle: Option<Arc<crate::store::redis::reserve::Scripts>>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -241,6 +248,7 @@ impl RateLimiter {
             cost,
             now_us: inner.clock.manual_now_us(),
             nonce: &nonce,
+            block_us: inner.block,
         };
         let outcome = inner.store.decide(call).await?;
         let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys));
@@ -279,6 +287,7 @@ impl RateLimiter {
             cost,
             now_us,
             nonce: &nonce,
+            block_us: inner.block,
         };
         let n = inner.quotas.len();
         let placeholder = Raw::deny(0, 0, -1);
@@ -300,6 +309,38 @@ impl RateLimiter {
             delay,
             lease,
         )
+    }
+
+    /// A decision through the store's take (`src/settle.rs`): as
+    /// [`check_n`](Self::check_n), and the time the store decided at, the
+    /// stored user key and its storage keys (what a settle needs).
+    pub(crate) async fn take_decision(
+        &self,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Decision, i64, Vec<u8>, Vec<String>), StoreError> {
+        let inner = &*self.inner;
+        let user = storable_key(key).into_owned();
+        if inner.quotas.iter().any(|q| cost > q.capacity())
+            && let Some(d) = self.decide_sync(key, cost)
+        {
+            return Ok((d, 0, user, Vec::new()));
+        }
+        let nonce = self.nonce();
+        let (base, keys) = self.keys_of(&user);
+        let call = Call {
+            base: &base,
+            keys: &keys,
+            quotas: &inner.quotas,
+            cost,
+            now_us: inner.clock.manual_now_us(),
+            nonce: &nonce,
+            block_us: inner.block,
+        };
+        let (outcome, now) = inner.store.take(self.settle_scripts(), call, &user).await?;
+        let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys.clone()));
+        let d = self.decision_of(outcome.allowed, outcome.quotas.iter().copied(), lease);
+        Ok((d, now, user, keys))
     }
 
     /// The base and storage keys of a user key as [`storable_key`] gives it.
@@ -384,11 +425,12 @@ impl RateLimiter {
         let i = &*self.inner;
         let store = store
             .into_backend()
-            .bind(&i.quotas, &i.prefix, &i.key_suffixes);
+            .bind(&i.quotas, &i.prefix, &i.key_suffixes, i.block);
         let reserve = i.reserve.as_ref().map(|r| {
             let (n, hold) = r.config();
-            Reserver::new(n, hold, &store, &i.quotas)
+            Reserver::new(n, hold, &store, &i.quotas, i.block)
         });
+        let settle = store.reserve_scripts(&i.quotas, i.block);
         RateLimiter {
             inner: Arc::new(Inner {
                 store,
@@ -403,6 +445,8 @@ impl RateLimiter {
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
                 reserve,
+                block: i.block,
+                settle,
             }),
         }
     }
@@ -410,6 +454,16 @@ impl RateLimiter {
     /// The prefix of its storage keys (the middleware's metrics label).
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.prefix
+    }
+
+    /// Blocking as built: the penalty of a denial in µs (0: none), or `None`.
+    pub(crate) fn block_us(&self) -> Option<u64> {
+        self.inner.block
+    }
+
+    /// A Redis store's settle scripts (`None`: a memory store).
+    pub(crate) fn settle_scripts(&self) -> Option<&crate::store::redis::reserve::Scripts> {
+        self.inner.settle.as_deref()
     }
 
     /// The manual clock's reading in µs, if the limiter runs on one.
@@ -665,6 +719,9 @@ fn new_instance_id() -> u64 {
     RandomState::new().hash_one((nanos, std::process::id()))
 }
 
+/// The longest [`RateLimiterBuilder::block_for`] (366 days, in µs).
+const MAX_BLOCK_US: u64 = 366 * 86_400 * 1_000_000;
+
 /// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
 #[derive(Default)]
 #[must_use]
@@ -675,6 +732,8 @@ pub struct RateLimiterBuilder {
     clock: Clock,
     reservations: Option<u64>,
     hold: Option<Duration>,
+    block: Option<Duration>,
+    blocking: bool,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -764,6 +823,29 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// The penalty box: once a request is denied, its key stays denied for
+    /// `duration`, whatever refills meanwhile (rate-limiter-flexible's
+    /// `blockDuration`), and `Retry-After` shows the block's end. Also
+    /// enables [`RateLimiter::block`] and [`RateLimiter::unblock`].
+    ///
+    /// One more key per user key (`{<prefix>:<key>}:!`, with a TTL until the
+    /// block ends), checked in the same script as the quotas. Limiters built
+    /// without blocking never read it and pay nothing for it. Zero is
+    /// rejected at [`build`](Self::build) (`block_for`; use
+    /// [`blocking`](Self::blocking) for admin blocks alone).
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block = Some(duration);
+        self
+    }
+
+    /// Enables [`RateLimiter::block`] and [`RateLimiter::unblock`] without
+    /// an automatic penalty: the block key is checked with the quotas, and
+    /// only set by an operator.
+    pub fn blocking(mut self) -> Self {
+        self.blocking = true;
+        self
+    }
+
     /// Validates the configuration. The error names the field at fault.
     pub fn build(self) -> Result<RateLimiter, ConfigError> {
         let store = self.store.ok_or_else(|| {
@@ -816,10 +898,32 @@ impl RateLimiterBuilder {
                 .collect(),
         );
         // the storage-key suffix of each quota
-        let key_suffixes: Vec<String> = specs.iter().map(|q| format!(":{}", q.key_id)).collect();
+        let mut key_suffixes: Vec<String> =
+            specs.iter().map(|q| format!(":{}", q.key_id)).collect();
+        let block = match self.block {
+            Some(d) => {
+                let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+                if us == 0 {
+                    return Err(ConfigError::new(
+                        "block_for",
+                        "must be above zero (.blocking() enables admin blocks alone)",
+                    ));
+                }
+                if us > MAX_BLOCK_US {
+                    return Err(ConfigError::new("block_for", "must be at most 366 days"));
+                }
+                Some(us)
+            }
+            None => self.blocking.then_some(0),
+        };
+        if block.is_some() {
+            // the block key: `!` is no strategy's key tag
+            key_suffixes.push(":!".to_owned());
+        }
         let reserve = validate_reservations(self.reservations, self.hold, &specs)?;
-        let store = store.bind(&specs, &prefix, &key_suffixes);
-        let reserve = reserve.map(|(n, hold)| Reserver::new(n, hold, &store, &specs));
+        let store = store.bind(&specs, &prefix, &key_suffixes, block);
+        let reserve = reserve.map(|(n, hold)| Reserver::new(n, hold, &store, &specs, block));
+        let settle = store.reserve_scripts(&specs, block);
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 store,
@@ -834,6 +938,8 @@ impl RateLimiterBuilder {
                 instance: new_instance_id(),
                 counter: AtomicU64::new(0),
                 reserve,
+                block,
+                settle,
             }),
         })
     }

@@ -170,11 +170,17 @@ enum Step {
 
 impl Reserver {
     /// Reservations of `n` units (at least 2) held at most `hold`, over `store`.
-    pub(crate) fn new(n: u64, hold: Duration, store: &Bound, quotas: &[QuotaSpec]) -> Self {
+    pub(crate) fn new(
+        n: u64,
+        hold: Duration,
+        store: &Bound,
+        quotas: &[QuotaSpec],
+        block: Option<u64>,
+    ) -> Self {
         Reserver {
             n,
             hold_us: i64::try_from(hold.as_micros()).unwrap_or(i64::MAX),
-            scripts: store.reserve_scripts(quotas),
+            scripts: store.reserve_scripts(quotas, block),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             epoch: tokio::time::Instant::now(),
@@ -343,6 +349,7 @@ impl Reserver {
             cost: self.n,
             now_us: manual,
             nonce: "",
+            block_us: lim.block_us(),
         };
         // the deadline counts from before the take was sent: never later
         // than the end of the state its units come from

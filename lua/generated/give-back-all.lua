@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 696bec79d7f5f40edec1e1890cc0cf092dc6985e).
+-- (SCRIPT LOAD, then EVALSHA 225a5d33cb6dc2593afe3ad28d1d159d5f419dc5).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -189,6 +189,157 @@ if tat and tat > now and fin > now then
 end
 end
 end
+local A = {}
+A[1] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of FixedWindow (penalize, reward, a settle's excess): units > 0
+-- charges the current window, past n if need be (a debt: the window denies
+-- until it ends; a debt is not carried past the window's end), starting a
+-- window if there is none; units < 0 gives back, never below 0 (a count of 0
+-- is no state). The key's TTL is kept, or set for a window it starts.
+if not MANUAL then
+  local c = tonumber(redis.call('GET', key) or '0')
+  if units > 0 then
+    redis.call('INCRBY', key, fmt('%d', units))
+    if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ceil(period / 1000))) end
+  elseif c > 0 then
+    if c + units <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('DECRBY', key, fmt('%d', -units))
+    end
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if not s or not c or now >= s + period then s, c = now, 0 end
+  if units > 0 then
+    redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', c + units))
+    redis.call('PEXPIRE', key, fmt('%d', ceil((s + period - now) / 1000) + GRACE))
+  elseif c > 0 then
+    if c + units <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HINCRBY', key, 'c', fmt('%d', units))
+    end
+  end
+end
+end
+end
+A[2] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of SlidingWindowLog: units > 0 logs that many entries (at most n:
+-- more would leave the window at the same time) at now, or at the newest
+-- logged time if later, past n if need be (a debt: denied until they leave
+-- the window); units < 0 drops that many newest entries (an empty list is no
+-- key; the TTL is kept).
+if units > 0 then
+  if units > n then units = n end
+  local t = now
+  local head = tonumber(redis.call('LINDEX', key, 0))
+  if head and head > t then t = head end
+  local s = fmt('%d', t)
+  local i = 0
+  while i < units do
+    local batch, j = {}, 0
+    while j < 256 and i < units do
+      j, i = j + 1, i + 1
+      batch[j] = s
+    end
+    redis.call('LPUSH', key, unpack(batch))
+  end
+  redis.call('PEXPIRE', key, fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+else
+  redis.call('LTRIM', key, fmt('%d', -units), '-1')
+end
+end
+end
+A[3] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of SlidingWindowCounter: units > 0 adds to the current aligned
+-- window's count, past n if need be (a debt: the estimate denies until it
+-- weighs little enough, in the next window; no debt is carried further);
+-- units < 0 takes off at most the current count. Read as the strategy's block
+-- reads it; written with the TTL the new state needs.
+local w = math.floor(now / period)
+local packed = not MANUAL and n < 2097152 and period >= 1000
+local v = redis.call('GET', key)
+local x = tonumber(v)
+local sw, c, p
+if x then
+  if packed then
+    local d = (w - x % 1024) % 1024
+    if d <= 8 then sw = w - d elseif d >= 1016 then sw = w + 1024 - d end
+    x = math.floor(x / 1024)
+    c = math.floor(x / 2097152)
+    p = x - c * 2097152
+  end
+elseif v then
+  local a, b, e = string.match(v, '^(%d+) (%d+) (%d+)$')
+  sw, c, p = tonumber(a), tonumber(b), tonumber(e)
+end
+if not sw or not c or not p then
+  c, p = 0, 0
+elseif sw == w - 1 then
+  c, p = 0, c
+elseif sw > w then
+  w = sw
+elseif sw ~= w then
+  c, p = 0, 0
+end
+local c2 = c + units
+if c2 < 0 then c2 = 0 end
+local reset = 0
+if c2 > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
+if reset <= 0 then
+  redis.call('DEL', key)
+else
+  local ttl = fmt('%d', ceil(reset / 1000) + GRACE)
+  if packed and p < 2097152 and c2 < 2097152 then
+    redis.call('SET', key, fmt('%d', (c2 * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+  else
+    redis.call('SET', key, fmt('%d %d %d', w, c2, p), 'PX', ttl)
+  end
+end
+end
+end
+A[4] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
+-- units * interval, past the burst if need be (a debt: denied until the TAT
+-- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- back, never below now (never more than the burst left).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+if t <= now then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+A[6] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
+-- units * interval, past the burst if need be (a debt: denied until the TAT
+-- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- back, never below now (never more than the burst left).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+if t <= now then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
 -- Gives back a local reservation's unspent units (src/reserve.rs), on every
 -- quota of the limiter, each as its strategy allows. KEYS: one per quota.
 -- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
@@ -198,11 +349,22 @@ end
 -- and now, and never raises what is left above the limit, never makes a
 -- count negative, never touches a window later than the take's, and keeps
 -- the key's TTL (or sets the one its new state needs).
+--
+-- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
+-- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
+-- interval, units (> 0: charge, past the limit if need be; < 0: give back,
+-- never above the limit) and now; no fins follow. A strategy without a block
+-- of the kind asked is left as it is.
 local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nq = #KEYS
 for i = 1, nq do
   local o = 3 + (i - 1) * 5
-  G[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
-    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+  local id = tonumber(ARGV[o + 1])
+  local f = G[id]
+  if not at then f = A[id] end
+  if f then
+    f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
+      tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+  end
 end
 return 'OK'

@@ -22,7 +22,7 @@ use hashbrown::HashTable;
 
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
-use crate::strategy::state::{self, Entry, Raw};
+use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
 /// How many operations on a shard at least between the sweeps of its expired
 /// keys made as it is used...
@@ -221,6 +221,9 @@ pub(crate) struct LocalCall<'a> {
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (sliding log entries, leases).
     pub(crate) nonce: &'a str,
+    /// Blocking (see `lua/block.lua`): `None` without; else the penalty of a
+    /// denial in µs (0: none), the block's scope the one after the quotas'.
+    pub(crate) block_us: Option<u64>,
 }
 
 impl Shard {
@@ -444,6 +447,45 @@ impl MemoryStore {
         }
     }
 
+    /// Charges (`units > 0`) or gives back (`units < 0`) units on every
+    /// quota of `call`, as the adjust mode of `lua/give_back.lua` does.
+    pub(crate) fn adjust(&self, call: &LocalCall<'_>, units: i64) {
+        let now = match call.now_us {
+            Some(manual) => manual as i64,
+            None => self.now_us(),
+        };
+        let rest = call.user;
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        for (i, q) in call.quotas.iter().enumerate() {
+            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
+                state::adjust(slot, q, now, units)
+            });
+        }
+    }
+
+    /// Blocks `call`'s key for `us` µs from now (0: lifts the block), as
+    /// `lua/block_set.lua` does; the block's scope follows the quotas'.
+    pub(crate) fn set_block(&self, call: &LocalCall<'_>, us: u64) {
+        let Some(&scope) = call.scopes.get(call.quotas.len()) else {
+            return;
+        };
+        let now = match call.now_us {
+            Some(manual) => manual as i64,
+            None => self.now_us(),
+        };
+        let rest = call.user;
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        let us = us as i64;
+        shard.with_entry(hasher, hash, scope, rest, |slot| {
+            *slot = (us > 0).then(|| Entry {
+                value: Value::Tat(now + us),
+                expires_at: now + ttl_us(us),
+            });
+        });
+    }
+
     /// The time of a decision: the manual clock's reading (remembered for
     /// [`sweep`](Self::sweep)), else the store's clock.
     fn decision_time(&self, manual: Option<u64>) -> i64 {
@@ -491,6 +533,64 @@ impl MemoryStore {
         let now = shard.time(self.decision_time(call.now_us), call.now_us.is_some());
         shard.ops = shard.ops.saturating_add(1);
         shard.sweep_if_due(now, hasher);
+        let block = call
+            .block_us
+            .and_then(|b| Some((call.scopes.get(call.quotas.len()).copied()?, b as i64)));
+        if let Some((scope, _)) = block {
+            // the twin of lua/block.lua: a live block denies every quota
+            let until = shard.with_entry(hasher, hash, scope, rest, |slot| {
+                if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
+                    *slot = None;
+                }
+                match slot {
+                    Some(Entry {
+                        value: Value::Tat(t),
+                        ..
+                    }) => *t,
+                    _ => i64::MIN,
+                }
+            });
+            if until > now {
+                for r in out.iter_mut() {
+                    *r = Raw::deny(0, until - now, until - now);
+                }
+                return (false, now);
+            }
+        }
+        let (allowed, now) = self.decide_quotas(call, out, &mut shard, hash, now);
+        if let Some((scope, b)) = block
+            && !allowed
+            && cost > 0
+            && b > 0
+        {
+            // a denial starts a block (BLOCK_SINGLE, BLOCK_MULTI)
+            shard.with_entry(hasher, hash, scope, rest, |slot| {
+                *slot = Some(Entry {
+                    value: Value::Tat(now + b),
+                    expires_at: now + ttl_us(b),
+                });
+            });
+            for r in out.iter_mut() {
+                if !r.ok && r.retry >= 0 && r.retry < b {
+                    r.retry = b;
+                }
+            }
+        }
+        (allowed, now)
+    }
+
+    /// The quotas' part of [`decide_at`](Self::decide_at), under the shard's lock.
+    fn decide_quotas(
+        &self,
+        call: &LocalCall<'_>,
+        out: &mut [Raw],
+        shard: &mut Shard,
+        hash: u64,
+        now: i64,
+    ) -> (bool, i64) {
+        let rest = call.user;
+        let cost = call.cost as i64;
+        let hasher = &self.inner.hasher;
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)

@@ -112,6 +112,9 @@ pub(crate) struct Call<'a> {
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (leases).
     pub(crate) nonce: &'a str,
+    /// Blocking, as the limiter was built (see `lua/block.lua`): `keys`
+    /// then ends with the block key.
+    pub(crate) block_us: Option<u64>,
 }
 
 /// A store's answer: every quota's outcome, and whether all allowed.
@@ -175,8 +178,14 @@ impl Backend {
     /// Binds the store to one limiter's `quotas`, whose storage keys end in
     /// `suffixes`: what the store needs for every call of that limiter is
     /// prepared here, once.
-    pub(crate) fn bind(self, quotas: &[QuotaSpec], prefix: &str, suffixes: &[String]) -> Bound {
-        let redis = || Arc::new(protocol::Prepared::new(quotas));
+    pub(crate) fn bind(
+        self,
+        quotas: &[QuotaSpec],
+        prefix: &str,
+        suffixes: &[String],
+        block: Option<u64>,
+    ) -> Bound {
+        let redis = || Arc::new(protocol::Prepared::new(quotas, block));
         match self {
             Backend::Redis(s) => Bound::Redis(s, redis()),
             #[cfg(feature = "cluster")]
@@ -246,6 +255,7 @@ impl Bound {
                     cost: call.cost,
                     now_us: call.now_us,
                     nonce: call.nonce,
+                    block_us: call.block_us,
                 };
                 let allowed = s.decide(&local, &mut raws);
                 Ok(Outcome {
@@ -320,10 +330,11 @@ impl Bound {
     pub(crate) fn reserve_scripts(
         &self,
         quotas: &[QuotaSpec],
+        block: Option<u64>,
     ) -> Option<Arc<redis::reserve::Scripts>> {
         match self {
             Bound::Memory(..) => None,
-            _ => Some(Arc::new(redis::reserve::Scripts::new(quotas))),
+            _ => Some(Arc::new(redis::reserve::Scripts::new(quotas, block))),
         }
     }
 
@@ -349,6 +360,7 @@ impl Bound {
                     cost: call.cost,
                     now_us: call.now_us,
                     nonce: call.nonce,
+                    block_us: call.block_us,
                 };
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
                 let (allowed, now) = s.take(&local, &mut raws);
@@ -388,6 +400,7 @@ impl Bound {
                     cost: gb.units,
                     now_us: gb.now_us,
                     nonce: "",
+                    block_us: None,
                 };
                 s.give_back(&local, gb.at, gb.fins);
                 Ok(())
@@ -433,6 +446,86 @@ impl Backend {
     }
 }
 
+/// The store side of the admin calls and of settling: adjust and block,
+/// each one atomic call on every store.
+impl Bound {
+    /// Charges (`units > 0`, past the limit if need be) or gives back
+    /// (`units < 0`, never above the limit) units on every quota of a key,
+    /// as each strategy's adjust allows. `keys`: the quotas' keys only.
+    pub(crate) async fn adjust(
+        &self,
+        scripts: Option<&redis::reserve::Scripts>,
+        quotas: &[QuotaSpec],
+        keys: &[String],
+        user: &[u8],
+        units: i64,
+        now_us: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let keys = &keys[..quotas.len().min(keys.len())];
+        match (self, scripts) {
+            (Bound::Redis(s, _), Some(x)) => {
+                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+            }
+            #[cfg(feature = "cluster")]
+            (Bound::Cluster(s, _), Some(x)) => {
+                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+            }
+            #[cfg(feature = "sentinel")]
+            (Bound::Sentinel(s, _), Some(x)) => {
+                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+            }
+            (Bound::Memory(s, scopes), _) => {
+                s.adjust(&local_call(scopes, user, quotas, now_us), units);
+                Ok(())
+            }
+            _ => Err(StoreError::Protocol(
+                "settle scripts were not prepared".to_owned(),
+            )),
+        }
+    }
+
+    /// Blocks a key for `us` µs from now (0: lifts the block). `block_key`:
+    /// the key's last storage key (`{<prefix>:<key>}:!`).
+    pub(crate) async fn set_block(
+        &self,
+        quotas: &[QuotaSpec],
+        block_key: &str,
+        user: &[u8],
+        us: u64,
+        now_us: Option<u64>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Bound::Redis(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
+            #[cfg(feature = "cluster")]
+            Bound::Cluster(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
+            #[cfg(feature = "sentinel")]
+            Bound::Sentinel(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
+            Bound::Memory(s, scopes) => {
+                s.set_block(&local_call(scopes, user, quotas, now_us), us);
+                Ok(())
+            }
+        }
+    }
+}
+
 fn conn_request(cmd: &::redis::Cmd) -> redis::conn::Request<'_> {
     redis::conn::Request::Cmd(cmd)
+}
+
+/// A memory call on a key's quotas that decides nothing (adjust, block).
+fn local_call<'a>(
+    scopes: &'a [u32],
+    user: &'a [u8],
+    quotas: &'a [QuotaSpec],
+    now_us: Option<u64>,
+) -> memory::LocalCall<'a> {
+    memory::LocalCall {
+        scopes,
+        user,
+        quotas,
+        cost: 0,
+        now_us,
+        nonce: "",
+        block_us: None,
+    }
 }

@@ -3,7 +3,7 @@
 //! (`lua/concurrency.lua`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec};
+use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec};
 use crate::Quota;
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -32,6 +32,9 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     header: HeaderPolicy::InFlight,
     give_back: GiveBack::Never(
         "a concurrency quota counts requests in flight: units spent locally would hold no lease",
+    ),
+    adjust: Adjust::Never(
+        "a concurrency quota counts requests in flight: the lease is the cost, released when the response completes",
     ),
 };
 

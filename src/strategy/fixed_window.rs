@@ -1,8 +1,8 @@
 //! [`Strategy::FixedWindow`](super::Strategy::FixedWindow): one counter per window, the
 //! window starting at the key's first hit (`lua/fixed_window.lua`).
 
-use super::state::{Entry, Params, Raw, Value};
-use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
+use super::state::{Entry, Params, Raw, Value, ttl_us};
+use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "fixed-window",
@@ -28,6 +28,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         lua: include_str!("../../lua/give_back_fixed_window.lua"),
         twin: give_back,
         horizon: until_reset,
+    },
+    adjust: Adjust::Units {
+        lua: include_str!("../../lua/adjust_fixed_window.lua"),
+        twin: adjust,
     },
 };
 
@@ -88,6 +92,34 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64
             *slot = None;
         } else {
             *c -= units;
+        }
+    }
+}
+
+/// The twin of `lua/adjust_fixed_window.lua` (its manual-clock branch: a
+/// memory window always holds its start).
+fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    let (s, c) = match slot {
+        Some(Entry {
+            value: Value::Window { s, c },
+            ..
+        }) if now < *s + q.period => (*s, *c),
+        _ => (now, 0),
+    };
+    if units > 0 {
+        *slot = Some(Entry {
+            value: Value::Window { s, c: c + units },
+            expires_at: now + ttl_us(s + q.period - now),
+        });
+    } else if c > 0 {
+        if c + units <= 0 {
+            *slot = None;
+        } else if let Some(Entry {
+            value: Value::Window { c, .. },
+            ..
+        }) = slot
+        {
+            *c += units;
         }
     }
 }

@@ -3,7 +3,7 @@
 //! request proceeds at once.
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
+use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "gcra",
@@ -29,6 +29,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         lua: tat::GIVE_BACK_LUA,
         twin: tat::give_back,
         horizon: until_reset,
+    },
+    adjust: Adjust::Units {
+        lua: tat::ADJUST_LUA,
+        twin: tat::adjust,
     },
 };
 

@@ -3,7 +3,7 @@
 //! until its slot (`delay`).
 
 use super::state::{Entry, Params, Raw, Value};
-use super::{GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
+use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "leaky-bucket",
@@ -27,6 +27,9 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     header: HeaderPolicy::Refill,
     give_back: GiveBack::Never(
         "a leaky bucket gives each request its own delay: units spent locally would skip the queue",
+    ),
+    adjust: Adjust::Never(
+        "a leaky bucket's admitted requests already hold their slots in the queue: units charged or given back later would move slots already promised",
     ),
 };
 

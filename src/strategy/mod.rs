@@ -149,6 +149,29 @@ pub(crate) struct StrategySpec {
     /// (the settle call, `src/reserve.rs`), or why local reservations do
     /// not apply to the strategy.
     pub(crate) give_back: GiveBack,
+    /// How units are charged or given back outside a take: a penalty, a
+    /// reward, a settle's excess over its reservation (see
+    /// `RateLimiter::penalize`, `RateLimiter::reward`, `RateLimiter::settle`).
+    pub(crate) adjust: Adjust,
+}
+
+/// A strategy's adjust: one atomic call on every store that charges
+/// (`units > 0`, past the limit if need be: a debt repaid at the quota's
+/// rate) or gives back (`units < 0`, never above the limit) units of a key.
+#[derive(Debug)]
+pub(crate) enum Adjust {
+    /// The strategy adjusts.
+    Units {
+        /// The Lua block (`lua/adjust_<name>.lua`), run once per quota in the
+        /// settle script; it reads key, n, period, burst, interval, units, now.
+        lua: &'static str,
+        /// Its memory twin, line by line.
+        twin: state::AdjustFn,
+    },
+    /// The strategy has no units to adjust: why (the README's table and
+    /// `src/settle.rs` say it to users; a test holds every strategy to a reason).
+    #[allow(dead_code)]
+    Never(&'static str),
 }
 
 /// A strategy's give-back: one atomic call on every store that returns
@@ -286,6 +309,9 @@ mod tests {
         );
         assert_eq!(distinct(|s| s.lua.id.to_string()), n);
         for s in Strategy::ALL {
+            if let Adjust::Never(why) = s.spec().adjust {
+                assert!(!why.is_empty(), "{s}");
+            }
             assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
             // every variant is in ALL: this match has no wildcard, so a new
             // variant fails to compile here until it is added to ALL below

@@ -2,8 +2,8 @@
 //! previous aligned windows' counts, weighted by the overlap
 //! (`lua/sliding_window_counter.lua`).
 
-use super::state::{Entry, Params, Raw, Value, floor_div};
-use super::{GiveBack, HeaderPolicy, Lua, StrategySpec};
+use super::state::{Entry, Params, Raw, Value, floor_div, ttl_us};
+use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-counter",
@@ -30,6 +30,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         twin: give_back,
         // the aligned window's end: reset_after runs to the next one's
         horizon: |reset, period| reset - period,
+    },
+    adjust: Adjust::Units {
+        lua: include_str!("../../lua/adjust_sliding_window_counter.lua"),
+        twin: adjust,
     },
 };
 
@@ -120,4 +124,42 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64,
     {
         *c -= units.min(*c);
     }
+}
+
+/// The twin of `lua/adjust_sliding_window_counter.lua`: the current window's
+/// count moves by `units` (not below 0), read and written as the strategy
+/// reads and writes it.
+fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    let period = q.period;
+    let mut w = floor_div(now, period);
+    let (c, p) = match slot {
+        Some(Entry {
+            value: Value::Counter { w: sw, c, p },
+            ..
+        }) => {
+            if *sw == w {
+                (*c, *p)
+            } else if *sw == w - 1 {
+                (0, *c)
+            } else if *sw > w {
+                w = *sw;
+                (*c, *p)
+            } else {
+                (0, 0)
+            }
+        }
+        _ => (0, 0),
+    };
+    let c2 = (c + units).max(0);
+    let reset = if c2 > 0 {
+        (w + 2) * period - now
+    } else if p > 0 {
+        (w + 1) * period - now
+    } else {
+        0
+    };
+    *slot = (reset > 0).then(|| Entry {
+        value: Value::Counter { w, c: c2, p },
+        expires_at: now + ttl_us(reset),
+    });
 }

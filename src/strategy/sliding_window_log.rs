@@ -1,8 +1,8 @@
 //! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): a list of request
 //! times, newest first (`lua/sliding_window_log.lua`).
 
-use super::state::{Entry, Params, Raw, Value};
-use super::{CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
+use super::state::{Entry, Params, Raw, Value, ttl_us};
+use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 use crate::Quota;
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -33,6 +33,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         lua: include_str!("../../lua/give_back_sliding_window_log.lua"),
         twin: give_back,
         horizon: until_reset,
+    },
+    adjust: Adjust::Units {
+        lua: include_str!("../../lua/adjust_sliding_window_log.lua"),
+        twin: adjust,
     },
 };
 
@@ -111,5 +115,37 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64
     }
     if log.is_empty() {
         *slot = None;
+    }
+}
+
+/// The twin of `lua/adjust_sliding_window_log.lua`: a charge logs up to `n`
+/// entries at now (or the newest time, if later), a give-back drops the
+/// newest entries; an empty log is no state.
+fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    if units > 0 {
+        let units = units.min(q.n);
+        let mut log = match slot.take() {
+            Some(Entry {
+                value: Value::Log(log),
+                ..
+            }) => log,
+            _ => Vec::new(),
+        };
+        let t = log.last().copied().map_or(now, |h| h.max(now));
+        log.extend(std::iter::repeat_n(t, units as usize));
+        *slot = Some(Entry {
+            value: Value::Log(log),
+            expires_at: now + ttl_us(t + q.period - now),
+        });
+    } else if let Some(Entry {
+        value: Value::Log(log),
+        ..
+    }) = slot
+    {
+        let keep = log.len().saturating_sub(units.unsigned_abs() as usize);
+        log.truncate(keep);
+        if log.is_empty() {
+            *slot = None;
+        }
     }
 }

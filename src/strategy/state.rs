@@ -185,3 +185,25 @@ pub(crate) fn give_back(
         twin(slot, params, now, units, at, fin);
     }
 }
+
+/// A strategy's adjust twin (see `StrategySpec::adjust`): charges `units`
+/// (`> 0`) or gives back `-units` (`< 0`) on a key's live state, as its Lua
+/// block does.
+pub(crate) type AdjustFn = fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64);
+
+/// Adjusts one quota's key by `units`, as the settle script's adjust block
+/// does; a strategy without adjust changes nothing.
+pub(crate) fn adjust(slot: &mut Option<Entry>, q: &QuotaSpec, now: i64, units: i64) {
+    if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
+        *slot = None;
+    }
+    if let crate::strategy::Adjust::Units { twin, .. } = q.spec().adjust {
+        let params = Params {
+            n: q.limit as i64,
+            period: q.period_us as i64,
+            burst: q.burst as i64,
+            interval: q.interval_us as i64,
+        };
+        twin(slot, params, now, units);
+    }
+}

@@ -84,3 +84,23 @@ pub(super) fn give_back(
         });
     }
 }
+
+/// The adjust block (`lua/adjust_tat.lua`) of the GCRA and the token bucket.
+pub(super) const ADJUST_LUA: &str = include_str!("../../lua/adjust_tat.lua");
+
+/// The twin of `lua/adjust_tat.lua`: moves the TAT (at least now) by
+/// `units * interval`, past the burst for a charge, never below now.
+pub(super) fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    let tat = match slot {
+        Some(Entry {
+            value: Value::Tat(t),
+            ..
+        }) => (*t).max(now),
+        _ => now,
+    };
+    let t = tat + units * q.interval;
+    *slot = (t > now).then(|| Entry {
+        value: Value::Tat(t),
+        expires_at: now + ttl_us(t - now),
+    });
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use redis::FromRedisValue;
 use tower_redis_ratelimit::clock::Clock;
+use tower_redis_ratelimit::limiter::RateLimiterBuilder;
 use tower_redis_ratelimit::{MemoryStore, Quota, RateLimiter, RedisStore};
 
 use crate::common::{GENEROUS, RedisServer};
@@ -17,7 +18,17 @@ pub(crate) trait Harness: Send + Sync {
 
     /// A new limiter over the store, as another app instance would build it
     /// (for Redis, with a pool of its own). All limiters of one harness share state.
-    fn limiter(&self, prefix: &str, quotas: Vec<Quota>, clock: Clock) -> RateLimiter;
+    fn limiter(&self, prefix: &str, quotas: Vec<Quota>, clock: Clock) -> RateLimiter {
+        self.builder(prefix)
+            .quotas(quotas)
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+
+    /// A builder over the store with `prefix`, as [`limiter`](Self::limiter)
+    /// starts it (for options beyond quotas and clock).
+    fn builder(&self, prefix: &str) -> RateLimiterBuilder;
 
     /// Runs a one-key command on the node holding the key; `None` when the
     /// store is not Redis.
@@ -52,14 +63,10 @@ impl Harness for RedisHarness {
         "RedisStore"
     }
 
-    fn limiter(&self, prefix: &str, quotas: Vec<Quota>, clock: Clock) -> RateLimiter {
+    fn builder(&self, prefix: &str) -> RateLimiterBuilder {
         RateLimiter::builder()
             .store(RedisStore::new(self.server.pool(4)).timeout(GENEROUS))
             .prefix(prefix)
-            .quotas(quotas)
-            .clock(clock)
-            .build()
-            .unwrap()
     }
 
     async fn redis<T: FromRedisValue + Send>(&self, cmd: redis::Cmd) -> Option<T> {
@@ -130,17 +137,13 @@ impl Harness for ClusterHarness {
         "RedisClusterStore"
     }
 
-    fn limiter(&self, prefix: &str, quotas: Vec<Quota>, clock: Clock) -> RateLimiter {
+    fn builder(&self, prefix: &str) -> RateLimiterBuilder {
         let pool = deadpool_redis::cluster::Config::from_urls(self.cluster.urls())
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .unwrap();
         RateLimiter::builder()
             .store(tower_redis_ratelimit::RedisClusterStore::new(pool).timeout(GENEROUS))
             .prefix(prefix)
-            .quotas(quotas)
-            .clock(clock)
-            .build()
-            .unwrap()
     }
 
     async fn redis<T: FromRedisValue + Send>(&self, cmd: redis::Cmd) -> Option<T> {
@@ -175,14 +178,10 @@ impl Harness for MemoryHarness {
         "MemoryStore"
     }
 
-    fn limiter(&self, prefix: &str, quotas: Vec<Quota>, clock: Clock) -> RateLimiter {
+    fn builder(&self, prefix: &str) -> RateLimiterBuilder {
         RateLimiter::builder()
             .store(self.store.clone())
             .prefix(prefix)
-            .quotas(quotas)
-            .clock(clock)
-            .build()
-            .unwrap()
     }
 
     async fn redis<T: FromRedisValue + Send>(&self, _cmd: redis::Cmd) -> Option<T> {

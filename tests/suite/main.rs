@@ -479,6 +479,225 @@ store_suite! {
             }
         }
     }
+
+    // Issue 12: penalty box, admin API, settling after the response.
+    async fn block_for_keeps_a_denied_key_denied_until_the_block_ends(h: &impl Harness) {
+        let clock = ManualClock::new(T0);
+        let lim = h
+            .builder("pbox")
+            .quota(Quota::gcra(Rate::per_second(2)))
+            .block_for(ms(10_000))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        assert!(lim.check("k").await.unwrap().allowed());
+        assert!(lim.check("k").await.unwrap().allowed());
+        let d = lim.check("k").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(ms(10_000)));
+        // refilled long ago, still blocked: Retry-After is the block's end
+        clock.advance(ms(4_000));
+        let d = lim.check("k").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(ms(6_000)));
+        clock.advance(ms(6_000) - us(1));
+        assert!(!lim.check("k").await.unwrap().allowed());
+        clock.advance(us(1));
+        assert!(lim.check("k").await.unwrap().allowed());
+        // another key was never blocked
+        assert!(lim.check("other").await.unwrap().allowed());
+    }
+
+    async fn admin_blocks_and_unblocks_a_key_and_get_consumes_nothing(h: &impl Harness) {
+        let clock = ManualClock::new(T0);
+        let lim = h
+            .builder("admin")
+            .quota(Quota::fixed_window(Rate::new(5, ms(10_000))))
+            .blocking()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        allowed(&lim.check("cust").await.unwrap(), 4, ms(10_000));
+        for _ in 0..3 {
+            let g = lim.get("cust").await.unwrap();
+            assert_eq!(g.remaining(), 4);
+        }
+        lim.block("cust", ms(30_000)).await.unwrap();
+        let d = lim.check("cust").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(ms(30_000)));
+        let g = lim.get("cust").await.unwrap();
+        assert!(!g.allowed());
+        assert_eq!(g.retry_after(), Some(ms(30_000)));
+        lim.unblock("cust").await.unwrap();
+        // nothing was consumed while blocked; denials set no block (blocking() alone)
+        allowed(&lim.check("cust").await.unwrap(), 3, ms(10_000));
+        for _ in 0..3 {
+            lim.check("cust").await.unwrap();
+        }
+        assert!(!lim.check("cust").await.unwrap().allowed());
+        clock.advance(ms(10_000));
+        assert!(lim.check("cust").await.unwrap().allowed());
+        // a limiter without blocking refuses admin blocks
+        let plain = h.limiter("admin2", vec![Quota::gcra(Rate::per_second(1))], clock.clone().into());
+        assert!(plain.block("cust", ms(1_000)).await.is_err());
+    }
+
+    async fn penalize_and_reward_move_remaining_on_every_adjustable_strategy(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, _clock) = manual(h, &format!("adj{i}"), quota(s, 10, ms(10_000)));
+            assert_eq!(lim.check("u").await.unwrap().remaining(), 9, "{s}");
+            lim.penalize("u", 5).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 4, "{s}");
+            lim.reward("u", 3).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 7, "{s}");
+            lim.reward("u", 100).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 10, "{s}: never above the limit");
+            lim.penalize("u", 25).await.unwrap();
+            let d = lim.check("u").await.unwrap();
+            assert!(!d.allowed(), "{s}");
+            assert_eq!(d.remaining(), 0, "{s}");
+        }
+    }
+
+    async fn a_caller_who_overspends_is_denied_until_the_debt_is_repaid(h: &impl Harness) {
+        // 10 per 10 s: one unit a second
+        let (lim, clock) = manual(h, "debt", Quota::gcra(Rate::new(10, ms(10_000))));
+        let r = lim.reserve_n("u", 1).await.unwrap();
+        assert!(r.decision().allowed());
+        lim.settle(&r, 25).await.unwrap();
+        // 25 units owed against a burst of 10: 16 s until one more fits
+        let d = lim.check("u").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(ms(16_000)));
+        clock.advance(ms(16_000) - us(1));
+        assert!(!lim.check("u").await.unwrap().allowed());
+        clock.advance(us(1));
+        assert!(lim.check("u").await.unwrap().allowed());
+    }
+
+    async fn settle_gives_back_the_unused_part_and_charges_the_excess_exactly(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, clock) = manual(h, &format!("settle{i}"), quota(s, 10, ms(10_000)));
+            let r = lim.reserve_n("u", 5).await.unwrap();
+            assert_eq!(r.decision().remaining(), 5, "{s}");
+            clock.advance(us(1));
+            lim.settle(&r, 2).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 8, "{s}: refund");
+            let r = lim.reserve_n("u", 4).await.unwrap();
+            assert_eq!(r.decision().remaining(), 4, "{s}");
+            lim.settle(&r, 6).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}: excess");
+            // refund by status: a reservation settled to 0 is not counted
+            let r = lim.reserve_n("u", 2).await.unwrap();
+            assert!(r.decision().allowed(), "{s}");
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}: refund to 0");
+            // a denied reservation settles nothing
+            let r = lim.reserve_n("u", 3).await.unwrap();
+            assert!(!r.decision().allowed(), "{s}");
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}");
+        }
+    }
+
+    async fn concurrent_reservations_never_admit_more_than_the_budget(h: &impl Harness) {
+        for (i, s) in [Strategy::FixedWindow, Strategy::SlidingWindowLog, Strategy::Gcra]
+            .into_iter()
+            .enumerate()
+        {
+            let clock = ManualClock::new(T0);
+            let lims: Vec<RateLimiter> = (0..4)
+                .map(|_| {
+                    h.limiter(
+                        &format!("budget{i}"),
+                        vec![quota(s, 100, ms(60_000))],
+                        clock.clone().into(),
+                    )
+                })
+                .collect();
+            let mut tasks = Vec::new();
+            for j in 0..50 {
+                let lim = lims[j % lims.len()].clone();
+                tasks.push(tokio::spawn(async move {
+                    let r = lim.reserve_n("tenant", 5).await.unwrap();
+                    let ok = r.decision().allowed();
+                    // half the admitted ones fail: refunded to 0
+                    if ok && j % 2 == 0 {
+                        lim.settle(&r, 0).await.unwrap();
+                    }
+                    (ok, j % 2 == 0)
+                }));
+            }
+            let mut admitted = 0;
+            let mut kept = 0;
+            for t in tasks {
+                let (ok, refunded) = t.await.unwrap();
+                if ok {
+                    admitted += 1;
+                    if !refunded {
+                        kept += 1;
+                    }
+                }
+            }
+            // 100 units, 5 each: never more kept than fit; at least 20
+            // admitted (refunds free room); exactly what was kept is counted
+            assert!(admitted >= 20, "{s}: {admitted}");
+            assert!(kept <= 20, "{s}: {kept}");
+            let rem = lims[0].get("tenant").await.unwrap().remaining();
+            assert_eq!(rem, 100 - 5 * kept, "{s}: admitted {admitted}, kept {kept}");
+        }
+    }
+
+    async fn penalty_box_and_adjust_on_the_store_clock(h: &impl Harness) {
+        let lim = h.limiter(
+            "sclock",
+            vec![Quota::fixed_window(Rate::new(10, ms(60_000)))],
+            Clock::Store,
+        );
+        assert_eq!(lim.check("u").await.unwrap().remaining(), 9);
+        lim.penalize("u", 5).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 4);
+        lim.reward("u", 2).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 6);
+        let r = lim.reserve_n("u", 3).await.unwrap();
+        assert_eq!(r.decision().remaining(), 3);
+        lim.settle(&r, 1).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 5);
+        let boxed = h
+            .builder("sclock2")
+            .quota(Quota::gcra(Rate::per_minute(1)))
+            .block_for(ms(120_000))
+            .build()
+            .unwrap();
+        assert!(boxed.check("u").await.unwrap().allowed());
+        let d = boxed.check("u").await.unwrap();
+        assert!(!d.allowed());
+        let retry = d.retry_after().unwrap();
+        assert!(retry > ms(119_000) && retry <= ms(120_000), "{retry:?}");
+        boxed.unblock("u").await.unwrap();
+        let d = boxed.check("u").await.unwrap();
+        assert!(!d.allowed(), "the quota itself still denies");
+        assert!(d.retry_after().unwrap() > ms(119_000), "and blocks again");
+    }
     }
 
     // The Redis keys themselves: stores whose keys are Redis keys (with TTLs).

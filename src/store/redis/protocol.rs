@@ -41,7 +41,8 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// The script and arguments for a limiter with `quotas`, in order.
-    pub(crate) fn new(quotas: &[QuotaSpec]) -> Self {
+    /// `block`: see [`LimiterScript::for_quotas`].
+    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
         // Script arguments after `now` and `cost` (see lua/single.lua, lua/multi.lua).
         let quota_args: Box<[Vec<u8>]> = match quotas {
             [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
@@ -64,11 +65,13 @@ impl Prepared {
         .collect();
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         let fast_window = match quotas {
-            [q] if q.strategy == Strategy::FixedWindow => Some(FastWindow::new(q)),
+            [q] if q.strategy == Strategy::FixedWindow && block.is_none() => {
+                Some(FastWindow::new(q))
+            }
             _ => None,
         };
         Prepared {
-            decide: LimiterScript::for_quotas(&strategies),
+            decide: LimiterScript::for_quotas(&strategies, block),
             quota_args,
             fast_window,
         }
@@ -248,7 +251,7 @@ pub(crate) async fn decide<P: Pooled>(
         let reply: Vec<u8> = conns
             .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
             .await?;
-        return parse_reply(&reply, call.keys.len());
+        return parse_reply(&reply, call.quotas.len());
     }
     let mut undo = Undo::new(conns, || give_back(&call));
     let reply: Vec<u8> = conns
@@ -258,7 +261,7 @@ pub(crate) async fn decide<P: Pooled>(
             Some(undo.sent_on()),
         )
         .await?;
-    let outcome = parse_reply(&reply, call.keys.len())?;
+    let outcome = parse_reply(&reply, call.quotas.len())?;
     undo.disarm();
     Ok(outcome)
 }

@@ -29,7 +29,8 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// The scripts for a limiter with `quotas`, in order.
-    pub(crate) fn new(quotas: &[QuotaSpec]) -> Self {
+    /// `block`: see [`LimiterScript::for_quotas`].
+    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
         let each = |q: &QuotaSpec| {
             [
                 u64::from(q.strategy.id()),
@@ -51,7 +52,7 @@ impl Scripts {
         };
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         Scripts {
-            take: LimiterScript::for_take(&strategies),
+            take: LimiterScript::for_take(&strategies, block),
             give_back: LimiterScript::for_give_back(&strategies),
             take_args: encode(take_args),
             give_back_args: encode(quotas.iter().flat_map(each).collect()),
@@ -98,7 +99,7 @@ pub(crate) async fn take<P: Pooled>(
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
         .ok_or_else(bad)?;
-    Ok((parse_reply(decision, call.keys.len())?, now))
+    Ok((parse_reply(decision, call.quotas.len())?, now))
 }
 
 /// What a give-back returns, and to which keys.
@@ -138,5 +139,59 @@ pub(crate) async fn give_back<P: Pooled>(
     let _: redis::Value = conns
         .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
         .await?;
+    Ok(())
+}
+
+/// Charges (`units > 0`) or gives back (`units < 0`) units on every quota
+/// key of `keys` as its strategy's adjust block does: one `EVALSHA` of the
+/// limiter's give-back script in its adjust mode (`lua/give_back.lua`).
+pub(crate) async fn adjust<P: Pooled>(
+    conns: &Connections<P>,
+    scripts: &Scripts,
+    keys: &[String],
+    units: i64,
+    now_us: Option<u64>,
+) -> Result<(), StoreError> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.give_back.sha.as_str())
+        .arg(keys.len())
+        .arg(keys);
+    match now_us {
+        Some(us) => cmd.arg(us),
+        None => cmd.arg(SERVER_CLOCK),
+    };
+    cmd.arg(units).arg("A");
+    for a in scripts.give_back_args.iter() {
+        cmd.arg(a.as_slice());
+    }
+    let _: redis::Value = conns
+        .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
+        .await?;
+    Ok(())
+}
+
+/// The block script (`lua/block_set.lua`), prepared once.
+pub(crate) fn block_script() -> &'static LimiterScript {
+    static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
+    SCRIPT.get_or_init(LimiterScript::for_block)
+}
+
+/// Blocks a key until `us` µs from now (Redis's clock or the manual time);
+/// `us` 0 lifts the block. One atomic call.
+pub(crate) async fn block<P: Pooled>(
+    conns: &Connections<P>,
+    block_key: &str,
+    us: u64,
+    now_us: Option<u64>,
+) -> Result<(), StoreError> {
+    let script = block_script();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.sha.as_str()).arg(1).arg(block_key);
+    match now_us {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(SERVER_CLOCK),
+    };
+    cmd.arg(us);
+    let _: redis::Value = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     Ok(())
 }

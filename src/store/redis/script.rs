@@ -7,7 +7,7 @@
 //! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
 //! compiles each distinct script once; every decision is one `EVALSHA`.
 
-use crate::strategy::{GiveBack, Strategy};
+use crate::strategy::{Adjust, GiveBack, Strategy};
 
 /// A script's text and SHA1.
 #[derive(Debug)]
@@ -23,6 +23,25 @@ const MULTI: &str = include_str!("../../../lua/multi.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
 const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
+/// The penalty box's check (limiters built with blocking only).
+const BLOCK: &str = include_str!("../../../lua/block.lua");
+/// A denial of cost > 0 starts a block of `BLOCK_US` (one quota: before the
+/// reply; its retry is at least the block).
+const BLOCK_SINGLE: &str = "-- a denial starts a block (lua/block.lua)\n\
+if ok == 0 and cost > 0 and BLOCK_US > 0 then\n\
+  redis.call('SET', BK, fmt('%d', NOW + BLOCK_US), 'PX', fmt('%d', ceil(BLOCK_US / 1000) + GRACE))\n\
+  if retry >= 0 and retry < BLOCK_US then retry = BLOCK_US end\n\
+end\n";
+/// The same for several quotas, before `multi.lua` formats its reply.
+const BLOCK_MULTI: &str = "-- a denial starts a block (lua/block.lua)\n\
+if all == 0 and cost > 0 and BLOCK_US > 0 then\n\
+  redis.call('SET', BK, fmt('%d', NOW + BLOCK_US), 'PX', fmt('%d', ceil(BLOCK_US / 1000) + GRACE))\n\
+  for i = 1, nq do\n\
+    local r = res[i]\n\
+    if r[1] == 0 and r[4] >= 0 and r[4] < BLOCK_US then r[4] = BLOCK_US end\n\
+  end\n\
+end\n";
+const MULTI_OUT: &str = "local out = { tostring(all) }";
 /// A take script's reply (one quota): `single.lua`'s, then the decision's
 /// `NOW` (the time the give-back needs to find what the take wrote).
 const TAKE_SINGLE_TAIL: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
@@ -34,20 +53,24 @@ out[nq + 2] = fmt('%d', NOW)\nreturn table.concat(out, ' ')";
 
 impl LimiterScript {
     /// The script for a limiter whose quotas use `strategies`, in order.
-    pub(crate) fn for_quotas(strategies: &[Strategy]) -> Self {
-        Self::assemble(strategies, false)
+    /// `block`: `None` without blocking, else the penalty of a denial in µs
+    /// (0: blocks only come from `RateLimiter::block`); the block key is then
+    /// the call's last key (`lua/block.lua`).
+    pub(crate) fn for_quotas(strategies: &[Strategy], block: Option<u64>) -> Self {
+        Self::assemble(strategies, false, block)
     }
 
     /// The take script of a limiter with local reservations
     /// (`src/reserve.rs`): its decision script, without a fast path, that
     /// always reads the time and ends its reply with the decision's `NOW`.
-    pub(crate) fn for_take(strategies: &[Strategy]) -> Self {
-        Self::assemble(strategies, true)
+    pub(crate) fn for_take(strategies: &[Strategy], block: Option<u64>) -> Self {
+        Self::assemble(strategies, true, block)
     }
 
-    /// The give-back script of a limiter with local reservations: each
-    /// used strategy's give-back block as a function `G[<id>]`, then
-    /// `lua/give_back.lua`. Strategies without one are never reserved on.
+    /// The give-back (settle) script of a limiter: each used strategy's
+    /// give-back block as a function `G[<id>]` and its adjust block as
+    /// `A[<id>]`, then `lua/give_back.lua`. Strategies without them are
+    /// skipped there.
     pub(crate) fn for_give_back(strategies: &[Strategy]) -> Self {
         let mut source = String::from("local READS_TIME = true\n");
         source.push_str(PRELUDE);
@@ -67,23 +90,49 @@ impl LimiterScript {
             source.push_str(lua);
             source.push_str("end\nend\n");
         }
+        source.push_str("local A = {}\n");
+        for s in Strategy::ALL {
+            let Adjust::Units { lua, .. } = s.spec().adjust else {
+                continue;
+            };
+            if !strategies.contains(&s) {
+                continue;
+            }
+            source.push_str(&format!(
+                "A[{}] = function(key, n, period, burst, interval, units)\n\
+                 local now = NOW\ndo\n",
+                s.id()
+            ));
+            source.push_str(lua);
+            source.push_str("end\nend\n");
+        }
         source.push_str(GIVE_BACK);
         let sha = redis::Script::new(&source).get_hash().to_owned();
         LimiterScript { source, sha }
     }
 
-    fn assemble(strategies: &[Strategy], take: bool) -> Self {
+    /// The script of `RateLimiter::block` and `unblock` (`lua/block_set.lua`).
+    pub(crate) fn for_block() -> Self {
+        let mut source = String::from("local READS_TIME = true\n");
+        source.push_str(PRELUDE);
+        source.push_str(include_str!("../../../lua/block_set.lua"));
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        LimiterScript { source, sha }
+    }
+
+    fn assemble(strategies: &[Strategy], take: bool, block: Option<u64>) -> Self {
         let mut source = String::new();
         if let [only] = strategies
             && let Some(fast) = only.spec().lua.fast_path
             && !take
+            && block.is_none()
         {
             source.push_str(fast);
         }
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
-        // (see prelude.lua).
+        // (see prelude.lua); the penalty box reads it.
         source.push_str(
-            if take || strategies.iter().any(|s| s.spec().lua.reads_time) {
+            if take || block.is_some() || strategies.iter().any(|s| s.spec().lua.reads_time) {
                 "local READS_TIME = true\n"
             } else {
                 "local READS_TIME = false\n"
@@ -101,6 +150,10 @@ impl LimiterScript {
         if strategies.iter().any(|s| s.spec().lua.zset_helpers) {
             source.push_str(ZSET);
         }
+        if let Some(us) = block {
+            source.push_str(&format!("local BLOCK_US, TAKE = {us}, {take}\n"));
+            source.push_str(BLOCK);
+        }
         if let [only] = strategies {
             let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
             source.push_str(head);
@@ -109,6 +162,9 @@ impl LimiterScript {
                 source.push_str(part);
             }
             source.push_str("end\n");
+            if block.is_some() {
+                source.push_str(BLOCK_SINGLE);
+            }
             source.push_str(if take { TAKE_SINGLE_TAIL } else { tail });
         } else {
             source.push_str("local S = {}\n");
@@ -126,13 +182,20 @@ impl LimiterScript {
                 }
                 source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
             }
-            match MULTI.rsplit_once(MULTI_RETURN) {
+            let multi = match block {
+                // the last key is the block key, not a quota's
+                Some(_) => MULTI
+                    .replace("#KEYS", "(#KEYS - 1)")
+                    .replace(MULTI_OUT, &format!("{BLOCK_MULTI}{MULTI_OUT}")),
+                None => MULTI.to_owned(),
+            };
+            match multi.rsplit_once(MULTI_RETURN) {
                 Some((head, tail)) if take => {
                     source.push_str(head);
                     source.push_str(TAKE_MULTI_RETURN);
                     source.push_str(tail);
                 }
-                _ => source.push_str(MULTI),
+                _ => source.push_str(&multi),
             }
         }
         let sha = redis::Script::new(&source).get_hash().to_owned();
@@ -147,7 +210,7 @@ mod tests {
     #[test]
     fn one_quota_scripts_define_no_function_per_call() {
         for s in Strategy::ALL {
-            let script = LimiterScript::for_quotas(&[s]);
+            let script = LimiterScript::for_quotas(&[s], None);
             assert!(
                 script
                     .source
@@ -160,7 +223,7 @@ mod tests {
             assert_eq!(functions, helpers, "{s}:\n{}", script.source);
         }
         let [a, b, ..] = Strategy::ALL;
-        let multi = LimiterScript::for_quotas(&[b, a]);
+        let multi = LimiterScript::for_quotas(&[b, a], None);
         assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
         assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
     }
@@ -197,6 +260,16 @@ mod tests {
             Strategy::ALL.to_vec(),
         ));
         out.push((
+            "block-fixed-window".to_owned(),
+            "one fixed-window quota and block_for(60 s): the penalty box".to_owned(),
+            vec![Strategy::FixedWindow],
+        ));
+        out.push((
+            "block-multi".to_owned(),
+            "a gcra and a sliding-window-log quota and block_for(60 s): the penalty box".to_owned(),
+            vec![Strategy::Gcra, Strategy::SlidingWindowLog],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow; 2],
@@ -229,11 +302,15 @@ mod tests {
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
             let script = if stem.starts_with("take-") {
-                LimiterScript::for_take(&strategies)
+                LimiterScript::for_take(&strategies, None)
             } else if stem.starts_with("give-back-") {
                 LimiterScript::for_give_back(&strategies)
+            } else if let Some(rest) = stem.strip_prefix("block-") {
+                // block-<strategy or multi>: with a penalty of one minute
+                let _ = rest;
+                LimiterScript::for_quotas(&strategies, Some(60_000_000))
             } else {
-                LimiterScript::for_quotas(&strategies)
+                LimiterScript::for_quotas(&strategies, None)
             };
             let text = render(&what, &script);
             let path = dir.join(format!("{stem}.lua"));

@@ -1,0 +1,12 @@
+-- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
+-- units * interval, past the burst if need be (a debt: denied until the TAT
+-- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- back, never below now (never more than the burst left).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+if t <= now then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
