@@ -261,3 +261,82 @@ async fn decisions_continue_after_the_primary_is_killed() {
     assert_ne!(new, old);
     assert_served_by(&deployment, &limiter, new, "/kept").await;
 }
+
+/// A "sentinel" that accepts connections and never answers (a stopped or
+/// partitioned-away process): listed first, it must not keep the store from
+/// the healthy sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_never_answers_does_not_stop_the_others() {
+    let deployment = RedisSentinel::start();
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("redis://127.0.0.1:{}/", silent.local_addr().unwrap().port());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        loop {
+            if let Ok((socket, _)) = silent.accept().await {
+                open.push(socket);
+            }
+        }
+    });
+    let mut urls = vec![silent_url];
+    urls.extend(deployment.sentinel_urls());
+    // Below redis-rs's own 500 ms response timeout for a sentinel: asking
+    // the sentinels in turn could never connect within it (the silent one
+    // first), asking them all at once connects at the first try on an idle
+    // machine, and within a few tries on a loaded one.
+    let store = RedisSentinelStore::from_urls(urls, MASTER_NAME)
+        .unwrap()
+        .timeout(Duration::from_millis(400));
+    let limiter = RateLimiter::builder()
+        .store(store)
+        .prefix("silent")
+        .quota(Quota::fixed_window(Rate::per_hour(10)))
+        .build()
+        .unwrap();
+    let mut tries = 0;
+    let first = loop {
+        tries += 1;
+        match limiter.check("k").await {
+            Ok(d) => break d,
+            Err(e) => assert!(tries < 20, "no connection in {tries} tries: {e}"),
+        }
+    };
+    assert_eq!(first.remaining(), 9);
+    for i in 1..3 {
+        let d = limiter.check("k").await.unwrap();
+        assert_eq!(d.remaining(), 9 - i);
+    }
+    held.abort();
+}
+
+#[test]
+fn sentinel_urls_and_the_master_name_are_checked_when_the_store_is_made() {
+    let err = |r: Result<RedisSentinelStore, tower_redis_ratelimit::error::ConfigError>| {
+        r.err().map(|e| e.field().to_owned())
+    };
+    assert_eq!(
+        err(RedisSentinelStore::from_urls(
+            ["redis://127.0.0.1:26379/"],
+            " "
+        ))
+        .as_deref(),
+        Some("store.master_name")
+    );
+    assert_eq!(
+        err(RedisSentinelStore::from_urls(
+            ["redis://127.0.0.1:26379/3"],
+            "m"
+        ))
+        .as_deref(),
+        Some("store.urls")
+    );
+    assert_eq!(
+        err(RedisSentinelStore::from_urls(Vec::<String>::new(), "m")).as_deref(),
+        Some("store.urls")
+    );
+    assert_eq!(
+        err(RedisSentinelStore::from_urls(["not a url"], "m")).as_deref(),
+        Some("store.urls")
+    );
+    assert!(RedisSentinelStore::from_urls(["redis://127.0.0.1:26379/"], "m").is_ok());
+}

@@ -61,10 +61,13 @@ pub struct RedisSentinelStore {
 }
 
 /// Where a [`RedisSentinelStore`] takes its connections: the sentinels,
-/// asked for the primary each time a connection is opened (one at a time).
+/// asked for the primary each time a connection is opened. Each client is
+/// asked at the same time and the first primary found wins, so a sentinel
+/// that hangs (stopped, partitioned away) costs nothing while another
+/// answers; `from_urls` makes one client per sentinel for that reason.
 #[derive(Clone)]
 pub(crate) struct Sentinels {
-    client: Arc<tokio::sync::Mutex<SentinelClient>>,
+    clients: Arc<[Arc<tokio::sync::Mutex<SentinelClient>>]>,
 }
 
 impl Pooled for Sentinels {
@@ -79,14 +82,33 @@ impl Pooled for Sentinels {
             .set_connection_timeout(Some(timeout))
             // as on a single node: the connection bounds each call itself
             .set_response_timeout(Some(timeout));
-        let conn = self
-            .client
-            .lock()
-            .await
-            .get_async_connection_with_config(&config)
-            .await
-            .map_err(StoreError::from_redis)?;
-        Ok(((), conn))
+        // (dropped by the caller's timeout, the set aborts what is still running)
+        let mut asked = tokio::task::JoinSet::new();
+        for client in self.clients.iter() {
+            let (client, config) = (client.clone(), config.clone());
+            asked.spawn(async move {
+                client
+                    .lock()
+                    .await
+                    .get_async_connection_with_config(&config)
+                    .await
+            });
+        }
+        let mut first_error = None;
+        while let Some(answer) = asked.join_next().await {
+            match answer {
+                Ok(Ok(conn)) => return Ok(((), conn)),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(StoreError::from_redis(e));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(StoreError::Protocol(format!(
+                        "asking a sentinel for the primary failed: {e}"
+                    )));
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| StoreError::Protocol("no sentinel to ask".to_owned())))
     }
 
     fn discard(_object: Self::Object) {}
@@ -114,9 +136,26 @@ impl RedisSentinelStore {
     /// the client with `redis::sentinel::SentinelClientBuilder` for
     /// credentials, TLS or a private CA; it must ask for the
     /// `SentinelServerType::Master` (a replica refuses the scripts' writes).
+    ///
+    /// A client over several sentinels asks them in turn, so one that hangs
+    /// (stopped, partitioned away) holds every new connection up until the
+    /// timeout: prefer [`with_clients`](Self::with_clients), one client per
+    /// sentinel, which asks them all at once.
     pub fn new(client: SentinelClient) -> Self {
+        Self::with_clients([client])
+    }
+
+    /// A store in the primary that any of `clients` finds: each is asked at
+    /// the same time whenever a connection is opened, and the first primary
+    /// found wins. Build one client per sentinel (with
+    /// `SentinelClientBuilder`, for credentials or TLS) so that a sentinel
+    /// that hangs costs nothing while another answers.
+    pub fn with_clients(clients: impl IntoIterator<Item = SentinelClient>) -> Self {
         Self::over(Sentinels {
-            client: Arc::new(tokio::sync::Mutex::new(client)),
+            clients: clients
+                .into_iter()
+                .map(|c| Arc::new(tokio::sync::Mutex::new(c)))
+                .collect(),
         })
     }
 
@@ -130,13 +169,15 @@ impl RedisSentinelStore {
     /// sentinels at `urls`, e.g. `["redis://10.0.0.1:26379/",
     /// "redis://10.0.0.2:26379/"]` (`rediss://` and `user:password@` apply
     /// to the sentinels). The primary is reached over plain TCP without
-    /// credentials; for anything else use [`new`](Self::new). Nothing
-    /// connects until the first call.
+    /// credentials; for anything else use [`with_clients`](Self::with_clients).
+    /// Nothing connects until the first call; then every sentinel is asked
+    /// at once and the first primary found wins.
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] for the field `store.urls` if there is no URL or
-    /// one does not parse.
+    /// A [`ConfigError`] for the field `store.urls` if there is no URL, one
+    /// does not parse or names a database; for `store.master_name` if the
+    /// name is empty.
     pub fn from_urls<I>(urls: I, master_name: &str) -> Result<Self, ConfigError>
     where
         I: IntoIterator,
@@ -149,26 +190,52 @@ impl RedisSentinelStore {
                 "no sentinel; give at least one, e.g. [\"redis://127.0.0.1:26379/\"]",
             ));
         }
-        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        // a `String`: redis-rs takes one without its rustls feature, any `AsRef<str>` with it
-        #[allow(clippy::unnecessary_to_owned)]
-        SentinelClient::build(
-            urls,
-            master_name.to_owned(),
-            None,
-            SentinelServerType::Master,
-        )
-        .map(Self::new)
-        .map_err(|e| {
+        if master_name.trim().is_empty() {
+            return Err(ConfigError::new(
+                "store.master_name",
+                "empty; give the name the sentinels monitor the primary under, e.g. \"mymaster\"",
+            ));
+        }
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in &urls {
             // The URLs may hold a password: they are not repeated here.
-            ConfigError::new(
-                "store.urls",
-                format!(
-                    "not usable Redis Sentinel URLs ({e}); expected \
-                     redis://[[user]:password@]host[:port] for each sentinel"
-                ),
+            let info =
+                redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
+                    ConfigError::new(
+                        "store.urls",
+                        format!(
+                            "not a usable Redis Sentinel URL ({e}); expected \
+                         redis://[[user]:password@]host[:port] for each sentinel"
+                        ),
+                    )
+                })?;
+            if info.redis_settings().db() != 0 {
+                return Err(ConfigError::new(
+                    "store.urls",
+                    "a sentinel URL names no database (sentinels have none); \
+                     set the primary's with RedisSentinelStore::with_clients and \
+                     SentinelClientBuilder::set_client_to_redis_db",
+                ));
+            }
+            // one client per sentinel: asked all at once (see `with_clients`);
+            // a `String`: redis-rs takes one without its rustls feature, any
+            // `AsRef<str>` with it
+            #[allow(clippy::unnecessary_to_owned)]
+            let client = SentinelClient::build(
+                vec![info],
+                master_name.to_owned(),
+                None,
+                SentinelServerType::Master,
             )
-        })
+            .map_err(|e| {
+                ConfigError::new(
+                    "store.urls",
+                    format!("not a usable Redis Sentinel URL ({e})"),
+                )
+            })?;
+            clients.push(client);
+        }
+        Ok(Self::with_clients(clients))
     }
 
     /// Bounds every store call, asking the sentinels and connecting to the
