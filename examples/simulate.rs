@@ -37,9 +37,21 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     while let Some(arg) = args.next() {
         if arg == "--out" {
             out = args.next().ok_or("--out needs a directory")?.into();
+        } else if arg == "-h" || arg == "--help" {
+            println!("usage: simulate [STRATEGY|all [PATTERN|all]] [--out DIR]");
+            return Ok(true);
+        } else if arg.starts_with('-') {
+            return Err(format!("unknown option {arg:?} (try --help)").into());
         } else {
             names.push(arg);
         }
+    }
+    if names.len() > 2 {
+        return Err(format!(
+            "at most a strategy and a pattern, not {:?} (try --help)",
+            &names[2..]
+        )
+        .into());
     }
     let strategies = match names.first().map(String::as_str) {
         None | Some("all") => Strategy::ALL.to_vec(),

@@ -356,9 +356,12 @@ impl RateLimiter {
     /// limiter (`SCRIPT LOAD`: Lua available, the command allowed and not
     /// renamed), and that one decision and its [`reset`](Self::reset) run
     /// (`EVALSHA`, the commands the script calls and `DEL` allowed on the
-    /// prefix's keys; a concurrency lease is released with `ZREM`). The probe
-    /// uses a key of its own, which no user key is stored as, and leaves no
-    /// state. A memory store always passes.
+    /// prefix's keys; a concurrency lease is released with `ZREM`; with
+    /// [local reservations](RateLimiterBuilder::local_reservations) a
+    /// reservation is taken too), and that `PING`, which checks idle
+    /// connections, is allowed. The probe uses a key of its own, which no
+    /// user key is stored as, and leaves no state, even when it fails half-way
+    /// (if `DEL` is allowed). A memory store always passes.
     ///
     /// # Errors
     ///
@@ -383,11 +386,22 @@ impl RateLimiter {
         const PROBE: &[u8] = b"~tower-redis-ratelimit:verify";
         let reserve = self.inner.reserve.as_ref().and_then(Reserver::scripts);
         self.inner.store.verify(reserve).await?;
-        let decision = self.exact(PROBE, 1).await?;
-        if let Some(lease) = &decision.lease {
-            self.release(lease).await?;
+        let probe = async {
+            let decision = self.exact(PROBE, 1).await?;
+            if let Some(lease) = &decision.lease {
+                self.release(lease).await?;
+            }
+            if let Some(reserve) = &self.inner.reserve {
+                // a local reservation's take runs commands of its own
+                reserve.check(self, PROBE, 1).await?;
+            }
+            Ok::<_, StoreError>(())
         }
-        self.reset(PROBE).await
+        .await;
+        // the probe's keys go even when it failed half-way (a write the ACL
+        // let through before a refused `PEXPIRE` would have no TTL)
+        let reset = self.reset(PROBE).await;
+        probe.and(reset)
     }
 
     /// Reports the state of `key` without consuming anything (cost 0).

@@ -316,6 +316,43 @@ async fn verify_names_what_the_server_refuses() {
         assert!(no_permission(&e), "without {rule}: {e}");
     }
 
+    // PING (idle connections' check), a command only local reservations'
+    // take runs, and PEXPIRE (a write would stay without a TTL): each is
+    // found by verify(), which leaves no key behind even then
+    for (rule, strategy, reserve) in [
+        ("+ping", Strategy::Gcra, false),
+        ("+incrby", Strategy::FixedWindow, true),
+        ("+pexpire", Strategy::SlidingWindowLog, false),
+        ("+pexpire", Strategy::FixedWindow, false),
+    ] {
+        let rules: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
+        set_user(&server, &rules).await;
+        let mut builder = RateLimiter::builder()
+            .store(
+                RedisStore::from_url(&url(&server))
+                    .unwrap()
+                    .timeout(GENEROUS),
+            )
+            .prefix("api")
+            .quota(Quota::new(strategy, Rate::per_minute(100)));
+        if reserve {
+            builder = builder.local_reservations(10);
+        }
+        let e = builder.build().unwrap().verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule} ({strategy}): {e}");
+        let mut admin = server.conn().await;
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(
+            left.is_empty(),
+            "without {rule} ({strategy}): {left:?} left"
+        );
+    }
+    set_user(&server, &acl).await;
+
     // commands renamed away in the server's config file: Lua unusable
     for command in ["EVALSHA", "SCRIPT"] {
         let dir = std::env::temp_dir().join(format!(

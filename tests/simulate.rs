@@ -197,3 +197,35 @@ fn committed_charts_are_up_to_date() {
          regenerate with `{REGENERATE}` and review the diff"
     );
 }
+
+#[test]
+fn a_large_run_keeps_its_guarantee() {
+    // 40 000 requests (the sliding counter's check once rescanned every
+    // admission's window: quadratic, minutes in a debug build)
+    let sim = Scenario::new(
+        Quota::sliding_window_counter(Rate::per_second(1_000_000)),
+        Pattern::Steady,
+    )
+    .traffic(Rate::per_second(20_000))
+    .run()
+    .unwrap();
+    sim.check().unwrap();
+    assert!(sim.summary().contains("holds"));
+}
+
+#[test]
+fn a_concurrency_hold_out_of_range_is_named() {
+    for hold in [
+        Duration::ZERO,
+        Duration::from_micros(1),
+        Duration::from_secs(400 * 86_400),
+    ] {
+        let e = Scenario::new(Quota::concurrency(3), Pattern::Steady)
+            .hold(hold)
+            .run()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("hold"), "{hold:?}: {e}");
+    }
+}

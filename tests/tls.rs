@@ -104,3 +104,35 @@ async fn sentinel_with_every_node_and_sentinel_on_tls() {
         .unwrap();
     assert!(exists);
 }
+
+#[test]
+fn certificates_that_are_not_pem_are_refused_when_the_store_is_made() {
+    use tower_redis_ratelimit::redis::{ClientTlsConfig, TlsCertificates};
+    let url = "rediss://127.0.0.1:6380/";
+    let field = |certificates| {
+        RedisStore::from_url_with_tls(url, certificates)
+            .err()
+            .map(|e| e.field().to_owned())
+    };
+    for bad in [&b"garbage"[..], b""] {
+        let certificates = TlsCertificates {
+            client_tls: None,
+            root_cert: Some(bad.to_vec()),
+        };
+        assert_eq!(field(certificates).as_deref(), Some("store.tls.root_cert"));
+    }
+    let certificates = TlsCertificates {
+        client_tls: Some(ClientTlsConfig {
+            client_cert: b"garbage".to_vec(),
+            client_key: b"garbage".to_vec(),
+        }),
+        root_cert: None,
+    };
+    assert_eq!(
+        field(certificates).as_deref(),
+        Some("store.tls.client_cert")
+    );
+    // the test CA's own PEM passes
+    let tls = TlsFiles::generate();
+    assert!(RedisStore::from_url_with_tls(url, tls.certificates()).is_ok());
+}

@@ -327,13 +327,17 @@ impl Simulation {
             Strategy::SlidingWindowCounter => {
                 // aligned windows are counted on the store's clock
                 let window = |t: u64| (self.start + t) / period;
-                for (i, &t) in times.iter().enumerate() {
-                    let count = times[..=i]
-                        .iter()
-                        .rev()
-                        .take_while(|&&u| window(u) == window(t))
-                        .count();
-                    if count as u64 > n {
+                // (admissions come in time order: one running count per window)
+                let mut current = None;
+                let mut count = 0u64;
+                for &t in &times {
+                    if current == Some(window(t)) {
+                        count += 1;
+                    } else {
+                        current = Some(window(t));
+                        count = 1;
+                    }
+                    if count > n {
                         let from = window(t) * period - self.start;
                         return fail(
                             "at most n in one aligned window",

@@ -145,6 +145,14 @@ impl Scenario {
             .clock(clock.clone())
             .build()
             .map_err(SimError::Config)?;
+        let derived = self.traffic.is_none() && self.quota.strategy() == Strategy::Concurrency;
+        if self.hold > MAX_PERIOD || (derived && self.hold < Duration::from_millis(1)) {
+            return Err(SimError::Traffic(
+                "the hold must be from 1 ms to 366 days (without a traffic rate, a \
+                 concurrency scenario sends its requests one hold apart)"
+                    .into(),
+            ));
+        }
         let traffic = self.traffic_rate();
         if traffic.count() == 0 {
             return Err(SimError::Traffic(
@@ -154,11 +162,6 @@ impl Scenario {
         if traffic.period() < Duration::from_millis(1) || traffic.period() > MAX_PERIOD {
             return Err(SimError::Traffic(
                 "the traffic rate's period must be from 1 ms to 366 days".into(),
-            ));
-        }
-        if self.hold > MAX_PERIOD {
-            return Err(SimError::Traffic(
-                "the hold must be at most 366 days".into(),
             ));
         }
         // (build checked the quota's period: 1 µs to 366 days)

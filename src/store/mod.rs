@@ -36,8 +36,10 @@ use crate::strategy::state::Raw;
 
 /// A backend a [`RateLimiter`](crate::RateLimiter) can keep its state in.
 ///
-/// Implemented by [`RedisStore`] and [`MemoryStore`]; sealed, so the crate can
-/// guarantee that every store shares the same semantics.
+/// Implemented by [`RedisStore`], [`MemoryStore`], `RedisClusterStore`
+/// (feature `cluster`) and `RedisSentinelStore` (feature `sentinel`);
+/// sealed, so the crate can guarantee that every store shares the same
+/// semantics.
 pub trait Store: sealed::Sealed + Send + Sync + 'static {}
 
 impl Store for RedisStore {}

@@ -169,13 +169,15 @@ impl RedisStore {
     /// # Errors
     ///
     /// A [`ConfigError`] for the field `store.url` if the URL does not
-    /// parse or the certificates do not (PEM expected).
+    /// parse; for `store.tls.root_cert`, `store.tls.client_cert` or
+    /// `store.tls.client_key` if they are not PEM (a certificate, a key).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn from_url_with_tls(
         url: &str,
         certificates: redis::TlsCertificates,
     ) -> Result<Self, ConfigError> {
+        check_pem(&certificates)?;
         // The URL may hold a password: it is not repeated in the errors.
         let client = redis::Client::build_with_tls(url, certificates).map_err(|e| {
             ConfigError::new(
@@ -236,4 +238,40 @@ impl RedisStore {
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }
+}
+
+/// Refuses certificates that are not PEM (redis-rs would take them and
+/// fail every connection with an unknown issuer).
+#[cfg(feature = "tls")]
+fn check_pem(certificates: &redis::TlsCertificates) -> Result<(), ConfigError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let certs = |field: &str, pem: &[u8]| {
+        let parsed: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+        match parsed {
+            Ok(certs) if !certs.is_empty() => Ok(()),
+            Ok(_) => Err(ConfigError::new(
+                field,
+                "no certificate in it (PEM expected: -----BEGIN CERTIFICATE-----)",
+            )),
+            Err(e) => Err(ConfigError::new(
+                field,
+                format!("not PEM certificates ({e})"),
+            )),
+        }
+    };
+    if let Some(root) = &certificates.root_cert {
+        certs("store.tls.root_cert", root)?;
+    }
+    if let Some(client) = &certificates.client_tls {
+        certs("store.tls.client_cert", &client.client_cert)?;
+        PrivateKeyDer::from_pem_slice(&client.client_key).map_err(|e| {
+            ConfigError::new(
+                "store.tls.client_key",
+                format!("not a PEM private key ({e})"),
+            )
+        })?;
+    }
+    Ok(())
 }

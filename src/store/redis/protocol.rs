@@ -343,6 +343,10 @@ pub(crate) async fn verify<P: Pooled>(
         Err(StoreError::Refused(_)) => {}
         Err(e) => return Err(e),
     }
+    // idle connections are checked with PING
+    let _: String = conns
+        .query(Request::Cmd(&redis::cmd("PING")), None, None)
+        .await?;
     for script in scripts {
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(&script.source);
