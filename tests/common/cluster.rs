@@ -83,6 +83,89 @@ impl RedisCluster {
         cluster
     }
 
+    /// A cluster of `masters` TLS-only masters (no replicas): clients and
+    /// the cluster bus speak TLS with `tls`'s certificate
+    /// (`--tls-cluster yes`), so the nodes announce their TLS ports. Created
+    /// and watched with `redis-cli --tls`; waits until every node reports
+    /// `cluster_state:ok` and knows every other.
+    pub(crate) fn start_tls(masters: usize, tls: &std::sync::Arc<super::TlsFiles>) -> RedisCluster {
+        assert!(masters >= 3, "Redis Cluster needs at least 3 masters");
+        let cli = redis_cli_bin();
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::builder()
+                    .tls(tls)
+                    .args([
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--tls-cluster",
+                        "yes",
+                    ])
+                    .start()
+            })
+            .collect();
+        let ca = tls.ca_file().display().to_string();
+        let tls_cli = |port: Option<u16>| {
+            let mut cmd = Command::new(&cli);
+            cmd.args(["--tls", "--cacert", &ca]);
+            if let Some(port) = port {
+                cmd.args(["-p", &port.to_string()]);
+            }
+            cmd.stdin(Stdio::null());
+            cmd
+        };
+        let mut create = tls_cli(None);
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `{cli} --cluster create`: {e}"));
+        let master_ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
+        let cluster = RedisCluster {
+            nodes,
+            master_ports,
+            replica_ports: Vec::new(),
+        };
+        assert!(
+            out.status.success(),
+            "`{cli} --tls --cluster create` failed ({}):\n{}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            cluster.logs_tail(20)
+        );
+        let deadline = std::time::Instant::now() + CLUSTER_DEADLINE;
+        loop {
+            let ready = cluster.master_ports.iter().all(|&port| {
+                tls_cli(Some(port))
+                    .args(["CLUSTER", "INFO"])
+                    .output()
+                    .map(|o| {
+                        let info = String::from_utf8_lossy(&o.stdout);
+                        info.contains("cluster_state:ok")
+                            && info.contains(&format!("cluster_known_nodes:{masters}"))
+                    })
+                    .unwrap_or(false)
+            });
+            if ready {
+                return cluster;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the TLS cluster did not converge within {CLUSTER_DEADLINE:?}\n{}",
+                cluster.logs_tail(20)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     fn wait_converged(&mut self, masters: usize, replicas_per_master: usize) {
         let total = self.nodes.len();
         let deadline = Instant::now() + CLUSTER_DEADLINE;

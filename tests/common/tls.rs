@@ -86,6 +86,11 @@ impl TlsFiles {
         ]
     }
 
+    /// The CA certificate's file (PEM).
+    pub(crate) fn ca_file(&self) -> PathBuf {
+        self.path("ca.crt")
+    }
+
     /// The CA certificate, PEM.
     pub(crate) fn ca_pem(&self) -> &str {
         &self.ca_pem
