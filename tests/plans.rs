@@ -342,3 +342,34 @@ async fn instances_read_the_shared_limits_at_most_once_per_interval() {
     }
     assert_eq!(b.config(), raised, "read once the interval passed");
 }
+
+/// A sync that reads the store while the same instance publishes must not
+/// put back what it read: the instance ends on what it published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_racing_a_publish_does_not_undo_it_on_redis() {
+    let server = RedisServer::start();
+    let store = Store::Redis(&server);
+    let clock = clock();
+    let one = tiers().plan("pro", Plan::new([Rate::per_minute(100)]));
+    let three = tiers().plan("pro", Plan::new([Rate::per_minute(300)]));
+    for round in 0..20 {
+        let prefix = format!("race{round}");
+        let build = || {
+            store
+                .builder(&clock, &prefix)
+                .config(tiers())
+                .sync_interval(Duration::from_secs(3_600))
+                .build()
+                .unwrap()
+        };
+        build().handle().publish(one.clone()).await.unwrap();
+        let c = build();
+        let (h1, h2) = (c.handle(), c.handle());
+        let (synced, published) = tokio::join!(h1.sync(), h2.publish(three.clone()));
+        synced.unwrap();
+        published.unwrap();
+        // whatever the order, a later sync leaves it on what it published
+        c.handle().sync().await.unwrap();
+        assert_eq!(c.config(), three, "round {round}");
+    }
+}

@@ -300,11 +300,14 @@ fn fallback_of(config: &Config, plan: &ActivePlan) -> Option<RateLimiter> {
     let store = config.fallback_store.as_ref()?;
     let limiter = plan.limiter()?;
     let mut made = config.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
-    Some(
-        made.entry(plan.generation)
-            .or_insert_with(|| limiter.with_store(store.clone()))
-            .clone(),
-    )
+    // one per plan: a plan's new build replaces its old fallback limiter
+    let entry = made
+        .entry(plan.name())
+        .or_insert_with(|| (plan.generation, limiter.with_store(store.clone())));
+    if entry.0 != plan.generation {
+        *entry = (plan.generation, limiter.with_store(store.clone()));
+    }
+    Some(entry.1.clone())
 }
 
 /// Counts a denial and keeps it in the deny cache (a shadowed denial is

@@ -55,9 +55,10 @@ pub(crate) struct Config {
     /// The `limiter` label of the layer's metrics.
     pub(crate) name: &'static str,
     /// Plans under `FailurePolicy::Fallback`: the fallback store, and each
-    /// plan's limiter over it (by plan generation), made on first need.
+    /// plan's limiter over it (by plan name: the latest build's, with its
+    /// generation), made on first need.
     pub(crate) fallback_store: Option<MemoryStore>,
-    pub(crate) fallbacks: Arc<Mutex<HashMap<u64, RateLimiter>>>,
+    pub(crate) fallbacks: Arc<Mutex<HashMap<&'static str, (u64, RateLimiter)>>>,
 }
 
 impl Config {

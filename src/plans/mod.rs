@@ -124,6 +124,9 @@ struct Shared {
     /// Serializes updates (never taken by a check).
     update: Mutex<()>,
     generation: AtomicU64,
+    /// Counts the limits applied (under `update`): a read of the store that
+    /// began before a local change must not undo it.
+    applied: AtomicU64,
     sync: Option<Sync>,
 }
 
@@ -342,16 +345,23 @@ impl LimitsHandle {
     ///
     /// # Errors
     ///
-    /// [`LimitsError::Config`] if invalid (nothing changed), or
-    /// [`LimitsError::Store`] if the store could not be written (the limits
-    /// changed on this instance only).
+    /// [`LimitsError::Config`] if invalid, or [`LimitsError::Store`] if the
+    /// store could not be written: either way nothing changed.
     pub async fn publish(&self, config: PlansConfig) -> Result<(), LimitsError> {
+        let Some(sync) = &self.shared.sync else {
+            return Ok(self.replace(config)?);
+        };
         let text = config.to_string();
-        self.replace(config)?;
-        if let Some(sync) = &self.shared.sync {
-            self.shared.store.set_document(&sync.key, &text).await?;
-            *lock(&sync.last_text) = Some(text);
-        }
+        // Checked, then written, then applied: a sync that read the store
+        // before the write cannot undo the change (it finds the limits
+        // applied meanwhile and reads again), and a failed write changes
+        // nothing anywhere.
+        let old = self.shared.current.load_full();
+        self.shared.build(config.clone(), Some(&old))?;
+        self.shared.store.set_document(&sync.key, &text).await?;
+        let _update = self.shared.lock_update();
+        self.shared.apply(config)?;
+        *lock(&sync.last_text) = Some(text);
         Ok(())
     }
 
@@ -398,6 +408,7 @@ impl Shared {
         let old = self.current.load_full();
         let snapshot = self.build(config, Some(&old))?;
         self.current.store(Arc::new(snapshot));
+        self.applied.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -527,6 +538,7 @@ impl Shared {
         let Some(sync) = &self.sync else {
             return Ok(false);
         };
+        let applied = self.applied.load(Ordering::Acquire);
         let text = self.store.document(&sync.key).await?;
         let Some(text) = text else {
             return Ok(false);
@@ -536,6 +548,13 @@ impl Shared {
         }
         let config: PlansConfig = text.parse()?;
         let _update = self.lock_update();
+        if self.applied.load(Ordering::Acquire) != applied {
+            // Limits were applied here while the store was read (a publish,
+            // a replace): what was read may be older than them. Read again
+            // at the next sync.
+            *lock(&sync.last_text) = None;
+            return Ok(false);
+        }
         let changed = config != self.current.load().config;
         if changed {
             self.apply(config)?;
@@ -716,6 +735,7 @@ impl PlansBuilder {
             }),
             update: Mutex::new(()),
             generation: AtomicU64::new(1),
+            applied: AtomicU64::new(0),
             sync,
         };
         let snapshot = shared.build(config, None)?;
