@@ -43,7 +43,10 @@ impl Admin {
             .and_then(|v| v.strip_prefix("Bearer "));
         match given {
             Some(token) if token == &*self.token => Ok(()),
-            _ => Err((StatusCode::UNAUTHORIZED, "bearer token required\n".to_owned())),
+            _ => Err((
+                StatusCode::UNAUTHORIZED,
+                "bearer token required\n".to_owned(),
+            )),
         }
     }
 }
@@ -90,13 +93,21 @@ async fn block(
         return denied;
     }
     let seconds = param(&uri, "seconds").unwrap_or(300);
-    match admin.limiter.block(&key, Duration::from_secs(seconds)).await {
+    match admin
+        .limiter
+        .block(&key, Duration::from_secs(seconds))
+        .await
+    {
         Ok(()) => (StatusCode::OK, format!("{key} blocked for {seconds} s\n")),
         Err(e) => failed(e),
     }
 }
 
-async fn unblock(State(admin): State<Admin>, Path(key): Path<String>, headers: HeaderMap) -> Answer {
+async fn unblock(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
     if let Err(denied) = admin.authorize(&headers) {
         return denied;
     }

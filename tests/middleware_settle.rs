@@ -83,7 +83,10 @@ fn app_counting(
             "/fail",
             get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
         )
-        .route("/teapot", get(|| async { (StatusCode::IM_A_TEAPOT, "tea") }))
+        .route(
+            "/teapot",
+            get(|| async { (StatusCode::IM_A_TEAPOT, "tea") }),
+        )
         .route("/hang", get(std::future::pending::<&'static str>))
         .route(
             "/tokens/{n}",
@@ -171,7 +174,10 @@ async fn concurrent_failures_are_refunded(limiter: RateLimiter) {
     for t in tasks {
         statuses.push(t.await.unwrap());
     }
-    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 30);
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        30
+    );
     assert_eq!(
         statuses
             .iter()
@@ -250,7 +256,10 @@ async fn refund_when_refunds_what_the_predicate_picks() {
         assert_eq!(res.status(), StatusCode::IM_A_TEAPOT);
         assert_eq!(text(res).await, "tea");
     }
-    assert_eq!(send(&app, get_req("/fail")).await.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        send(&app, get_req("/fail")).await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
     assert_eq!(send(&app, get_req("/ok")).await.status(), StatusCode::OK);
     assert_eq!(remaining(&limiter).await, 8);
 }
@@ -270,7 +279,11 @@ async fn a_disconnect_is_counted_by_default_and_refunded_when_asked() {
         eventually_remaining(&limiter, expected).await;
         // and stays so
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(remaining(&limiter).await, expected, "refund_on_disconnect({refund})");
+        assert_eq!(
+            remaining(&limiter).await,
+            expected,
+            "refund_on_disconnect({refund})"
+        );
     }
 }
 

@@ -441,7 +441,12 @@ impl fmt::Debug for RateLimitLayer {
             .field("plans", &c.plans.as_ref().map(|(p, _)| p))
             .field("shadow", &c.shadow)
             .field("near_limit", &c.near_limit.as_ref().map(|n| n.fraction))
-            .field("settle", &c.settle.as_ref().map(|s| (s.refund.len(), s.refund_on_disconnect, &s.cost)))
+            .field(
+                "settle",
+                &c.settle
+                    .as_ref()
+                    .map(|s| (s.refund.len(), s.refund_on_disconnect, &s.cost)),
+            )
             .finish()
     }
 }

@@ -100,7 +100,12 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
-        if self.config.settle.as_ref().is_some_and(|s| s.cost.is_some()) {
+        if self
+            .config
+            .settle
+            .as_ref()
+            .is_some_and(|s| s.cost.is_some())
+        {
             // (on every path, so that a handler can always extract it)
             parts.extensions.insert(super::UsageReporter::default());
         }

@@ -236,7 +236,10 @@ impl SettleGuard {
             return Some(self);
         }
         let known = self.config.cost.as_ref().and_then(|c| c.of_head(head));
-        self.actual = match (known, std::mem::replace(&mut self.actual, Actual::Fixed(units))) {
+        self.actual = match (
+            known,
+            std::mem::replace(&mut self.actual, Actual::Fixed(units)),
+        ) {
             (Some(units), _) => Actual::Fixed(units),
             (None, Actual::Reported(reporter)) => Actual::Reported(reporter),
             (None, Actual::Fixed(_)) => Actual::Fixed(units),
