@@ -11,6 +11,7 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::settle::SettleGuard;
 use crate::decision::Lease;
 use crate::limiter::RateLimiter;
 
@@ -272,6 +273,9 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
 pub(crate) struct LeaseGuard {
     limiter: RateLimiter,
     lease: Option<Lease>,
+    /// A reservation to settle when the body ends (before the lease's
+    /// release), or, dropped, in a task of its own.
+    settle: Option<SettleGuard>,
     /// The `ratelimit_leases` gauge's part (feature `metrics`).
     _count: Option<super::metrics::LeaseCount>,
 }
@@ -281,8 +285,25 @@ impl LeaseGuard {
         Self {
             limiter,
             lease: Some(lease),
+            settle: None,
             _count: None,
         }
+    }
+
+    /// A guard that only settles `settle` (no lease).
+    pub(crate) fn settling(limiter: RateLimiter, settle: SettleGuard) -> Self {
+        Self {
+            limiter,
+            lease: None,
+            settle: Some(settle),
+            _count: None,
+        }
+    }
+
+    /// Settles `settle` too, before the lease is released.
+    pub(crate) fn and_settle(mut self, settle: SettleGuard) -> Self {
+        self.settle = Some(settle);
+        self
     }
 
     /// Counts the lease in the `ratelimit_leases` gauge while it is held.
@@ -295,10 +316,18 @@ impl LeaseGuard {
     /// store's own timeout; a failure is logged (the lease then expires after
     /// its lease timeout), never returned.
     pub(crate) fn release(mut self) -> Release {
-        Release::new(self.lease.take().map(|lease| {
+        let settle = self.settle.take().and_then(SettleGuard::settle);
+        let lease = self.lease.take().map(|lease| {
             let limiter = self.limiter.clone();
             release_future(limiter, lease)
-        }))
+        });
+        Release::new(match (settle, lease) {
+            (Some(settle), Some(lease)) => Some(Box::pin(async move {
+                settle.await;
+                lease.await;
+            })),
+            (settle, lease) => settle.or(lease),
+        })
     }
 }
 
@@ -397,6 +426,7 @@ impl fmt::Debug for LeaseGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseGuard")
             .field("lease", &self.lease)
+            .field("settle", &self.settle)
             .finish()
     }
 }

@@ -33,6 +33,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::limiter::{RateLimiter, boxed_in_place};
 use crate::plans::ActivePlan;
+use crate::settle::Reservation;
 
 /// What the check of a request found before any store call.
 // (a decision inline: boxing it would cost the allocation this avoids)
@@ -81,6 +82,9 @@ pub(crate) struct Checked {
     pub(crate) cost: u64,
     /// Shadow mode (the layer's or the plan's): a denial lets the request through.
     pub(crate) shadow: bool,
+    /// The reservation of an admitted request, for a layer that settles
+    /// after the response (its decision is the verdict's).
+    pub(crate) reservation: Option<Reservation>,
 }
 
 impl Checked {
@@ -143,7 +147,8 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
             }
         },
     };
-    let cost = config.cost.as_ref().map_or(1, |cost| cost(parts));
+    let estimate = config.settle.as_ref().and_then(|s| s.estimate(parts));
+    let cost = estimate.unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)));
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
     let limiter = limiter_of(config, plan.as_deref());
     let plan_name = plan.as_deref().map_or("", ActivePlan::name);
@@ -169,7 +174,10 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     }
     // A memory store decides at once: no future, no store error.
     let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
-    if let Some(decision) = limiter.decide_now(&key, cost) {
+    // (a layer that settles takes a reservation: always the store call)
+    if config.settle.is_none()
+        && let Some(decision) = limiter.decide_now(&key, cost)
+    {
         remember(
             config,
             plan.as_deref(),
@@ -185,6 +193,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
             plan,
             cost,
             shadow,
+            reservation: None,
         })));
     }
     Check::Store(Pending::Store(boxed_in_place(|| {
@@ -221,7 +230,19 @@ async fn decide(
     let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
     let timer = metrics::start();
     // (`Check` is small: the store's own future, kilobytes, is on the heap)
-    let result = limiter.check_n(&key, cost).await;
+    let mut reservation = None;
+    let result = if config.settle.is_some() {
+        match limiter.reserve_n(&key, cost).await {
+            Ok(r) => {
+                let decision = r.decision().clone();
+                reservation = Some(r);
+                Ok(decision)
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        limiter.check_n(&key, cost).await
+    };
     metrics::store_call(config.name, plan_name, timer);
     let verdict = match result {
         Ok(decision) => {
@@ -292,6 +313,7 @@ async fn decide(
         plan,
         cost,
         shadow,
+        reservation,
     }
 }
 

@@ -20,6 +20,7 @@ use crate::store::MemoryStore;
 
 use super::near::NearLimitHook;
 use super::plan::PlanResolver;
+use super::settle::SettleConfig;
 
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -59,6 +60,9 @@ pub(crate) struct Config {
     /// generation), made on first need.
     pub(crate) fallback_store: Option<MemoryStore>,
     pub(crate) fallbacks: Arc<Mutex<HashMap<&'static str, (u64, RateLimiter)>>>,
+    /// Refunds by response and costs from the response: requests are then
+    /// admitted with a reservation, settled after the response.
+    pub(crate) settle: Option<Arc<SettleConfig>>,
 }
 
 impl Config {
@@ -86,6 +90,7 @@ impl Config {
             name,
             fallback_store: None,
             fallbacks: Arc::default(),
+            settle: None,
         }
     }
 }

@@ -20,6 +20,7 @@ use super::headers::RateHeaders;
 use super::metrics::{self, LeaseCount, Outcome};
 use super::outcome::RateLimitOutcome;
 use super::response;
+use super::settle::{SettleGuard, UsageReporter};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::middleware::RateLimit).
@@ -50,6 +51,8 @@ mod sealed {
 struct Extra {
     headers: Option<RateHeaders>,
     lease: Option<LeaseGuard>,
+    /// The reservation to settle once the response is known.
+    settle: Option<SettleGuard>,
 }
 
 pin_project! {
@@ -212,7 +215,23 @@ where
                     if let Some(h) = extra.headers {
                         h.apply(res.headers_mut());
                     }
-                    let Some(lease) = extra.lease else {
+                    // The head is known: what the reservation settles to
+                    // (settled with the lease's release, when the body ends).
+                    let (settle, res) = match extra.settle {
+                        None => (None, res),
+                        Some(guard) => {
+                            let (head, body) = res.into_parts();
+                            (guard.at_head(&head), Response::from_parts(head, body))
+                        }
+                    };
+                    let lease = match (extra.lease, settle) {
+                        (Some(lease), Some(settle)) => Some(lease.and_settle(settle)),
+                        (lease, None) => lease,
+                        (None, Some(settle)) => {
+                            Some(LeaseGuard::settling(settle.limiter().clone(), settle))
+                        }
+                    };
+                    let Some(lease) = lease else {
                         state.set(State::Done);
                         return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b))));
                     };
@@ -290,7 +309,7 @@ impl<F, ReqBody> Next<Called<F>, ReqBody> {
 /// with `call` (at once, or after a delay), the decision and outcome in the
 /// request's extensions and the headers for its response.
 fn after<F, ReqBody>(
-    checked: Checked,
+    mut checked: Checked,
     mut request: Request<ReqBody>,
     config: &Arc<Config>,
     call: impl FnOnce(Request<ReqBody>) -> Next<F, ReqBody>,
@@ -300,6 +319,7 @@ fn after<F, ReqBody>(
         Next::Answer(r) => Next::Answer(r),
         Next::Delay(s, r, e) => Next::Delay(s, r, e),
     };
+    let reservation = checked.reservation.take();
     let plan = checked.plan_name();
     if let Some(p) = &checked.plan {
         request.extensions_mut().insert(p.clone());
@@ -347,6 +367,7 @@ fn after<F, ReqBody>(
         let extra = Extra {
             headers: config.shadow_headers.then(|| headers.without_retry_after()),
             lease: None,
+            settle: None,
         };
         return called(call(request), extra);
     }
@@ -381,12 +402,27 @@ fn after<F, ReqBody>(
             error,
         },
     };
+    let settle = match (reservation, &config.settle) {
+        (Some(reservation), Some(settle)) => {
+            let limiter = checked.limiter(config).clone();
+            let reporter = request.extensions().get::<UsageReporter>().cloned();
+            Some(SettleGuard::new(
+                limiter,
+                reservation,
+                settle.clone(),
+                config.counters.clone(),
+                reporter,
+            ))
+        }
+        _ => None,
+    };
     let extensions = request.extensions_mut();
     extensions.insert(decision);
     extensions.insert(outcome);
     let extra = Extra {
         headers: Some(headers),
         lease,
+        settle,
     };
     match delay {
         Some(d) => Next::Delay(Box::pin(tokio::time::sleep(d)), request, extra),

@@ -21,6 +21,7 @@ use crate::plans::Plans;
 
 use super::near::{NearLimit, NearLimitFn, NearLimitHook};
 use super::plan::PlanResolver;
+use super::settle::{ResponseCost, SettleConfig};
 
 /// Applies [`RateLimit`] to services: a [`RateLimiter`] and a
 /// [`KeyExtractor`], plus options set with by-value methods.
@@ -297,6 +298,93 @@ impl RateLimitLayer {
         })
     }
 
+    fn settling(self, f: impl FnOnce(&mut SettleConfig)) -> Self {
+        self.with(|c| {
+            let mut settle = c.settle.as_deref().cloned().unwrap_or_default();
+            f(&mut settle);
+            c.settle = Some(Arc::new(settle));
+        })
+    }
+
+    /// Does not count requests answered with a failure (status 400 and
+    /// above): they are refunded once the response head is known. Same as
+    /// `refund_when(|res| res.status.is_client_error() || res.status.is_server_error())`.
+    ///
+    /// Like every refund option, this admits requests with
+    /// [`RateLimiter::reserve_n`] (the cost reserved, denied if it does not
+    /// fit) and settles after the response: to 0 when refunded, else not at
+    /// all (no store call). The refund is made when the response body ends
+    /// (before its last frame is handed out), or in a task when the body is
+    /// dropped; a body whole in its first frame is settled before the
+    /// response is returned. Refunds follow each strategy's give-back (see
+    /// [`RateLimiter::settle`]): a leaky-bucket or concurrency quota gives
+    /// nothing back. A request decided by a
+    /// [`Fallback`](super::FailurePolicy::Fallback) store is never settled.
+    pub fn skip_failed(self) -> Self {
+        self.refund_when(|res: &http::response::Parts| {
+            res.status.is_client_error() || res.status.is_server_error()
+        })
+    }
+
+    /// Does not count requests answered with success (status below 400):
+    /// only failures count, say failed logins. See [`skip_failed`](Self::skip_failed).
+    pub fn skip_successful(self) -> Self {
+        self.refund_when(|res: &http::response::Parts| res.status.as_u16() < 400)
+    }
+
+    /// Does not count requests whose response head `refund` returns true for
+    /// (several predicates: any of them). See [`skip_failed`](Self::skip_failed).
+    pub fn refund_when<F>(self, refund: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
+    {
+        self.settling(|s| s.refund.push(Arc::new(refund)))
+    }
+
+    /// Whether a request whose client went away before its response head
+    /// (the response future dropped) is refunded; default `false`: it is
+    /// counted (as its estimate, or what its [`UsageReporter`](super::UsageReporter)
+    /// reported). An inner service's error counts as such a disconnect.
+    /// `true` also turns reservations on (see [`skip_failed`](Self::skip_failed)).
+    pub fn refund_on_disconnect(self, refund: bool) -> Self {
+        if !refund && self.config.settle.is_none() {
+            return self;
+        }
+        self.settling(|s| s.refund_on_disconnect = refund)
+    }
+
+    /// Counts each request at its real cost, known only from its response
+    /// (usage-based limits: tokens of a language model): the layer reserves
+    /// the request's estimate, denied if it does not fit, and settles to the
+    /// real cost after the response, from a header, a response extension or
+    /// the [`UsageReporter`](super::UsageReporter) in the request's
+    /// extensions (see [`ResponseCost`]). An overspending caller is charged
+    /// the excess as a debt: denied until it is repaid at the quota's rate.
+    /// Settled once, when the body ends or is dropped; a failed settle is
+    /// logged (feature `tracing`) and counted in [`Stats::settle_errors`].
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::middleware::ResponseCost;
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tokens = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quota(Quota::token_bucket(Rate::per_minute(10_000)).name("tokens"))
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(tokens, key::PeerIp).cost_from_response(
+    ///     ResponseCost::new()
+    ///         .estimate(|_req: &http::request::Parts| 500)
+    ///         .header(http::HeaderName::from_static("x-tokens-used")),
+    /// );
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cost_from_response(self, cost: ResponseCost) -> Self {
+        self.settling(|s| s.cost = Some(cost))
+    }
+
     /// The `limiter` label of the layer's metrics (feature `metrics`;
     /// default: the limiter's key prefix, or the plans' prefix).
     pub fn name(self, name: &str) -> Self {
@@ -353,6 +441,12 @@ impl fmt::Debug for RateLimitLayer {
             .field("plans", &c.plans.as_ref().map(|(p, _)| p))
             .field("shadow", &c.shadow)
             .field("near_limit", &c.near_limit.as_ref().map(|n| n.fraction))
+            .field(
+                "settle",
+                &c.settle
+                    .as_ref()
+                    .map(|s| (s.refund.len(), s.refund_on_disconnect, &s.cost)),
+            )
             .finish()
     }
 }

@@ -82,9 +82,10 @@ macro_rules! event {
 //   failure policy → `Verdict` (plans: the quotas chosen per request there;
 //   shadow mode: a "would have denied" verdict and outcome);
 // - future.rs: `ResponseFuture`: verdict → (delay) → inner call → headers;
-// - body.rs: `ResponseBody` and the lease released when it ends (settling a
-//   reservation after the response would hook in here and in future.rs,
-//   once the response head is out);
+// - body.rs: `ResponseBody` and the lease released when it ends (and the
+//   reservation settled then, see settle.rs);
+// - settle.rs: refunds by response, costs from the response: the
+//   reservation's `SettleGuard`, resolved at the response head (future.rs);
 // - headers.rs, response.rs: what the answers carry; policy.rs:
 //   `FailurePolicy`, `MissingKey`; outcome.rs: `RateLimitOutcome`;
 //   stats.rs: counters (metrics: one labelled counter per outcome);
@@ -104,6 +105,7 @@ mod plan;
 mod policy;
 mod response;
 mod service;
+mod settle;
 mod stats;
 
 pub use self::body::ResponseBody;
@@ -116,4 +118,5 @@ pub use self::plan::{PlanFromExtension, PlanFromHeader, PlanResolver};
 pub use self::policy::{FailurePolicy, MissingKey};
 pub use self::response::{problem_json, text_plain};
 pub use self::service::RateLimit;
+pub use self::settle::{ResponseCost, UsageReporter};
 pub use self::stats::Stats;

@@ -102,6 +102,15 @@ where
         let (mut parts, body) = request.into_parts();
         if self
             .config
+            .settle
+            .as_ref()
+            .is_some_and(|s| s.cost.is_some())
+        {
+            // (on every path, so that a handler can always extract it)
+            parts.extensions.insert(super::UsageReporter::default());
+        }
+        if self
+            .config
             .bypass
             .as_ref()
             .is_some_and(|bypass| bypass(&parts))

@@ -25,6 +25,9 @@ pub struct Stats {
     /// Denials let through by shadow mode (the layer's or the plan's):
     /// requests that would have been denied.
     pub shadow_denied: u64,
+    /// Settles of a reservation after the response (refunds, costs from the
+    /// response) that failed: the reserved units stayed counted.
+    pub settle_errors: u64,
 }
 
 impl Stats {
@@ -35,6 +38,7 @@ impl Stats {
             store_errors: c.store_errors.load(Ordering::Relaxed),
             fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
             shadow_denied: c.shadow_denied.load(Ordering::Relaxed),
+            settle_errors: c.settle_errors.load(Ordering::Relaxed),
         }
     }
 }
@@ -47,6 +51,7 @@ pub(crate) struct Counters {
     pub(crate) store_errors: AtomicU64,
     pub(crate) fallback_decisions: AtomicU64,
     pub(crate) shadow_denied: AtomicU64,
+    pub(crate) settle_errors: AtomicU64,
     /// When the last store-failure warning was logged (ms since `WARN_EPOCH`, plus one).
     last_warning_ms: AtomicU64,
     /// Store failures not logged since the last warning.
