@@ -324,6 +324,7 @@ mod tests {
             name: QuotaName::intern(name),
             limit,
             window: Duration::from_secs(window),
+            shadow: false,
         };
         Decision {
             allowed,
