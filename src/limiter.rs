@@ -1163,6 +1163,33 @@ mod tests {
     }
 
     #[test]
+    fn shadow_quotas_reject_leases_reservations_and_blocks_that_could_not_apply() {
+        use crate::{MemoryStore, Rate};
+        let q = || Quota::gcra(Rate::per_second(10));
+        let b = || RateLimiter::builder().store(MemoryStore::new());
+        let e = err(b().quota(q()).quota(Quota::concurrency(2).shadow(true)));
+        assert_eq!(e.field(), "quota[1].shadow");
+        let e = err(b()
+            .quota(q())
+            .quota(q().name("new").shadow(true))
+            .local_reservations(4));
+        assert_eq!(e.field(), "local_reservations");
+        assert!(e.to_string().contains("quota[1]"), "{e}");
+        let e = err(b()
+            .quota(q().shadow(true))
+            .block_for(Duration::from_secs(1)));
+        assert_eq!(e.field(), "block_for");
+        let e = err(b().quota(q().shadow(true)).blocking());
+        assert_eq!(e.field(), "blocking");
+        // an enforced quota beside: blocks apply (on the enforced verdict)
+        b().quota(q())
+            .quota(q().name("new").shadow(true))
+            .block_for(Duration::from_secs(1))
+            .build()
+            .unwrap();
+    }
+
+    #[test]
     fn keys_that_could_steer_slots_or_bloat_memory_are_hashed() {
         assert_eq!(storable_key(b"user:42"), &b"user:42"[..]);
         assert_eq!(storable_key("caf\u{e9}".as_bytes()), "caf\u{e9}".as_bytes());

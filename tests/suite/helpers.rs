@@ -166,5 +166,10 @@ pub(crate) async fn clock_script(
 /// Remaining and allowed of a two-quota decision's quotas.
 pub(crate) fn state_plain(d: &Decision) -> (u64, bool, u64, bool) {
     let q: Vec<_> = d.quotas().collect();
-    (q[0].remaining(), q[0].allowed(), q[1].remaining(), q[1].allowed())
+    (
+        q[0].remaining(),
+        q[0].allowed(),
+        q[1].remaining(),
+        q[1].allowed(),
+    )
 }
