@@ -21,7 +21,9 @@ pub(crate) mod root {
     /// [`reset_after`](Self::reset_after) and [`quota`](Self::quota) describe
     /// the quota that bound the decision: when denied, the denying quota that
     /// frees up last; when allowed, the one with the fewest requests left.
-    /// Every quota's own state is in [`quotas`](Self::quotas).
+    /// Only enforced quotas bind (a [shadow](crate::Quota::shadow) quota
+    /// binds only in a limiter whose quotas are all shadow). Every quota's
+    /// own state is in [`quotas`](Self::quotas).
     ///
     /// A decision is small (about a hundred bytes) and computes its durations
     /// when asked: a limiter with one or two quotas answers without
@@ -47,6 +49,20 @@ pub(crate) mod root {
         /// Whether the request was denied: `!allowed()`.
         pub fn denied(&self) -> bool {
             !self.allowed
+        }
+
+        /// Whether a [shadow](crate::Quota::shadow) quota would have denied
+        /// this allowed request (that quota consumed nothing; its own state
+        /// is in [`quotas`](Self::quotas)). Always false for a denied
+        /// request and for a limiter without shadow quotas.
+        pub fn shadow_denied(&self) -> bool {
+            self.allowed
+                && self
+                    .parts
+                    .as_slice()
+                    .iter()
+                    .zip(self.templates.iter())
+                    .any(|(p, t)| t.shadow && !p.allowed)
         }
 
         fn binding(&self) -> (&Part, &super::Template) {
@@ -162,6 +178,7 @@ pub(crate) mod root {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.debug_struct("Decision")
                 .field("allowed", &self.allowed)
+                .field("shadow_denied", &self.shadow_denied())
                 .field("limit", &self.limit())
                 .field("remaining", &self.remaining())
                 .field("reset_after", &self.reset_after())
@@ -311,6 +328,8 @@ pub(crate) struct Template {
     pub(crate) name: QuotaName,
     pub(crate) limit: u64,
     pub(crate) window: Duration,
+    /// [`Quota::shadow`](crate::Quota::shadow).
+    pub(crate) shadow: bool,
 }
 
 /// A limiter's [`Template`]s, in its order (interned: see [`Templates::intern`]).
@@ -375,11 +394,13 @@ pub struct QuotaDecision {
     remaining: u64,
     reset_after: Duration,
     retry_after: Option<Duration>,
+    shadow: bool,
 }
 
 impl QuotaDecision {
     fn new(t: &Template, p: &Part) -> Self {
         QuotaDecision {
+            shadow: t.shadow,
             name: t.name,
             allowed: p.allowed,
             limit: t.limit,
@@ -395,9 +416,16 @@ impl QuotaDecision {
         self.name
     }
 
-    /// Whether this quota alone would allow the request.
+    /// Whether this quota alone would allow the request (for a
+    /// [shadow](crate::Quota::shadow) quota: whether it would have).
     pub fn allowed(&self) -> bool {
         self.allowed
+    }
+
+    /// Whether the quota is in [shadow](crate::Quota::shadow) mode: its
+    /// verdict never denies the request.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The quota's limit (burst for bucket strategies).

@@ -204,10 +204,32 @@ impl RateLimiter {
         self.decide_sync(key, cost)
     }
 
+    /// Whether a check of `cost` is answered without a store call, and if so
+    /// whether it is allowed: denied when the cost exceeds an enforced
+    /// quota's capacity; allowed (nothing consumed) when it exceeds every
+    /// quota's, all of them [shadow](Quota::shadow). Otherwise the cost is at
+    /// most some enforced quota's capacity (or, all quotas shadow, some
+    /// quota's), so every cost a store sees is exact in its arithmetic (a
+    /// shadow quota whose capacity it exceeds denies it in the store).
+    fn never_fits(&self, cost: u64) -> Option<bool> {
+        let quotas = &self.inner.quotas;
+        if quotas.iter().any(|q| !q.shadow && cost > q.capacity()) {
+            return Some(false);
+        }
+        // (here every quota whose capacity the cost exceeds is shadow)
+        quotas.iter().all(|q| cost > q.capacity()).then_some(true)
+    }
+
+    /// Whether every quota is [shadow](Quota::shadow): the limiter then
+    /// allows every request, as a shadow layer.
+    fn all_shadow(&self) -> bool {
+        self.inner.quotas.iter().all(|q| q.shadow)
+    }
+
     /// [`decide_now`](Self::decide_now) without local reservations.
     fn decide_sync(&self, key: &[u8], cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
-        if inner.quotas.iter().any(|q| cost > q.capacity()) {
+        if let Some(allowed) = self.never_fits(cost) {
             // Never fits: no store call, so a huge cost costs nothing (and every
             // cost a store sees is at most a capacity, exact in its arithmetic).
             let parts = inner.quotas.iter().map(|q| Part {
@@ -216,7 +238,7 @@ impl RateLimiter {
                 reset_us: 0,
                 retry_us: NEVER,
             });
-            return Some(self.decision(false, parts.collect(), 0, None));
+            return Some(self.decision(allowed, parts.collect(), 0, None));
         }
         let Bound::Memory(store, scopes) = &inner.store else {
             return None;
@@ -251,8 +273,10 @@ impl RateLimiter {
             block_us: inner.block,
         };
         let outcome = inner.store.decide(call).await?;
-        let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys));
-        Ok(self.decision_of(outcome.allowed, outcome.quotas.iter().copied(), lease))
+        // (a lone shadow quota's script reports its own verdict)
+        let allowed = outcome.allowed || self.all_shadow();
+        let lease = self.lease(allowed, cost, nonce, || (base, keys));
+        Ok(self.decision_of(allowed, outcome.quotas.iter().copied(), lease))
     }
 
     /// A decision of the memory store: no storage-key strings (unless a
@@ -270,11 +294,17 @@ impl RateLimiter {
         let now_us = inner.clock.manual_now_us();
         if let ([scope], [quota]) = (scopes, inner.quotas.as_slice()) {
             let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
-            let lease = self.lease(raw.ok, cost, nonce, || self.keys_of(&user));
+            // a lone shadow quota never denies, nor delays
+            let allowed = raw.ok || quota.shadow;
+            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
             return Decision {
-                allowed: raw.ok,
+                allowed,
                 binding: 0,
-                delay_us: raw.delay.max(0) as u64,
+                delay_us: if quota.shadow {
+                    0
+                } else {
+                    raw.delay.max(0) as u64
+                },
                 parts: Parts::one(Part::from(raw)),
                 templates: inner.templates,
                 lease,
@@ -302,7 +332,14 @@ impl RateLimiter {
         };
         let allowed = store.decide(&call, out);
         let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
-        let delay = out.iter().map(|r| r.delay.max(0) as u64).max().unwrap_or(0);
+        // (a shadow quota never delays the request)
+        let delay = out
+            .iter()
+            .zip(&inner.quotas)
+            .filter(|(_, q)| !q.shadow)
+            .map(|(r, _)| r.delay.max(0) as u64)
+            .max()
+            .unwrap_or(0);
         self.decision(
             allowed,
             out.iter().map(|&r| Part::from(r)).collect(),
@@ -321,7 +358,7 @@ impl RateLimiter {
     ) -> Result<(Decision, i64, Vec<u8>, Vec<String>), StoreError> {
         let inner = &*self.inner;
         let user = storable_key(key).into_owned();
-        if inner.quotas.iter().any(|q| cost > q.capacity())
+        if self.never_fits(cost).is_some()
             && let Some(d) = self.decide_sync(key, cost)
         {
             return Ok((d, 0, user, Vec::new()));
@@ -338,8 +375,9 @@ impl RateLimiter {
             block_us: inner.block,
         };
         let (outcome, now) = inner.store.take(self.settle_scripts(), call, &user).await?;
-        let lease = self.lease(outcome.allowed, cost, nonce, || (base, keys.clone()));
-        let d = self.decision_of(outcome.allowed, outcome.quotas.iter().copied(), lease);
+        let allowed = outcome.allowed || self.all_shadow();
+        let lease = self.lease(allowed, cost, nonce, || (base, keys.clone()));
+        let d = self.decision_of(allowed, outcome.quotas.iter().copied(), lease);
         Ok((d, now, user, keys))
     }
 
@@ -570,8 +608,12 @@ impl RateLimiter {
     ) -> Decision {
         let mut delay = 0;
         let parts = outcomes
-            .map(|o| {
-                delay = delay.max(as_micros(o.delay));
+            .zip(&self.inner.quotas)
+            .map(|(o, q)| {
+                // (a shadow quota never delays the request)
+                if !q.shadow {
+                    delay = delay.max(as_micros(o.delay));
+                }
                 Part {
                     allowed: o.allowed,
                     remaining: o.remaining,
@@ -592,16 +634,22 @@ impl RateLimiter {
         lease: Option<Lease>,
     ) -> Decision {
         let all = parts.as_slice();
+        // only enforced quotas bind (all of them when every quota is shadow)
+        let templates = self.inner.templates;
+        let all_shadow = templates.iter().all(|t| t.shadow);
+        let binds = |i: &usize| all_shadow || !templates[*i].shadow;
         let binding = if all.len() == 1 {
             0
         } else if allowed {
             // the fewest requests left
             (0..all.len())
+                .filter(binds)
                 .min_by_key(|&i| all[i].remaining)
                 .unwrap_or(0)
         } else {
             // a denial that never fits, else the one that frees up last
             (0..all.len())
+                .filter(binds)
                 .filter(|&i| !all[i].allowed)
                 .max_by_key(|&i| all[i].retry_us)
                 .unwrap_or(0)
@@ -908,6 +956,7 @@ impl RateLimiterBuilder {
                     name,
                     limit: spec.capacity(),
                     window: spec.rate.period(),
+                    shadow: spec.shadow,
                 })
                 .collect(),
         );
@@ -933,6 +982,27 @@ impl RateLimiterBuilder {
         if block.is_some() {
             // the block key: `!` is no strategy's key tag
             key_suffixes.push(":!".to_owned());
+        }
+        if let Some(i) = specs.iter().position(|q| q.shadow) {
+            if self.reservations.is_some_and(|n| n > 1) {
+                return Err(ConfigError::new(
+                    "local_reservations",
+                    format!(
+                        "not with shadow quotas (quota[{i}]): a reservation takes units from every quota at once"
+                    ),
+                ));
+            }
+            if block.is_some() && specs.iter().all(|q| q.shadow) {
+                let field = if self.block.is_some() {
+                    "block_for"
+                } else {
+                    "blocking"
+                };
+                return Err(ConfigError::new(
+                    field,
+                    "every quota is shadow: such a limiter never denies, so it cannot block",
+                ));
+            }
         }
         let reserve = validate_reservations(self.reservations, self.hold, &specs)?;
         let store = store.bind(&specs, &prefix, &key_suffixes, block);
@@ -1104,6 +1174,33 @@ mod tests {
             e.to_string(),
             "invalid rate limiter configuration: quota[1].burst: must be at least 1"
         );
+    }
+
+    #[test]
+    fn shadow_quotas_reject_leases_reservations_and_blocks_that_could_not_apply() {
+        use crate::{MemoryStore, Rate};
+        let q = || Quota::gcra(Rate::per_second(10));
+        let b = || RateLimiter::builder().store(MemoryStore::new());
+        let e = err(b().quota(q()).quota(Quota::concurrency(2).shadow(true)));
+        assert_eq!(e.field(), "quota[1].shadow");
+        let e = err(b()
+            .quota(q())
+            .quota(q().name("new").shadow(true))
+            .local_reservations(4));
+        assert_eq!(e.field(), "local_reservations");
+        assert!(e.to_string().contains("quota[1]"), "{e}");
+        let e = err(b()
+            .quota(q().shadow(true))
+            .block_for(Duration::from_secs(1)));
+        assert_eq!(e.field(), "block_for");
+        let e = err(b().quota(q().shadow(true)).blocking());
+        assert_eq!(e.field(), "blocking");
+        // an enforced quota beside: blocks apply (on the enforced verdict)
+        b().quota(q())
+            .quota(q().name("new").shadow(true))
+            .block_for(Duration::from_secs(1))
+            .build()
+            .unwrap();
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub struct Quota {
     rate: Rate,
     burst: Option<u64>,
     name: Option<String>,
+    shadow: bool,
 }
 
 impl Quota {
@@ -54,6 +55,7 @@ impl Quota {
             rate,
             burst: None,
             name: None,
+            shadow: false,
         }
     }
 
@@ -120,6 +122,34 @@ impl Quota {
         self
     }
 
+    /// Shadow mode for this quota alone: it is checked and counted with the
+    /// limiter's other quotas, in the same store call, but never denies.
+    ///
+    /// A request is allowed when every enforced (non-shadow) quota allows
+    /// it; it then consumes every enforced quota, and a shadow quota only if
+    /// that quota would allow it on its own (a shadow quota that would deny
+    /// consumes nothing, as if it were enforced alone). A denied request
+    /// consumes nothing anywhere. The [`Decision`](crate::Decision) reports
+    /// each quota's own verdict in [`quotas`](crate::Decision::quotas), and
+    /// [`shadow_denied`](crate::Decision::shadow_denied) tells whether a
+    /// shadow quota would have denied an allowed request; the binding quota
+    /// (limit, remaining, headers) is an enforced one. A limiter whose
+    /// quotas are all shadow always allows (as a shadow layer).
+    ///
+    /// The flag is not part of the storage key: turning shadow mode off (the
+    /// same quota, enforced) keeps the state it counted. Concurrency quotas
+    /// cannot be shadow (rejected at build, `quota[i].shadow`), nor can a
+    /// limiter with local reservations have shadow quotas.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Whether the quota is in [`shadow`](Self::shadow) mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// Whether a name was set with [`name`](Self::name).
     pub(crate) fn has_name(&self) -> bool {
         self.name.is_some()
@@ -177,6 +207,15 @@ impl Quota {
             ));
         }
         let spec = self.strategy.spec();
+        if self.shadow && spec.holds_leases {
+            return Err(ConfigError::new(
+                field("shadow"),
+                format!(
+                    "a {} quota cannot be shadow: a lease held in shadow mode would still keep others out",
+                    self.strategy
+                ),
+            ));
+        }
         if let Some(bound) = &spec.count_bound
             && count > bound.max
         {
@@ -266,6 +305,7 @@ impl Quota {
             interval_us,
             name,
             rate: self.rate,
+            shadow: self.shadow,
         })
     }
 }
@@ -348,6 +388,9 @@ pub(crate) struct QuotaSpec {
     /// when these are equal (and the prefix is).
     pub(crate) key_id: String,
     pub(crate) rate: Rate,
+    /// [`Quota::shadow`]: checked and counted, never denies. Not part of
+    /// `key_id`: turning it off keeps the state.
+    pub(crate) shadow: bool,
 }
 
 impl QuotaSpec {
@@ -383,6 +426,7 @@ mod tests {
                 "quota[0].lease_timeout",
             ),
             (Quota::gcra(Rate::per_second(1)).name(""), "quota[0].name"),
+            (Quota::concurrency(2).shadow(true), "quota[0].shadow"),
             (
                 Quota::gcra(Rate::per_second(1)).name("a{b}"),
                 "quota[0].name",
@@ -436,6 +480,14 @@ mod tests {
         assert_eq!(named(Rate::per_minute(60)), "g1m/minute");
         assert_eq!(named(Rate::per_minute(90)), "g1m/minute");
         assert_eq!(named(Rate::per_hour(60)), "g1h/minute");
+        // shadow mode is no part of the storage key: turning it off keeps the state
+        assert_eq!(
+            id(Quota::gcra(Rate::per_minute(60))
+                .name("minute")
+                .shadow(true)),
+            "g1m/minute"
+        );
+        assert_eq!(id(Quota::gcra(Rate::per_minute(60)).shadow(true)), "g60/1m");
         // periods equal in one unit and not in another stay distinct
         assert_ne!(
             id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),

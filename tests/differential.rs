@@ -60,6 +60,7 @@ fn quota() -> impl proptest::strategy::Strategy<Value = Quota> {
 fn comparable(d: &Decision) -> impl PartialEq + std::fmt::Debug {
     (
         d.allowed(),
+        d.shadow_denied(),
         d.limit(),
         d.remaining(),
         d.reset_after(),
@@ -177,5 +178,24 @@ fn memory_and_redis_decide_identically_for_long_sliding_logs() {
     proptest!(ProptestConfig::with_cases(100), |(n in 10u64..60, ops in proptest::collection::vec(ops, 1..150))| {
         let q = Quota::sliding_window_log(Rate::new(n, Duration::from_secs(10)));
         rt.block_on(run_case(&server, vec![q], ops))?;
+    });
+}
+
+/// Shadow quotas (`Quota::shadow`, never on a concurrency quota) among
+/// enforced ones, and limiters of shadow quotas only.
+#[test]
+fn memory_and_redis_decide_identically_with_shadow_quotas() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let quotas = proptest::collection::vec((quota(), any::<bool>()), 1..4).prop_map(|qs| {
+        qs.into_iter()
+            .map(|(q, shadow)| {
+                let shadow = shadow && q.strategy() != Strategy::Concurrency;
+                q.shadow(shadow)
+            })
+            .collect::<Vec<_>>()
+    });
+    proptest!(ProptestConfig::with_cases(200), |(qs in quotas, ops in proptest::collection::vec(op(4_000_000), 1..60))| {
+        rt.block_on(run_case(&server, qs, ops))?;
     });
 }

@@ -329,3 +329,56 @@ async fn the_request_that_crosses_the_near_limit_fraction_is_flagged_once() {
     }
     assert_eq!(calls.load(Ordering::Relaxed), 2);
 }
+
+/// `Quota::shadow`: one quota of a limiter in shadow mode, in one store call.
+/// An allowed request that the shadow quota would have denied reaches the
+/// service as `ShadowDenied`, counted apart; the enforced quota still denies.
+#[tokio::test]
+async fn a_shadow_quota_of_a_limiter_yields_shadow_denied_and_never_blocks() {
+    let clock = clock();
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .prefix("shadow-quota")
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(4)).name("minute"))
+        .quota(
+            Quota::fixed_window(Rate::per_minute(2))
+                .name("new")
+                .shadow(true),
+        )
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, user);
+    let app = app(layer.clone());
+    for (i, (status, outcome)) in [
+        (StatusCode::OK, "allowed -"),
+        (StatusCode::OK, "allowed -"),
+        (StatusCode::OK, "shadow-denied -"),
+        (StatusCode::OK, "shadow-denied -"),
+        (StatusCode::TOO_MANY_REQUESTS, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), status, "#{i}");
+        // the enforced quota's headers; the shadow quota is no policy of the client's
+        assert_eq!(
+            header(&res, "ratelimit-policy"),
+            Some(r#""minute";q=4;w=60"#)
+        );
+        let remaining = 3usize.saturating_sub(i);
+        assert_eq!(
+            header(&res, "ratelimit"),
+            Some(format!(r#""minute";r={remaining};t=60"#).as_str()),
+            "#{i}"
+        );
+        if status == StatusCode::OK {
+            assert!(res.headers().get("retry-after").is_none());
+            assert_eq!(text(res).await, outcome, "#{i}");
+        }
+    }
+    let stats = layer.stats();
+    assert_eq!(stats.shadow_denied, 2);
+    assert_eq!(stats.denied, 1);
+}

@@ -346,6 +346,11 @@ fn remember(
     shadow: bool,
 ) {
     if decision.allowed() {
+        // a shadow quota of the limiter would have denied it
+        if decision.shadow_denied() {
+            Counters::bump(&config.counters.shadow_denied);
+            event!(debug, "would have rate limited (a shadow quota)");
+        }
         return;
     }
     if shadow {

@@ -371,7 +371,11 @@ fn after<F, ReqBody>(
         };
         return called(call(request), extra);
     }
-    let outcome = if fallback {
+    // (a shadow quota of the limiter would have denied it: Quota::shadow)
+    let shadow_denied = decision.shadow_denied();
+    let outcome = if shadow_denied {
+        Outcome::ShadowDenied
+    } else if fallback {
         Outcome::FallbackAllowed
     } else {
         Outcome::Allowed
@@ -396,6 +400,7 @@ fn after<F, ReqBody>(
         LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan))
     });
     let outcome = match store_error {
+        _ if shadow_denied => RateLimitOutcome::ShadowDenied(decision.clone()),
         None => RateLimitOutcome::Allowed(decision.clone()),
         Some(error) => RateLimitOutcome::Fallback {
             decision: decision.clone(),

@@ -94,8 +94,11 @@ impl Policy {
     pub(crate) fn new(limiter: &RateLimiter) -> Self {
         let specs = limiter.quota_specs();
         let mut s = String::with_capacity(32 * specs.len());
-        for (i, q) in specs.iter().enumerate() {
-            if i > 0 {
+        // a shadow quota (Quota::shadow) is no policy the client is held to,
+        // unless every quota is shadow (a shadow layer's headers)
+        let all_shadow = specs.iter().all(|q| q.shadow);
+        for q in specs.iter().filter(|q| all_shadow || !q.shadow) {
+            if !s.is_empty() {
                 s.push_str(", ");
             }
             push_sf_string(&mut s, &q.name);
@@ -324,6 +327,7 @@ mod tests {
             name: QuotaName::intern(name),
             limit,
             window: Duration::from_secs(window),
+            shadow: false,
         };
         Decision {
             allowed,

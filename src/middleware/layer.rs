@@ -247,9 +247,10 @@ impl RateLimitLayer {
     /// in shadow mode on its own.
     ///
     /// As for any denial, the store consumes nothing for a request it
-    /// denies: while a shadowed quota denies, the request is not counted
-    /// against the layer's other quotas either. Shadow a new quota in a
-    /// layer (or plan) of its own, stacked on the enforced one.
+    /// denies: while a quota of a shadowed layer denies, the request is not
+    /// counted against its other quotas either. To shadow one new quota
+    /// beside enforced ones, make that quota [shadow](crate::Quota::shadow)
+    /// instead (same limiter, same store call).
     pub fn shadow(self, shadow: bool) -> Self {
         self.with(|c| c.shadow = shadow)
     }

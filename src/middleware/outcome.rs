@@ -106,7 +106,10 @@ pub enum RateLimitOutcome {
     /// Shadow mode (the layer's [`shadow`](crate::RateLimitLayer::shadow) or
     /// the plan's): the store **would have denied** the request (the
     /// decision says why; nothing was consumed, as for any denial), and it
-    /// was let through.
+    /// was let through. Also an allowed decision of a limiter with a
+    /// [shadow quota](crate::Quota::shadow) that would have denied it
+    /// ([`Decision::shadow_denied`]): the enforced quotas were consumed, and
+    /// the decision's [`quotas`](Decision::quotas) say which would have denied.
     ShadowDenied(Decision),
     /// The request's [plan](crate::plans::Plan::unlimited) has no limits: no
     /// store call.

@@ -596,17 +596,27 @@ impl MemoryStore {
                 state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
             })
         };
+        // (the twin of lua/multi.lua; with shadow quotas, of its SHADOW form
+        // in src/store/redis/script.rs)
+        let shadow = |i: usize| call.quotas[i].shadow;
         if out.len() == 1 {
             out[0] = run(0, cost, true);
-            return (out[0].ok, now);
+            // a lone shadow quota never denies
+            return (out[0].ok || shadow(0), now);
         }
+        let mut all = true;
         for (i, r) in out.iter_mut().enumerate() {
             *r = run(i, cost, false);
+            if !r.ok && !shadow(i) {
+                all = false;
+            }
         }
-        let all = out.iter().all(|r| r.ok);
         if all && cost > 0 {
+            // every enforced quota, and each shadow quota that would allow
             for (i, r) in out.iter_mut().enumerate() {
-                *r = run(i, cost, true);
+                if r.ok {
+                    *r = run(i, cost, true);
+                }
             }
         } else if !all {
             for (i, r) in out.iter_mut().enumerate() {
@@ -615,7 +625,7 @@ impl MemoryStore {
                 }
             }
         }
-        (out.iter().all(|r| r.ok), now)
+        (all, now)
     }
 
     /// The rest and scopes of storage keys `{<tag>}<suffix>` under one tag

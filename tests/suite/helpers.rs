@@ -162,3 +162,14 @@ pub(crate) async fn clock_script(
     step(0, Duration::ZERO).await;
     out
 }
+
+/// Remaining and allowed of a two-quota decision's quotas.
+pub(crate) fn state_plain(d: &Decision) -> (u64, bool, u64, bool) {
+    let q: Vec<_> = d.quotas().collect();
+    (
+        q[0].remaining(),
+        q[0].allowed(),
+        q[1].remaining(),
+        q[1].allowed(),
+    )
+}

@@ -301,6 +301,103 @@ store_suite! {
         assert_eq!(lim.peek("u").await.unwrap().remaining(), 3);
     }
 
+    async fn a_shadow_quota_never_denies_and_consumes_only_what_it_would_allow(h: &impl Harness) {
+        let clock = ManualClock::new(T0);
+        let quotas = |shadow: bool| {
+            vec![
+                Quota::fixed_window(Rate::per_minute(5)).name("minute"),
+                Quota::fixed_window(Rate::per_minute(2)).name("tight").shadow(shadow),
+            ]
+        };
+        let lim = h.limiter("shadow", quotas(true), clock.clone().into());
+        // (remaining and allowed of minute, then of tight, and shadow_denied)
+        let state = |d: &tower_redis_ratelimit::Decision| {
+            let q: Vec<_> = d.quotas().collect();
+            assert!(!q[0].is_shadow() && q[1].is_shadow());
+            (q[0].remaining(), q[0].allowed(), q[1].remaining(), q[1].allowed(), d.shadow_denied())
+        };
+        for (cost, minute, tight, shadow_denied) in [(1, 4, 1, false), (1, 3, 0, false), (1, 2, 0, true), (2, 0, 0, true)] {
+            let d = lim.check_n("k", cost).await.unwrap();
+            assert!(d.allowed(), "cost {cost}");
+            // the binding quota is the enforced one, though tight has fewer left
+            assert_eq!((d.quota().as_str(), d.remaining()), ("minute", minute));
+            assert_eq!(state(&d), (minute, true, tight, tight > 0 || !shadow_denied, shadow_denied));
+            if shadow_denied {
+                let t = d.quota_named("tight").unwrap();
+                assert_eq!(t.retry_after(), Some(ms(60_000)));
+            }
+        }
+        // the enforced quota denies: nothing consumed, no shadow denial reported
+        let d = lim.check("k").await.unwrap();
+        assert!(d.denied() && !d.shadow_denied());
+        assert_eq!((d.quota().as_str(), d.retry_after()), ("minute", Some(ms(60_000))));
+        assert_eq!(state(&d), (0, false, 0, false, false));
+        clock.advance(ms(30_000));
+        assert_eq!(state(&lim.peek("k").await.unwrap()), (0, true, 0, true, false));
+        // a cost above the shadow quota's capacity: allowed, the shadow quota untouched
+        let d = lim.check_n("j", 5).await.unwrap();
+        assert!(d.allowed() && d.shadow_denied());
+        assert_eq!(state(&d), (0, true, 2, false, true));
+        assert_eq!(d.quota_named("tight").unwrap().retry_after(), None);
+        // denied by the enforced quota: the shadow quota, which would allow, is not consumed
+        let d = lim.check("j").await.unwrap();
+        assert!(d.denied());
+        assert_eq!(state(&d), (0, false, 2, true, false));
+        assert_eq!(state(&lim.peek("j").await.unwrap()), (0, true, 2, true, false));
+        // a shadow quota that allows is consumed
+        assert_eq!(state(&lim.check_n("m", 2).await.unwrap()), (3, true, 0, true, false));
+        assert_eq!(state(&lim.check("m").await.unwrap()), (2, true, 0, false, true));
+        // turning shadow mode off (same quotas, same names) keeps the state
+        let enforced = h.limiter("shadow", quotas(false), clock.clone().into());
+        assert_eq!(enforced.storage_keys("m"), lim.storage_keys("m"));
+        let d = enforced.check("m").await.unwrap();
+        assert!(d.denied() && !d.shadow_denied());
+        assert_eq!((d.quota().as_str(), d.retry_after()), ("tight", Some(ms(60_000))));
+        assert_eq!(state_plain(&d), (2, true, 0, false));
+        let d = enforced.check("j").await.unwrap();
+        assert!(d.denied());
+        assert_eq!(state_plain(&d), (0, false, 2, true));
+    }
+
+    async fn a_limiter_of_shadow_quotas_only_always_allows(h: &impl Harness) {
+        let clock = ManualClock::new(T0);
+        let one = |shadow: bool| {
+            vec![Quota::fixed_window(Rate::per_minute(1)).name("one").shadow(shadow)]
+        };
+        let lim = h.limiter("shadow1", one(true), clock.clone().into());
+        let d = lim.check("k").await.unwrap();
+        assert!(d.allowed() && !d.shadow_denied());
+        assert_eq!(d.remaining(), 0);
+        for cost in [1, 5] {
+            let d = lim.check_n("k", cost).await.unwrap();
+            assert!(d.allowed() && d.shadow_denied(), "cost {cost}");
+            assert_eq!((d.retry_after(), d.delay()), (None, None));
+            let q = d.quotas().next().unwrap();
+            assert!(!q.allowed() && q.is_shadow());
+        }
+        // two shadow quotas: each consumed iff it would allow
+        let two = h.limiter(
+            "shadow2",
+            vec![
+                Quota::fixed_window(Rate::per_minute(1)).name("one").shadow(true),
+                Quota::gcra(Rate::per_minute(3)).name("three").shadow(true),
+            ],
+            clock.clone().into(),
+        );
+        for (one, three) in [(0, 2), (0, 1), (0, 0)] {
+            let d = two.check("k").await.unwrap();
+            assert!(d.allowed());
+            let q: Vec<_> = d.quotas().map(|q| q.remaining()).collect();
+            assert_eq!(q, [one, three]);
+        }
+        let d = two.check("k").await.unwrap();
+        assert!(d.allowed() && d.shadow_denied());
+        assert!(d.quotas().all(|q| !q.allowed()));
+        // enforced again: the state counted in shadow mode denies
+        let enforced = h.limiter("shadow1", one(false), clock.clone().into());
+        denied(&enforced.check("k").await.unwrap(), 0, Some(ms(60_000)));
+    }
+
     async fn exactly_the_limit_is_admitted_under_concurrency_from_many_instances(h: &impl Harness) {
         for strategy in Strategy::ALL {
             let prefix = format!("exact-{}", strategy.as_str());

@@ -64,6 +64,7 @@ impl Prepared {
         .map(|v| v.to_string().into_bytes())
         .collect();
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
+        let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
         let fast_window = match quotas {
             [q] if q.strategy == Strategy::FixedWindow && block.is_none() => {
                 Some(FastWindow::new(q))
@@ -71,7 +72,7 @@ impl Prepared {
             _ => None,
         };
         Prepared {
-            decide: LimiterScript::for_quotas(&strategies, block),
+            decide: LimiterScript::for_quotas(&strategies, &shadow, block),
             quota_args,
             fast_window,
         }

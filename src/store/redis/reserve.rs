@@ -52,7 +52,11 @@ impl Scripts {
         };
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         Scripts {
-            take: LimiterScript::for_take(&strategies, block),
+            take: LimiterScript::for_take(
+                &strategies,
+                &quotas.iter().map(|q| q.shadow).collect::<Vec<_>>(),
+                block,
+            ),
             give_back: LimiterScript::for_give_back(&strategies),
             take_args: encode(take_args),
             give_back_args: encode(quotas.iter().flat_map(each).collect()),

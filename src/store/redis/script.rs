@@ -42,6 +42,24 @@ if all == 0 and cost > 0 and BLOCK_US > 0 then\n\
   end\n\
 end\n";
 const MULTI_OUT: &str = "local out = { tostring(all) }";
+/// Shadow quotas (`Quota::shadow`), in the scripts of limiters of several
+/// quotas with one at least (others are byte-identical without it): the
+/// flags are part of the script, `local SHADOW = { false, true }` (no
+/// argument to send or parse per call), and two lines of `multi.lua` change.
+/// A shadow quota's denial does not deny...
+const MULTI_DENIES: &str = "  if res[i][1] == 0 then all = 0 end\n";
+const SHADOW_DENIES: &str = "  if res[i][1] == 0 and not SHADOW[i] then all = 0 end\n";
+/// ...and an allowed request consumes every quota that would allow it: every
+/// enforced one, and each shadow one that would allow it on its own. (A
+/// lone shadow quota needs nothing in its script: its reply is its own
+/// verdict, which the limiter never takes as a denial.)
+const MULTI_APPLIES: &str = "  for i = 1, nq do res[i] = { run(i, cost, true) } end\n";
+const SHADOW_APPLIES: &str = concat!(
+    "  -- every enforced quota, and each shadow quota that would allow it\n",
+    "  for i = 1, nq do\n",
+    "    if res[i][1] == 1 then res[i] = { run(i, cost, true) } end\n",
+    "  end\n",
+);
 /// A take script's reply (one quota): `single.lua`'s, then the decision's
 /// `NOW` (the time the give-back needs to find what the take wrote).
 const TAKE_SINGLE_TAIL: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
@@ -56,15 +74,16 @@ impl LimiterScript {
     /// `block`: `None` without blocking, else the penalty of a denial in µs
     /// (0: blocks only come from `RateLimiter::block`); the block key is then
     /// the call's last key (`lua/block.lua`).
-    pub(crate) fn for_quotas(strategies: &[Strategy], block: Option<u64>) -> Self {
-        Self::assemble(strategies, false, block)
+    /// `shadow`: each quota's `Quota::shadow` flag (empty: none shadow).
+    pub(crate) fn for_quotas(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
+        Self::assemble(strategies, shadow, false, block)
     }
 
     /// The take script of a limiter with local reservations
     /// (`src/reserve.rs`): its decision script, without a fast path, that
     /// always reads the time and ends its reply with the decision's `NOW`.
-    pub(crate) fn for_take(strategies: &[Strategy], block: Option<u64>) -> Self {
-        Self::assemble(strategies, true, block)
+    pub(crate) fn for_take(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
+        Self::assemble(strategies, shadow, true, block)
     }
 
     /// The give-back (settle) script of a limiter: each used strategy's
@@ -120,7 +139,7 @@ impl LimiterScript {
         LimiterScript { source, sha }
     }
 
-    fn assemble(strategies: &[Strategy], take: bool, block: Option<u64>) -> Self {
+    fn assemble(strategies: &[Strategy], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
         let mut source = String::new();
         if let [only] = strategies
             && let Some(fast) = only.spec().lua.fast_path
@@ -182,12 +201,24 @@ impl LimiterScript {
                 }
                 source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
             }
+            let multi = if shadow.contains(&true) {
+                let flags: Vec<&str> = shadow
+                    .iter()
+                    .map(|&s| if s { "true" } else { "false" })
+                    .collect();
+                source.push_str(&format!("local SHADOW = {{ {} }}\n", flags.join(", ")));
+                MULTI
+                    .replace(MULTI_DENIES, SHADOW_DENIES)
+                    .replace(MULTI_APPLIES, SHADOW_APPLIES)
+            } else {
+                MULTI.to_owned()
+            };
             let multi = match block {
                 // the last key is the block key, not a quota's
-                Some(_) => MULTI
+                Some(_) => multi
                     .replace("#KEYS", "(#KEYS - 1)")
                     .replace(MULTI_OUT, &format!("{BLOCK_MULTI}{MULTI_OUT}")),
-                None => MULTI.to_owned(),
+                None => multi,
             };
             match multi.rsplit_once(MULTI_RETURN) {
                 Some((head, tail)) if take => {
@@ -210,7 +241,7 @@ mod tests {
     #[test]
     fn one_quota_scripts_define_no_function_per_call() {
         for s in Strategy::ALL {
-            let script = LimiterScript::for_quotas(&[s], None);
+            let script = LimiterScript::for_quotas(&[s], &[], None);
             assert!(
                 script
                     .source
@@ -223,9 +254,33 @@ mod tests {
             assert_eq!(functions, helpers, "{s}:\n{}", script.source);
         }
         let [a, b, ..] = Strategy::ALL;
-        let multi = LimiterScript::for_quotas(&[b, a], None);
+        let multi = LimiterScript::for_quotas(&[b, a], &[], None);
         assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
         assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
+    }
+
+    #[test]
+    fn shadow_scripts_change_exactly_the_two_lines_of_multi() {
+        assert_eq!(MULTI.matches(MULTI_DENIES).count(), 1);
+        assert_eq!(MULTI.matches(MULTI_APPLIES).count(), 1);
+        let strategies = [Strategy::Gcra, Strategy::FixedWindow];
+        let plain = LimiterScript::for_quotas(&strategies, &[], None);
+        assert_eq!(
+            plain.source,
+            LimiterScript::for_quotas(&strategies, &[false, false], None).source,
+            "a limiter without shadow quotas runs the same script"
+        );
+        let shadow = LimiterScript::for_quotas(&strategies, &[false, true], None);
+        assert!(shadow.source.contains("local SHADOW = { false, true }\n"));
+        assert!(shadow.source.contains(SHADOW_DENIES) && shadow.source.contains(SHADOW_APPLIES));
+        assert!(!shadow.source.contains(MULTI_DENIES) && !shadow.source.contains(MULTI_APPLIES));
+        let block = LimiterScript::for_quotas(&strategies, &[true, false], Some(1));
+        assert!(block.source.contains(SHADOW_DENIES) && block.source.contains("(#KEYS - 1)"));
+        // one quota: the script is the same (its reply is its own verdict)
+        assert_eq!(
+            LimiterScript::for_quotas(&[Strategy::Gcra], &[true], None).source,
+            LimiterScript::for_quotas(&[Strategy::Gcra], &[], None).source
+        );
     }
 
     /// The scripts written to `lua/generated/`: (file stem, what limiter, its strategies).
@@ -270,6 +325,11 @@ mod tests {
             vec![Strategy::Gcra, Strategy::SlidingWindowLog],
         ));
         out.push((
+            "shadow-multi".to_owned(),
+            "a gcra and a fixed-window quota, the fixed window in shadow mode".to_owned(),
+            vec![Strategy::Gcra, Strategy::FixedWindow],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow; 2],
@@ -302,15 +362,22 @@ mod tests {
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
             let script = if stem.starts_with("take-") {
-                LimiterScript::for_take(&strategies, None)
+                LimiterScript::for_take(&strategies, &[], None)
             } else if stem.starts_with("give-back-") {
                 LimiterScript::for_give_back(&strategies)
             } else if let Some(rest) = stem.strip_prefix("block-") {
                 // block-<strategy or multi>: with a penalty of one minute
                 let _ = rest;
-                LimiterScript::for_quotas(&strategies, Some(60_000_000))
+                LimiterScript::for_quotas(&strategies, &[], Some(60_000_000))
+            } else if stem.starts_with("shadow-") {
+                // the last quota shadow
+                let mut shadow = vec![false; strategies.len()];
+                if let Some(last) = shadow.last_mut() {
+                    *last = true;
+                }
+                LimiterScript::for_quotas(&strategies, &shadow, None)
             } else {
-                LimiterScript::for_quotas(&strategies, None)
+                LimiterScript::for_quotas(&strategies, &[], None)
             };
             let text = render(&what, &script);
             let path = dir.join(format!("{stem}.lua"));

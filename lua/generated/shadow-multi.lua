@@ -1,0 +1,198 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with a gcra and a fixed-window quota, the fixed window in shadow mode.
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA 2ef21a3becc516f7c3495ad0333cbbcc6d68c63b).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+local READS_TIME = true
+-- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
+-- single.lua with its strategy's block spliced in (one quota), or each used
+-- strategy's block wrapped as a function S[<id>] followed by multi.lua
+-- (several quotas, all-or-nothing). Redis compiles each distinct script
+-- once; EVALSHA runs it.
+--
+-- ARGV[1] is 'T' for Redis's own clock (TIME, read once per call by scripts
+-- that need it), or else the time in microseconds from a manual clock: any
+-- integer, 0 included (a manual clock saturates well below 2^53).
+-- All times are integer microseconds held in Lua numbers (exact below 2^53).
+--
+-- Every strategy block reads key, n, period, burst, interval, cost, nonce,
+-- apply and now, and sets ok (1/0), rem (remaining), reset (reset_after),
+-- retry (retry_after, -1 = never) and delay.
+-- With apply = false nothing is consumed, but the numbers are those the
+-- request would get if it were; with apply = true an allowed request with
+-- cost > 0 is written. reset_after is also the key's TTL: after it the state
+-- is the same as no state.
+local MANUAL = ARGV[1] ~= 'T'
+-- The decision's time: the manual clock's, or Redis's own TIME, read once.
+-- READS_TIME (set before this file) is false only for fixed-window-only
+-- scripts, whose Redis-clock path needs no time (the key's TTL is the window).
+local NOW
+if MANUAL then
+  NOW = tonumber(ARGV[1])
+elseif READS_TIME then
+  local t = redis.call('TIME')
+  NOW = t[1] * 1000000 + t[2]
+end
+
+local fmt, ceil = string.format, math.ceil
+-- Redis expires keys on its own clock, which a manual clock need not follow:
+-- a simulation may move slower than real time. On a manual clock every TTL is
+-- GRACE ms longer, so up to that much real time may pass while the manual
+-- time stands still without Redis forgetting state that it still needs
+-- (state kept past its time reads as no state: every strategy compares
+-- times). On Redis's clock TTLs are exact.
+local GRACE = 0
+if MANUAL then GRACE = 60000 end
+-- There are no helper functions here on purpose: Lua creates a closure for
+-- every function definition each time a script runs, which measurably slows
+-- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
+-- written out where they are used:
+--   integer to exact text (tostring may use exponents):  fmt('%d', x)
+--     (Lua formats %d through a C long: exact for every integer here, all
+--     below 2^53, and far cheaper for Redis than '%.0f' or a bare number,
+--     which redis.call turns into text with '%.17g')
+--   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
+--   a denied request writes nothing, but a key found without a TTL gets one:
+--     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
+local S = {}
+S[1] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- FixedWindow. The window starts at the key's first hit and lasts `period`.
+--
+-- On Redis's clock the key is a plain counter whose TTL is the rest of the
+-- window: GET and PTTL, then INCRBY (PEXPIRE on the first hit), with no TIME
+-- call; the one-quota case usually takes fixed_window_fast.lua instead. With a
+-- manual clock the key is a hash {s = window start, c = count} so that windows
+-- follow the manual time.
+if not MANUAL then
+  local ms = ceil(period / 1000)
+  local c = tonumber(redis.call('GET', key) or '0')
+  local ttl = 0
+  if c > 0 then
+    ttl = redis.call('PTTL', key)
+    if ttl == -1 then
+      -- repair a key found without a TTL
+      ttl = ms
+      redis.call('PEXPIRE', key, fmt('%d', ms))
+    end
+    if ttl < 0 then ttl = 0 end
+  end
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, ttl * 1000, -1, 0
+    if cost <= n then retry = ttl * 1000 end
+  else
+    if cost > 0 and c == 0 then ttl = ms end
+    if apply and cost > 0 then
+      redis.call('INCRBY', key, fmt('%d', cost))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ms)) end
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, ttl * 1000, -1, 0
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if not s or not c or now >= s + period then
+    s, c = now, 0
+  end
+  local left = s + period - now
+  if cost > n or c + cost > n then
+    ok, rem, reset, retry, delay = 0, n - c, 0, -1, 0
+    if c > 0 then reset = left end
+    if cost <= n then retry = left end
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+    end
+  else
+    if apply and cost > 0 then
+      if c == 0 then
+        redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', cost))
+      else
+        redis.call('HINCRBY', key, 'c', fmt('%d', cost))
+      end
+      redis.call('PEXPIRE', key, fmt('%d', ceil(left / 1000) + GRACE))
+    end
+    ok, rem, reset, retry, delay = 1, n - c - cost, 0, -1, 0
+    if c + cost > 0 then reset = left end
+  end
+end
+end
+return ok, rem, reset, retry, delay
+end
+S[6] = function(key, n, period, burst, interval, cost, nonce, apply)
+local now = NOW
+local ok, rem, reset, retry, delay
+do
+-- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
+-- admitted request proceeds at once.
+local queue = false
+-- Gcra, TokenBucket and LeakyBucket: one integer, the theoretical arrival
+-- time (TAT; for the token bucket, the time the bucket is full again). A
+-- request of `cost` pushes the TAT by cost * interval and is allowed if the
+-- new TAT is at most burst * interval ahead of now. `queue` (set by gcra.lua,
+-- token_bucket.lua or leaky_bucket.lua just before this block) is true for the LeakyBucket:
+-- same admission, but the request is told to wait until its slot (delay).
+local tat = tonumber(redis.call('GET', key))
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+  end
+else
+  if apply and cost > 0 then
+    redis.call('SET', key, fmt('%d', new_tat), 'PX', fmt('%d', ceil((new_tat - now) / 1000) + GRACE))
+  end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
+end
+end
+return ok, rem, reset, retry, delay
+end
+local SHADOW = { false, true }
+-- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now ('T' = Redis's
+-- clock), cost, then per quota: strategy id, count, period, burst, interval
+-- (microseconds), then the nonce when a strategy needs one.
+-- Reply: one string of integers: all_ok, then per quota ok, remaining,
+-- reset_after, retry_after, delay.
+-- Every quota is checked before any is consumed.
+local cost = tonumber(ARGV[2])
+local nonce = ARGV[3 + 5 * #KEYS]
+
+local function run(i, c, apply)
+  local o = 2 + (i - 1) * 5
+  return S[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
+    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), c, nonce, apply)
+end
+
+local nq = #KEYS
+local res = {}
+local all = 1
+for i = 1, nq do
+  res[i] = { run(i, cost, false) }
+  if res[i][1] == 0 and not SHADOW[i] then all = 0 end
+end
+if all == 1 and cost > 0 then
+  -- every enforced quota, and each shadow quota that would allow it
+  for i = 1, nq do
+    if res[i][1] == 1 then res[i] = { run(i, cost, true) } end
+  end
+elseif all == 0 then
+  -- nothing is consumed: quotas that would allow report their current state
+  for i = 1, nq do
+    if res[i][1] == 1 then
+      res[i] = { run(i, 0, false) }
+    end
+  end
+end
+local out = { tostring(all) }
+for i = 1, nq do
+  local r = res[i]
+  out[i + 1] = string.format('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])
+end
+return table.concat(out, ' ')
