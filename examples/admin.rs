@@ -165,11 +165,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let limited = Router::new().route("/", get(|| async { "hello\n" })).layer(
         RateLimitLayer::new(limiter, user)
-            .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST))
-            // The deny cache would keep answering a blocked key's 429 from
-            // memory until its retry time, past an unblock: off, so that an
-            // unblock takes effect at once.
-            .deny_cache(false),
+            // (a limiter with blocks caches no denial: an unblock or a
+            // reward takes effect at once)
+            .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST)),
     );
     let admin_routes = Router::new()
         .route("/admin/keys/{key}", get(state))

@@ -13,16 +13,28 @@
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit) and now; no fins follow. A strategy without a block
 -- of the kind asked is left as it is.
-local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
+--
+-- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
+-- each quota with an A[<id>] block starts afresh (DEL) and is charged the
+-- units that follow the quotas, one per quota (its capacity less the
+-- remaining asked for); ARGV[2] is unused.
+local units, at, set = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[3] == 'S'
 local nq = #KEYS
 for i = 1, nq do
   local o = 3 + (i - 1) * 5
   local id = tonumber(ARGV[o + 1])
   local f = G[id]
   if not at then f = A[id] end
-  if f then
+  local last = tonumber(ARGV[3 + 5 * nq + i])
+  if f and set then
+    redis.call('DEL', KEYS[i])
+    if last > 0 then
+      f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
+        tonumber(ARGV[o + 5]), last)
+    end
+  elseif f then
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-      tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+      tonumber(ARGV[o + 5]), units, at, last)
   end
 end
 return 'OK'

@@ -176,6 +176,38 @@ impl RateLimiter {
         self.adjust(key.as_ref(), -units).await
     }
 
+    /// Sets what is left of every quota of `key` to `remaining` (at most
+    /// the quota's capacity): each quota starts afresh with its capacity
+    /// less `remaining` spent just now (a fixed window opens now, a bucket's
+    /// arrival time is set from now). One atomic call; leaky-bucket and
+    /// concurrency quotas are left as they are.
+    pub async fn set_remaining(
+        &self,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<(), StoreError> {
+        let user = crate::limiter::storable_key(key.as_ref());
+        let (_, keys) = self.keys_of(&user);
+        let units: Vec<i64> = self
+            .quota_specs()
+            .iter()
+            .map(|q| {
+                let capacity = q.capacity();
+                i64::try_from(capacity - remaining.min(capacity)).unwrap_or(i64::MAX)
+            })
+            .collect();
+        self.bound_store()
+            .set_remaining(
+                self.settle_scripts(),
+                self.quota_specs(),
+                &keys,
+                &user,
+                &units,
+                self.manual_now_us(),
+            )
+            .await
+    }
+
     async fn adjust(&self, key: &[u8], units: i64) -> Result<(), StoreError> {
         if units == 0 {
             return Ok(());

@@ -705,3 +705,30 @@ fn layer_service_future_and_body_are_send_and_the_layer_and_service_are_clone_sy
     send::<<Svc as Service<Request<Body>>>::Future>();
     send::<tower_redis_ratelimit::middleware::ResponseBody<Body>>();
 }
+
+#[tokio::test]
+async fn an_unblock_takes_effect_at_once_through_the_layer() {
+    let clock = hour();
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .prefix("unblock")
+        .blocking()
+        .quota(Quota::gcra(Rate::per_minute(60)).name("minute"))
+        .build()
+        .unwrap();
+    let app = make_app(RateLimitLayer::new(limiter.clone(), key::Global));
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    limiter
+        .block("global", Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&res, "retry-after"), Some("3600"));
+    }
+    limiter.unblock("global").await.unwrap();
+    // no cached denial outlives the unblock
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}

@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 225a5d33cb6dc2593afe3ad28d1d159d5f419dc5).
+-- (SCRIPT LOAD, then EVALSHA 03bd6ce4b73d7c800de74217d1ba978caf7dd9c9).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -355,16 +355,28 @@ end
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit) and now; no fins follow. A strategy without a block
 -- of the kind asked is left as it is.
-local units, at = tonumber(ARGV[2]), tonumber(ARGV[3])
+--
+-- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
+-- each quota with an A[<id>] block starts afresh (DEL) and is charged the
+-- units that follow the quotas, one per quota (its capacity less the
+-- remaining asked for); ARGV[2] is unused.
+local units, at, set = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[3] == 'S'
 local nq = #KEYS
 for i = 1, nq do
   local o = 3 + (i - 1) * 5
   local id = tonumber(ARGV[o + 1])
   local f = G[id]
   if not at then f = A[id] end
-  if f then
+  local last = tonumber(ARGV[3 + 5 * nq + i])
+  if f and set then
+    redis.call('DEL', KEYS[i])
+    if last > 0 then
+      f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
+        tonumber(ARGV[o + 5]), last)
+    end
+  elseif f then
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-      tonumber(ARGV[o + 5]), units, at, tonumber(ARGV[3 + 5 * nq + i]))
+      tonumber(ARGV[o + 5]), units, at, last)
   end
 end
 return 'OK'

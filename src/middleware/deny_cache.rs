@@ -123,6 +123,11 @@ impl DenyCache {
         if decision.allowed() || retry.is_zero() || cost == 0 {
             return;
         }
+        // a limiter with blocks: an operator's `unblock` must take effect
+        // at once, so none of its denials are cached
+        if limiter.block_us().is_some() {
+            return;
+        }
         let uncacheable = decision.quotas().enumerate().any(|(i, q)| {
             !q.allowed()
                 && limiter

@@ -464,6 +464,30 @@ impl MemoryStore {
         }
     }
 
+    /// Sets what is left of every quota of `call` that can be adjusted, as
+    /// the give-back script's `S` mode does: each starts afresh, charged
+    /// `units[i]`.
+    pub(crate) fn set_remaining(&self, call: &LocalCall<'_>, units: &[i64]) {
+        let now = match call.now_us {
+            Some(manual) => manual as i64,
+            None => self.now_us(),
+        };
+        let rest = call.user;
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.locate(rest);
+        for ((i, q), &u) in call.quotas.iter().enumerate().zip(units) {
+            if !matches!(q.spec().adjust, crate::strategy::Adjust::Units { .. }) {
+                continue;
+            }
+            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
+                *slot = None;
+                if u > 0 {
+                    state::adjust(slot, q, now, u);
+                }
+            });
+        }
+    }
+
     /// Blocks `call`'s key for `us` µs from now (0: lifts the block), as
     /// `lua/block_set.lua` does; the block's scope follows the quotas'.
     pub(crate) fn set_block(&self, call: &LocalCall<'_>, us: u64) {

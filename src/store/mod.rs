@@ -486,6 +486,40 @@ impl Bound {
         }
     }
 
+    /// Sets what is left of every adjustable quota of a key: each starts
+    /// afresh, charged `units[i]` (its capacity less the remaining asked for).
+    pub(crate) async fn set_remaining(
+        &self,
+        scripts: Option<&redis::reserve::Scripts>,
+        quotas: &[QuotaSpec],
+        keys: &[String],
+        user: &[u8],
+        units: &[i64],
+        now_us: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let keys = &keys[..quotas.len().min(keys.len())];
+        match (self, scripts) {
+            (Bound::Redis(s, _), Some(x)) => {
+                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
+            }
+            #[cfg(feature = "cluster")]
+            (Bound::Cluster(s, _), Some(x)) => {
+                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
+            }
+            #[cfg(feature = "sentinel")]
+            (Bound::Sentinel(s, _), Some(x)) => {
+                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
+            }
+            (Bound::Memory(s, scopes), _) => {
+                s.set_remaining(&local_call(scopes, user, quotas, now_us), units);
+                Ok(())
+            }
+            _ => Err(StoreError::Protocol(
+                "settle scripts were not prepared".to_owned(),
+            )),
+        }
+    }
+
     /// Blocks a key for `us` µs from now (0: lifts the block). `block_key`:
     /// the key's last storage key (`{<prefix>:<key>}:!`).
     pub(crate) async fn set_block(

@@ -666,6 +666,49 @@ store_suite! {
         }
     }
 
+    async fn set_remaining_sets_every_adjustable_quota_at_once(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, clock) = manual(h, &format!("setrem{i}"), quota(s, 10, ms(10_000)));
+            for _ in 0..4 {
+                assert!(lim.check("u").await.unwrap().allowed(), "{s}");
+            }
+            for (asked, left) in [(7, 7), (0, 0), (10, 10), (3, 3), (50, 10)] {
+                lim.set_remaining("u", asked).await.unwrap();
+                assert_eq!(lim.get("u").await.unwrap().remaining(), left, "{s}: set {asked}");
+            }
+            lim.set_remaining("u", 0).await.unwrap();
+            let d = lim.check("u").await.unwrap();
+            assert!(!d.allowed() && d.retry_after().is_some(), "{s}: {d:?}");
+            // the quota refills from the set as from spent units (the
+            // counter's previous window weighs on the next one too)
+            clock.advance(ms(20_000));
+            assert!(lim.check("u").await.unwrap().allowed(), "{s}");
+        }
+        // several quotas: each to at most its own capacity
+        let clock = ManualClock::new(ms(3_600_000));
+        let lim = h.limiter(
+            "setrem-two",
+            vec![
+                Quota::gcra(Rate::new(5, ms(10_000))).name("short"),
+                Quota::fixed_window(Rate::new(100, ms(100_000))).name("long"),
+            ],
+            clock.into(),
+        );
+        lim.set_remaining("u", 20).await.unwrap();
+        let d = lim.get("u").await.unwrap();
+        let left: Vec<u64> = d.quotas().map(|q| q.remaining()).collect();
+        assert_eq!(left, [5, 20]);
+    }
+
     async fn a_caller_who_overspends_is_denied_until_the_debt_is_repaid(h: &impl Harness) {
         // 10 per 10 s: one unit a second
         let (lim, clock) = manual(h, "debt", Quota::gcra(Rate::new(10, ms(10_000))));

@@ -174,6 +174,36 @@ pub(crate) async fn adjust<P: Pooled>(
     Ok(())
 }
 
+/// Sets what is left of every quota of a key with an adjust block (the
+/// give-back script's `S` mode): each starts afresh, charged `units[i]`.
+pub(crate) async fn set_remaining<P: Pooled>(
+    conns: &Connections<P>,
+    scripts: &Scripts,
+    keys: &[String],
+    units: &[i64],
+    now_us: Option<u64>,
+) -> Result<(), StoreError> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.give_back.sha.as_str())
+        .arg(keys.len())
+        .arg(keys);
+    match now_us {
+        Some(us) => cmd.arg(us),
+        None => cmd.arg(SERVER_CLOCK),
+    };
+    cmd.arg(0).arg("S");
+    for a in scripts.give_back_args.iter() {
+        cmd.arg(a.as_slice());
+    }
+    for u in units {
+        cmd.arg(*u);
+    }
+    let _: redis::Value = conns
+        .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
+        .await?;
+    Ok(())
+}
+
 /// The block script (`lua/block_set.lua`), prepared once.
 pub(crate) fn block_script() -> &'static LimiterScript {
     static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
