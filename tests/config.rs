@@ -86,6 +86,21 @@ fn plans_round_trip_through_toml_json_and_the_text_notation() {
     assert_eq!(q, Quota::gcra(Rate::per_minute(60)).burst(10));
     let back: Quota = serde_json::from_str(&serde_json::to_string(&q).unwrap()).unwrap();
     assert_eq!(back, q);
+    // a quota in shadow mode keeps its flag in every notation
+    let shadow = Quota::fixed_window(Rate::per_day(10))
+        .name("day")
+        .shadow(true);
+    let text = shadow.to_string();
+    assert_eq!(text, "fixed-window 10/day name=day shadow");
+    assert_eq!(text.parse::<Quota>().unwrap(), shadow);
+    let json = serde_json::to_string(&shadow).unwrap();
+    assert!(json.contains(r#""shadow":true"#), "{json}");
+    assert_eq!(serde_json::from_str::<Quota>(&json).unwrap(), shadow);
+    let table: Quota = serde_json::from_str(
+        r#"{ "rate": "10/day", "name": "day", "strategy": "fixed-window", "shadow": true }"#,
+    )
+    .unwrap();
+    assert_eq!(table, shadow);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! - a rate: `"100/minute"`;
 //! - a quota: `"gcra 60/min burst=10 name=minute"`, a bare rate, or a table
 //!   `{ strategy = "gcra", rate = "60/min", burst = 10, name = "minute" }`
+//!   (`shadow = true`, or ` shadow` in the text, for a quota in shadow mode)
 //!   (strategy default `gcra`);
 //! - a plan: `"100/minute; 10000/day"` (the text notation), or a table
 //!   `{ quotas = [ ... ] }` (quotas: a list, or one string), with
@@ -76,6 +77,8 @@ struct QuotaTable {
     rate: Rate,
     burst: Option<u64>,
     name: Option<String>,
+    #[serde(default)]
+    shadow: bool,
 }
 
 fn gcra() -> Strategy {
@@ -83,7 +86,7 @@ fn gcra() -> Strategy {
 }
 
 impl Serialize for Quota {
-    /// The table form (`strategy`, `rate`, and `burst` and `name` if set).
+    /// The table form (`strategy`, `rate`, and `burst`, `name` and `shadow` if set).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("strategy", &self.strategy())?;
@@ -93,6 +96,9 @@ impl Serialize for Quota {
         }
         if let Some(name) = self.explicit_name() {
             m.serialize_entry("name", name)?;
+        }
+        if self.is_shadow() {
+            m.serialize_entry("shadow", &true)?;
         }
         m.end()
     }
@@ -118,7 +124,7 @@ impl<'de> Deserialize<'de> for Quota {
                 if let Some(n) = t.name {
                     q = q.name(n);
                 }
-                Ok(q)
+                Ok(q.shadow(t.shadow))
             }
         }
         d.deserialize_any(V)

@@ -1,7 +1,7 @@
 //! The text notation of quotas, plans and plan sets: what `Display` writes
 //! and `FromStr` reads (and what a shared store keeps).
 //!
-//! - a quota: `<strategy> <rate> [burst=<n>] [name=<name>]`, e.g.
+//! - a quota: `<strategy> <rate> [burst=<n>] [name=<name>] [shadow]`, e.g.
 //!   `gcra 60/min burst=10 name=minute`, `fixed-window 1000/day name=day`,
 //!   `concurrency 8/60s` (8 in flight, leases of 60 s); a bare rate
 //!   (`60/min`) is a GCRA quota at that rate, as everywhere;
@@ -27,6 +27,9 @@ impl fmt::Display for Quota {
         }
         if let Some(name) = self.explicit_name() {
             write!(f, " name={name}")?;
+        }
+        if self.is_shadow() {
+            f.write_str(" shadow")?;
         }
         Ok(())
     }
@@ -60,7 +63,12 @@ impl FromStr for Quota {
         let mut rate = Vec::new();
         let mut burst = None;
         let mut name = None;
+        let mut shadow = false;
         for word in rest.split_whitespace() {
+            if word == "shadow" {
+                shadow = true;
+                continue;
+            }
             match word.split_once('=') {
                 Some(("burst", v)) => {
                     burst = Some(v.parse::<u64>().map_err(|e| {
@@ -71,7 +79,7 @@ impl FromStr for Quota {
                 Some((k, _)) => {
                     return Err(ConfigError::new(
                         k,
-                        format!("unknown option {k:?}; expected burst=<n> or name=<name>"),
+                        format!("unknown option {k:?}; expected burst=<n>, name=<name> or shadow"),
                     ));
                 }
                 None => rate.push(word),
@@ -88,7 +96,7 @@ impl FromStr for Quota {
         if let Some(n) = name {
             quota = quota.name(n);
         }
-        Ok(quota)
+        Ok(quota.shadow(shadow))
     }
 }
 
@@ -210,6 +218,7 @@ mod tests {
             Quota::sliding_window_log(Rate::new(5, Duration::from_millis(1500))),
             Quota::concurrency(8).lease_timeout(Duration::from_secs(30)),
             Quota::token_bucket(Rate::per_second(3)),
+            Quota::gcra(Rate::per_hour(100)).name("new").shadow(true),
         ] {
             let text = q.to_string();
             assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
