@@ -93,6 +93,13 @@ async fn block(
         return denied;
     }
     let seconds = param(&uri, "seconds").unwrap_or(300);
+    if seconds == 0 {
+        // (a block of zero lifts it: say so rather than "blocked for 0 s")
+        return (
+            StatusCode::BAD_REQUEST,
+            "seconds must be at least 1; use /unblock\n".to_owned(),
+        );
+    }
     match admin
         .limiter
         .block(&key, Duration::from_secs(seconds))

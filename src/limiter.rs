@@ -247,6 +247,11 @@ impl RateLimiter {
         Some(self.decide_in_memory(store, scopes, key, cost, nonce))
     }
 
+    /// This limiter's random id (also what its reservations are told by).
+    pub(crate) fn instance(&self) -> u64 {
+        self.inner.instance
+    }
+
     /// A unique id for sorted-set members, if a quota needs one.
     fn nonce(&self) -> String {
         let inner = &*self.inner;

@@ -22,6 +22,8 @@
 //! | leaky bucket | none: admitted requests hold their slots in the queue | none |
 //! | concurrency | none: the lease is the cost, released when the response ends | none |
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::decision::Decision;
@@ -32,12 +34,18 @@ use crate::store::redis::reserve::GiveBackCall;
 /// Units of a reservation taken before the response, to settle after it
 /// with [`RateLimiter::settle`] (see [`RateLimiter::reserve_n`]).
 ///
-/// Dropping it without settling keeps the estimate counted.
+/// Dropping it without settling keeps the estimate counted. It settles
+/// once, with the limiter that made it: a second settle (of it or of a
+/// clone) does nothing, and another limiter's is an error.
 #[derive(Debug, Clone)]
 #[must_use = "settle it with RateLimiter::settle once the real cost is known"]
 pub struct Reservation {
     decision: Decision,
     units: u64,
+    /// The limiter that made it.
+    limiter: u64,
+    /// Set by the first settle (shared by clones).
+    settled: Arc<AtomicBool>,
     /// The store's time of the decision (µs).
     at: i64,
     user: Vec<u8>,
@@ -99,6 +107,8 @@ impl RateLimiter {
         Ok(Reservation {
             decision,
             units: estimate,
+            limiter: self.instance(),
+            settled: Arc::new(AtomicBool::new(false)),
             at,
             user,
             keys,
@@ -112,7 +122,18 @@ impl RateLimiter {
     /// the excess is charged even past the limit, so that the key waits
     /// until the debt is repaid at the quota's rate. A denied reservation
     /// settles nothing. A refund to 0 is "do not count this request".
+    ///
+    /// A reservation settles once: settling it (or a clone) again does
+    /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
+        if reservation.limiter != self.instance() {
+            return Err(StoreError::Protocol(
+                "this reservation was made by another limiter: settle it with that one".to_owned(),
+            ));
+        }
+        if reservation.settled.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         let units = reservation.units();
         if units == 0 || actual == units {
             return Ok(());
@@ -233,7 +254,10 @@ impl RateLimiter {
     /// limiters never read blocks, and this returns an error. A zero
     /// duration lifts the block.
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
-        let us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        // (a block shorter than a microsecond is one: zero would lift it)
+        let us = u64::try_from(duration.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(u64::from(!duration.is_zero()));
         self.set_block(key.as_ref(), us.min(366 * 86_400 * 1_000_000))
             .await
     }

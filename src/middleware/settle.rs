@@ -110,8 +110,16 @@ impl ResponseCost {
     /// The real cost the response head tells, if it does.
     fn of_head(&self, head: &http::response::Parts) -> Option<u64> {
         let from_header = self.header.as_ref().and_then(|name| {
-            let value = head.headers.get(name)?.to_str().ok()?;
-            value.trim().parse::<u64>().ok()
+            let value = head.headers.get(name)?.to_str().ok()?.trim();
+            // a count too large for a u64 is charged in full (capped), not
+            // dropped for the estimate; anything else not a count is ignored
+            match value.parse::<u64>() {
+                Ok(n) => Some(n),
+                Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    Some(u64::MAX)
+                }
+                Err(_) => None,
+            }
         });
         from_header.or_else(|| self.extension.as_ref().and_then(|f| f(&head.extensions)))
     }

@@ -709,6 +709,33 @@ store_suite! {
         assert_eq!(left, [5, 20]);
     }
 
+    async fn a_reservation_settles_once_and_only_with_its_limiter(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, clock) = manual(h, &format!("once{i}"), quota(s, 100, ms(60_000)));
+            assert!(lim.check_n("k", 30).await.unwrap().allowed(), "{s}");
+            let r = lim.reserve_n("k", 50).await.unwrap();
+            assert_eq!(r.decision().remaining(), 20, "{s}");
+            // another limiter (even of the same quotas) may not settle it
+            let other = h.limiter(&format!("once{i}"), vec![quota(s, 100, ms(60_000))], clock.clone().into());
+            assert!(other.settle(&r, 0).await.is_err(), "{s}");
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("k").await.unwrap().remaining(), 70, "{s}");
+            // a second settle, of it or of a clone, does nothing
+            lim.settle(&r, 0).await.unwrap();
+            lim.settle(&r.clone(), 0).await.unwrap();
+            assert_eq!(lim.get("k").await.unwrap().remaining(), 70, "{s}: settled twice");
+        }
+    }
+
     async fn a_caller_who_overspends_is_denied_until_the_debt_is_repaid(h: &impl Harness) {
         // 10 per 10 s: one unit a second
         let (lim, clock) = manual(h, "debt", Quota::gcra(Rate::new(10, ms(10_000))));
