@@ -178,6 +178,12 @@ impl FromStr for PlansConfig {
                 continue;
             }
             if let Some(name) = line.strip_prefix("default ") {
+                if default.is_some() {
+                    return Err(ConfigError::new(
+                        format!("line {}", n + 1),
+                        "a second `default` line; keep one",
+                    ));
+                }
                 default = Some(name.trim().to_owned());
             } else if let Some(rest) = line.strip_prefix("plan ") {
                 let Some((name, plan)) = rest.split_once(':') else {
@@ -190,7 +196,12 @@ impl FromStr for PlansConfig {
                 let plan = plan
                     .parse::<Plan>()
                     .map_err(|e| e.within(&format!("plans.{name}")))?;
-                config.plans.insert(name.to_owned(), plan);
+                if config.plans.insert(name.to_owned(), plan).is_some() {
+                    return Err(ConfigError::new(
+                        format!("plans.{name}"),
+                        format!("plan {name:?} is given twice (line {})", n + 1),
+                    ));
+                }
             } else {
                 return Err(ConfigError::new(
                     format!("line {}", n + 1),
@@ -209,6 +220,22 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_plan_or_a_default_given_twice_is_an_error() {
+        let twice = "default free\nplan free: 5/min\nplan free: 1000/min\n";
+        let e = twice.parse::<PlansConfig>().unwrap_err();
+        assert_eq!(e.field(), "plans.free");
+        let e = "default free\ndefault pro\nplan free: 5/min\n"
+            .parse::<PlansConfig>()
+            .unwrap_err();
+        assert_eq!(e.field(), "line 2");
+        assert!(
+            "default free\nplan free: 5/min\n"
+                .parse::<PlansConfig>()
+                .is_ok()
+        );
+    }
 
     #[test]
     fn quotas_round_trip_through_the_text_notation() {
