@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::limiter::RateLimiter;
+use crate::store::Adjustment;
 use crate::store::redis::reserve::GiveBackCall;
 
 /// Units of a reservation taken before the response, to settle after it
@@ -150,7 +151,7 @@ impl RateLimiter {
                     quotas,
                     keys,
                     &reservation.user,
-                    excess,
+                    Adjustment::By(excess),
                     now_us,
                 )
                 .await;
@@ -218,12 +219,12 @@ impl RateLimiter {
             })
             .collect();
         self.bound_store()
-            .set_remaining(
+            .adjust(
                 self.settle_scripts(),
                 self.quota_specs(),
                 &keys,
                 &user,
-                &units,
+                Adjustment::Set(&units),
                 self.manual_now_us(),
             )
             .await
@@ -241,7 +242,7 @@ impl RateLimiter {
                 self.quota_specs(),
                 &keys,
                 &user,
-                units,
+                Adjustment::By(units),
                 self.manual_now_us(),
             )
             .await

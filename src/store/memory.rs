@@ -22,6 +22,7 @@ use hashbrown::HashTable;
 
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
+use crate::store::Adjustment;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
 /// How many operations on a shard at least between the sweeps of its expired
@@ -447,9 +448,9 @@ impl MemoryStore {
         }
     }
 
-    /// Charges (`units > 0`) or gives back (`units < 0`) units on every
-    /// quota of `call`, as the adjust mode of `lua/give_back.lua` does.
-    pub(crate) fn adjust(&self, call: &LocalCall<'_>, units: i64) {
+    /// Adjusts every quota of `call` (see [`Adjustment`]), as the adjust
+    /// and set modes of `lua/give_back.lua` do.
+    pub(crate) fn adjust(&self, call: &LocalCall<'_>, adjustment: Adjustment<'_>) {
         let now = match call.now_us {
             Some(manual) => manual as i64,
             None => self.now_us(),
@@ -458,33 +459,26 @@ impl MemoryStore {
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
         for (i, q) in call.quotas.iter().enumerate() {
-            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
-                state::adjust(slot, q, now, units)
-            });
-        }
-    }
-
-    /// Sets what is left of every quota of `call` that can be adjusted, as
-    /// the give-back script's `S` mode does: each starts afresh, charged
-    /// `units[i]`.
-    pub(crate) fn set_remaining(&self, call: &LocalCall<'_>, units: &[i64]) {
-        let now = match call.now_us {
-            Some(manual) => manual as i64,
-            None => self.now_us(),
-        };
-        let rest = call.user;
-        let hasher = &self.inner.hasher;
-        let (hash, mut shard) = self.locate(rest);
-        for ((i, q), &u) in call.quotas.iter().enumerate().zip(units) {
-            if !matches!(q.spec().adjust, crate::strategy::Adjust::Units { .. }) {
-                continue;
-            }
-            shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
-                *slot = None;
-                if u > 0 {
-                    state::adjust(slot, q, now, u);
-                }
-            });
+            shard.with_entry(
+                hasher,
+                hash,
+                call.scopes[i],
+                rest,
+                |slot| match adjustment {
+                    Adjustment::By(units) => state::adjust(slot, q, now, units),
+                    // as the give-back script's `S` mode: afresh, then charged
+                    Adjustment::Set(units) => {
+                        if matches!(q.spec().adjust, crate::strategy::Adjust::Units { .. }) {
+                            *slot = None;
+                            if let Some(&u) = units.get(i)
+                                && u > 0
+                            {
+                                state::adjust(slot, q, now, u);
+                            }
+                        }
+                    }
+                },
+            );
         }
     }
 

@@ -451,67 +451,32 @@ impl Backend {
 /// The store side of the admin calls and of settling: adjust and block,
 /// each one atomic call on every store.
 impl Bound {
-    /// Charges (`units > 0`, past the limit if need be) or gives back
-    /// (`units < 0`, never above the limit) units on every quota of a key,
-    /// as each strategy's adjust allows. `keys`: the quotas' keys only.
+    /// Adjusts every quota of a key as each strategy's adjust allows (see
+    /// [`Adjustment`]). `keys`: the quotas' keys only.
     pub(crate) async fn adjust(
         &self,
         scripts: Option<&redis::reserve::Scripts>,
         quotas: &[QuotaSpec],
         keys: &[String],
         user: &[u8],
-        units: i64,
+        adjustment: Adjustment<'_>,
         now_us: Option<u64>,
     ) -> Result<(), StoreError> {
         let keys = &keys[..quotas.len().min(keys.len())];
         match (self, scripts) {
             (Bound::Redis(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
             }
             #[cfg(feature = "cluster")]
             (Bound::Cluster(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
             }
             #[cfg(feature = "sentinel")]
             (Bound::Sentinel(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, units, now_us).await
+                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
             }
             (Bound::Memory(s, scopes), _) => {
-                s.adjust(&local_call(scopes, user, quotas, now_us), units);
-                Ok(())
-            }
-            _ => Err(StoreError::Protocol(
-                "settle scripts were not prepared".to_owned(),
-            )),
-        }
-    }
-
-    /// Sets what is left of every adjustable quota of a key: each starts
-    /// afresh, charged `units[i]` (its capacity less the remaining asked for).
-    pub(crate) async fn set_remaining(
-        &self,
-        scripts: Option<&redis::reserve::Scripts>,
-        quotas: &[QuotaSpec],
-        keys: &[String],
-        user: &[u8],
-        units: &[i64],
-        now_us: Option<u64>,
-    ) -> Result<(), StoreError> {
-        let keys = &keys[..quotas.len().min(keys.len())];
-        match (self, scripts) {
-            (Bound::Redis(s, _), Some(x)) => {
-                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
-            }
-            #[cfg(feature = "cluster")]
-            (Bound::Cluster(s, _), Some(x)) => {
-                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
-            }
-            #[cfg(feature = "sentinel")]
-            (Bound::Sentinel(s, _), Some(x)) => {
-                redis::reserve::set_remaining(&s.inner, x, keys, units, now_us).await
-            }
-            (Bound::Memory(s, scopes), _) => {
-                s.set_remaining(&local_call(scopes, user, quotas, now_us), units);
+                s.adjust(&local_call(scopes, user, quotas, now_us), adjustment);
                 Ok(())
             }
             _ => Err(StoreError::Protocol(
@@ -546,6 +511,17 @@ impl Bound {
 
 fn conn_request(cmd: &::redis::Cmd) -> redis::conn::Request<'_> {
     redis::conn::Request::Cmd(cmd)
+}
+
+/// What an adjust does to every quota of a key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Adjustment<'a> {
+    /// Charges (`> 0`, past the limit if need be) or gives back (`< 0`,
+    /// never above the limit) these units.
+    By(i64),
+    /// Starts each quota afresh, charged `units[i]` (its capacity less the
+    /// remaining asked for).
+    Set(&'a [i64]),
 }
 
 /// A memory call on a key's quotas that decides nothing (adjust, block).

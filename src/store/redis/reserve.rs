@@ -9,7 +9,7 @@ use super::protocol::parse_reply;
 use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
-use crate::store::{Call, Outcome};
+use crate::store::{Adjustment, Call, Outcome};
 use crate::strategy::Strategy;
 
 /// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).
@@ -153,7 +153,7 @@ pub(crate) async fn adjust<P: Pooled>(
     conns: &Connections<P>,
     scripts: &Scripts,
     keys: &[String],
-    units: i64,
+    adjustment: Adjustment<'_>,
     now_us: Option<u64>,
 ) -> Result<(), StoreError> {
     let mut cmd = redis::cmd("EVALSHA");
@@ -164,39 +164,16 @@ pub(crate) async fn adjust<P: Pooled>(
         Some(us) => cmd.arg(us),
         None => cmd.arg(SERVER_CLOCK),
     };
-    cmd.arg(units).arg("A");
-    for a in scripts.give_back_args.iter() {
-        cmd.arg(a.as_slice());
-    }
-    let _: redis::Value = conns
-        .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
-        .await?;
-    Ok(())
-}
-
-/// Sets what is left of every quota of a key with an adjust block (the
-/// give-back script's `S` mode): each starts afresh, charged `units[i]`.
-pub(crate) async fn set_remaining<P: Pooled>(
-    conns: &Connections<P>,
-    scripts: &Scripts,
-    keys: &[String],
-    units: &[i64],
-    now_us: Option<u64>,
-) -> Result<(), StoreError> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(scripts.give_back.sha.as_str())
-        .arg(keys.len())
-        .arg(keys);
-    match now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
+    match adjustment {
+        Adjustment::By(units) => cmd.arg(units).arg("A"),
+        // (the per-quota units follow the quotas')
+        Adjustment::Set(_) => cmd.arg(0).arg("S"),
     };
-    cmd.arg(0).arg("S");
     for a in scripts.give_back_args.iter() {
         cmd.arg(a.as_slice());
     }
-    for u in units {
-        cmd.arg(*u);
+    if let Adjustment::Set(units) = adjustment {
+        cmd.arg(units);
     }
     let _: redis::Value = conns
         .query(Request::Cmd(&cmd), Some(&scripts.give_back), None)
