@@ -263,20 +263,32 @@ impl RateLimiter {
         }
     }
 
+    /// The store call deciding `cost` on the storage keys `keys` under `base`.
+    fn store_call<'a>(
+        &'a self,
+        base: &'a str,
+        keys: &'a [String],
+        cost: u64,
+        nonce: &'a str,
+    ) -> Call<'a> {
+        let inner = &*self.inner;
+        Call {
+            base,
+            keys,
+            quotas: &inner.quotas,
+            cost,
+            now_us: inner.clock.manual_now_us(),
+            nonce,
+            block_us: inner.block,
+        }
+    }
+
     /// The decision of a Redis store (after [`decide_now`](Self::decide_now)).
     async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&storable_key(key));
-        let call = Call {
-            base: &base,
-            keys: &keys,
-            quotas: &inner.quotas,
-            cost,
-            now_us: inner.clock.manual_now_us(),
-            nonce: &nonce,
-            block_us: inner.block,
-        };
+        let call = self.store_call(&base, &keys, cost, &nonce);
         let outcome = inner.store.decide(call).await?;
         // (a lone shadow quota's script reports its own verdict)
         let allowed = outcome.allowed || self.all_shadow();
@@ -370,15 +382,7 @@ impl RateLimiter {
         }
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&user);
-        let call = Call {
-            base: &base,
-            keys: &keys,
-            quotas: &inner.quotas,
-            cost,
-            now_us: inner.clock.manual_now_us(),
-            nonce: &nonce,
-            block_us: inner.block,
-        };
+        let call = self.store_call(&base, &keys, cost, &nonce);
         let (outcome, now) = inner.store.take(self.settle_scripts(), call, &user).await?;
         let allowed = outcome.allowed || self.all_shadow();
         let lease = self.lease(allowed, cost, nonce, || (base, keys.clone()));

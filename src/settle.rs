@@ -187,7 +187,7 @@ impl RateLimiter {
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(self, units);
-        self.adjust(key.as_ref(), units).await
+        self.adjust(key.as_ref(), Adjustment::By(units)).await
     }
 
     /// Gives `units` back to every quota of `key` (a successful login
@@ -195,7 +195,7 @@ impl RateLimiter {
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(self, units);
-        self.adjust(key.as_ref(), -units).await
+        self.adjust(key.as_ref(), Adjustment::By(-units)).await
     }
 
     /// Sets what is left of every quota of `key` to `remaining` (at most
@@ -208,8 +208,6 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         remaining: u64,
     ) -> Result<(), StoreError> {
-        let user = crate::limiter::storable_key(key.as_ref());
-        let (_, keys) = self.keys_of(&user);
         let units: Vec<i64> = self
             .quota_specs()
             .iter()
@@ -218,20 +216,11 @@ impl RateLimiter {
                 i64::try_from(capacity - remaining.min(capacity)).unwrap_or(i64::MAX)
             })
             .collect();
-        self.bound_store()
-            .adjust(
-                self.settle_scripts(),
-                self.quota_specs(),
-                &keys,
-                &user,
-                Adjustment::Set(&units),
-                self.manual_now_us(),
-            )
-            .await
+        self.adjust(key.as_ref(), Adjustment::Set(&units)).await
     }
 
-    async fn adjust(&self, key: &[u8], units: i64) -> Result<(), StoreError> {
-        if units == 0 {
+    async fn adjust(&self, key: &[u8], adjustment: Adjustment<'_>) -> Result<(), StoreError> {
+        if matches!(adjustment, Adjustment::By(0)) {
             return Ok(());
         }
         let user = crate::limiter::storable_key(key);
@@ -242,7 +231,7 @@ impl RateLimiter {
                 self.quota_specs(),
                 &keys,
                 &user,
-                Adjustment::By(units),
+                adjustment,
                 self.manual_now_us(),
             )
             .await

@@ -434,10 +434,7 @@ impl MemoryStore {
     /// its strategy's give-back twin allows, `fins[i]` the take's time plus
     /// that quota's `reset_after`.
     pub(crate) fn give_back(&self, call: &LocalCall<'_>, at: i64, fins: &[i64]) {
-        let now = match call.now_us {
-            Some(manual) => manual as i64,
-            None => self.now_us(),
-        };
+        let now = self.time_of(call.now_us);
         let rest = call.user;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
@@ -451,10 +448,7 @@ impl MemoryStore {
     /// Adjusts every quota of `call` (see [`Adjustment`]), as the adjust
     /// and set modes of `lua/give_back.lua` do.
     pub(crate) fn adjust(&self, call: &LocalCall<'_>, adjustment: Adjustment<'_>) {
-        let now = match call.now_us {
-            Some(manual) => manual as i64,
-            None => self.now_us(),
-        };
+        let now = self.time_of(call.now_us);
         let rest = call.user;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
@@ -488,10 +482,7 @@ impl MemoryStore {
         let Some(&scope) = call.scopes.get(call.quotas.len()) else {
             return;
         };
-        let now = match call.now_us {
-            Some(manual) => manual as i64,
-            None => self.now_us(),
-        };
+        let now = self.time_of(call.now_us);
         let rest = call.user;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
@@ -502,6 +493,12 @@ impl MemoryStore {
                 expires_at: now + ttl_us(us),
             });
         });
+    }
+
+    /// The manual clock's reading, else the store's clock (a call that
+    /// decides nothing: the reading is not remembered for a sweep).
+    fn time_of(&self, manual: Option<u64>) -> i64 {
+        manual.map_or_else(|| self.now_us(), |m| m as i64)
     }
 
     /// The time of a decision: the manual clock's reading (remembered for
