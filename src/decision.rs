@@ -222,6 +222,7 @@ pub(crate) struct Part {
 pub(crate) const NEVER: u64 = u64::MAX;
 
 impl From<crate::strategy::state::Raw> for Part {
+    #[inline]
     fn from(r: crate::strategy::state::Raw) -> Self {
         Part {
             allowed: r.ok,
@@ -265,6 +266,7 @@ const PLACEHOLDER: Part = Part {
 
 impl Parts {
     /// One quota's part.
+    #[inline]
     pub(crate) fn one(part: Part) -> Self {
         Parts::Inline {
             len: 1,

@@ -23,7 +23,7 @@ use crate::reserve::Reserver;
 use crate::store::memory::{LocalCall, MemoryStore};
 use crate::store::{Backend, Bound, Call, QuotaOutcome, Store};
 use crate::strategy::Strategy;
-use crate::strategy::state::Raw;
+use crate::strategy::state::{Algorithm, Raw};
 
 /// Longest user key stored verbatim; longer keys are hashed.
 pub const MAX_VERBATIM_KEY_LEN: usize = 128;
@@ -93,6 +93,9 @@ struct Inner {
     /// A Redis store's settle scripts (take, give-back and adjust), for
     /// [`RateLimiter::reserve_n`], `penalize` and `reward`.
     settle: Option<Arc<crate::store::redis::reserve::Scripts>>,
+    /// When decisions go straight to a [`MemoryStore`] (see
+    /// [`RateLimiter::decide_direct`]).
+    direct: Option<Direct>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -311,21 +314,10 @@ impl RateLimiter {
         let now_us = inner.clock.manual_now_us();
         if let ([scope], [quota]) = (scopes, inner.quotas.as_slice()) {
             let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
-            // a lone shadow quota never denies, nor delays
+            // a lone shadow quota never denies
             let allowed = raw.ok || quota.shadow;
             let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
-            return Decision {
-                allowed,
-                binding: 0,
-                delay_us: if quota.shadow {
-                    0
-                } else {
-                    raw.delay.max(0) as u64
-                },
-                parts: Parts::one(Part::from(raw)),
-                templates: inner.templates,
-                lease,
-            };
+            return self.one_part(allowed, raw, quota.shadow, lease);
         }
         let call = LocalCall {
             scopes,
@@ -363,6 +355,40 @@ impl RateLimiter {
             delay,
             lease,
         )
+    }
+
+    /// [`check_n`](Self::check_n) of a limiter of one enforced quota on a
+    /// [`MemoryStore`], with nothing around it (no reservations, blocks,
+    /// leases or manual clock): the store's decision, with none of the
+    /// general path's checks. `None`: the general path decides (a peek, a
+    /// cost that never fits, any other limiter).
+    #[inline(always)]
+    fn decide_direct(&self, key: &[u8], cost: u64) -> Option<Decision> {
+        let inner = &*self.inner;
+        let direct = inner.direct?;
+        if !(1..=direct.capacity).contains(&cost) {
+            return None;
+        }
+        let (Bound::Memory(store, scopes), Some(quota)) = (&inner.store, inner.quotas.first())
+        else {
+            return None;
+        };
+        let &scope = scopes.first()?;
+        let raw = store.decide_tat(scope, &storable_key(key), quota, cost, direct.queue);
+        Some(self.one_part(raw.ok, raw, false, None))
+    }
+
+    /// The decision of a limiter of one quota (`shadow`: it never delays).
+    #[inline(always)]
+    fn one_part(&self, allowed: bool, raw: Raw, shadow: bool, lease: Option<Lease>) -> Decision {
+        Decision {
+            allowed,
+            binding: 0,
+            delay_us: if shadow { 0 } else { raw.delay.max(0) as u64 },
+            parts: Parts::one(Part::from(raw)),
+            templates: self.inner.templates,
+            lease,
+        }
     }
 
     /// A decision through the store's take (`src/settle.rs`): as
@@ -492,6 +518,7 @@ impl RateLimiter {
             Reserver::new(n, hold, &store, &i.quotas, i.block)
         });
         let settle = store.reserve_scripts(&i.quotas, i.block);
+        let direct = direct(&store, &i.quotas, reserve.is_some(), i.block, &i.clock);
         RateLimiter {
             inner: Arc::new(Inner {
                 store,
@@ -508,6 +535,7 @@ impl RateLimiter {
                 reserve,
                 block: i.block,
                 settle,
+                direct,
             }),
         }
     }
@@ -711,6 +739,9 @@ impl<K: AsRef<[u8]>> Future for Check<'_, K> {
         if let Some(key) = this.key.take() {
             let (limiter, cost) = (this.limiter, this.cost);
             let key = key.as_ref();
+            if let Some(decision) = limiter.decide_direct(key, cost) {
+                return Poll::Ready(Ok(decision));
+            }
             if !limiter.reserves(cost)
                 && let Some(decision) = limiter.decide_sync(key, cost)
             {
@@ -768,10 +799,16 @@ fn verbatim(key: &[u8]) -> bool {
     let word = |w: &[u8]| <[u8; 8]>::try_from(w).is_ok_and(|w| plain_word(u64::from_le_bytes(w)));
     let plain = match key.len() {
         0 => true,
+        // (short keys as overlapping loads, not a copy to the stack that
+        // the word would then be read back from)
+        n if n < 4 => {
+            let b = |i: usize| u64::from(key[i]);
+            // (bytes 3 to 7 are spaces)
+            plain_word(b(0) | b(n / 2) << 8 | b(n - 1) << 16 | 0x2020_2020_2000_0000)
+        }
         n if n < 8 => {
-            let mut w = [b' '; 8];
-            w[..n].copy_from_slice(key);
-            plain_word(u64::from_le_bytes(w))
+            let half = |w: &[u8]| <[u8; 4]>::try_from(w).map_or(0, u32::from_le_bytes);
+            plain_word(u64::from(half(&key[..4])) | u64::from(half(&key[n - 4..])) << 32)
         }
         n => key.chunks_exact(8).all(word) && word(&key[n - 8..]),
     };
@@ -780,6 +817,43 @@ fn verbatim(key: &[u8]) -> bool {
     }
     std::str::from_utf8(key)
         .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
+}
+
+/// A limiter whose decisions go straight to the store
+/// ([`RateLimiter::decide_direct`]).
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    /// The one quota's capacity.
+    capacity: u64,
+    /// Its [`Algorithm::Tat`]'s queue.
+    queue: bool,
+}
+
+/// Whether a limiter's decisions can go straight to the store
+/// ([`RateLimiter::decide_direct`]): one enforced quota of the
+/// theoretical-arrival-time algorithm on a [`MemoryStore`] and its clock,
+/// without reservations or blocks.
+fn direct(
+    store: &Bound,
+    quotas: &[QuotaSpec],
+    reserves: bool,
+    block: Option<u64>,
+    clock: &Clock,
+) -> Option<Direct> {
+    match (store, quotas) {
+        (Bound::Memory(..), [q])
+            if !reserves && block.is_none() && !q.shadow && clock.manual_now_us().is_none() =>
+        {
+            match q.spec().algorithm {
+                Algorithm::Tat { queue } => Some(Direct {
+                    capacity: q.capacity(),
+                    queue,
+                }),
+                Algorithm::Returns(_) => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 fn new_instance_id() -> u64 {
@@ -1017,6 +1091,7 @@ impl RateLimiterBuilder {
         let store = store.bind(&specs, &prefix, &key_suffixes, block);
         let reserve = reserve.map(|(n, hold)| Reserver::new(n, hold, &store, &specs, block));
         let settle = store.reserve_scripts(&specs, block);
+        let direct = direct(&store, &specs, reserve.is_some(), block, &self.clock);
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 store,
@@ -1033,6 +1108,7 @@ impl RateLimiterBuilder {
                 reserve,
                 block,
                 settle,
+                direct,
             }),
         })
     }

@@ -303,6 +303,7 @@ impl Quota {
             period_us,
             burst,
             interval_us,
+            per_interval: crate::strategy::state::Interval::new(interval_us),
             name,
             rate: self.rate,
             shadow: self.shadow,
@@ -381,6 +382,8 @@ pub(crate) struct QuotaSpec {
     pub(crate) burst: u64,
     /// `ceil(period / limit)`.
     pub(crate) interval_us: u64,
+    /// `interval_us`, to divide by.
+    pub(crate) per_interval: crate::strategy::state::Interval,
     pub(crate) name: String,
     /// The quota's part of its storage keys (after `{<prefix>:<key>}:`): the
     /// strategy's key tag, then the rate (`g60/1m`) or, for a named quota,

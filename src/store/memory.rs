@@ -144,7 +144,7 @@ impl KeyBytes {
     /// Whether this is the key of `user` in `scope`.
     fn is(&self, scope: u32, user: &[u8]) -> bool {
         let b = self.as_bytes();
-        b.len() == 4 + user.len() && b[..4] == scope.to_le_bytes() && b[4..] == *user
+        b.len() == 4 + user.len() && b[..4] == scope.to_le_bytes() && same(&b[4..], user)
     }
 
     fn scope(&self) -> u32 {
@@ -154,6 +154,24 @@ impl KeyBytes {
 
     fn user(&self) -> &[u8] {
         &self.as_bytes()[4..]
+    }
+}
+
+/// `a == b` for slices of one length, short ones (the usual keys) as two
+/// overlapping words each rather than through a call to `memcmp`.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        <[u8; N]>::try_from(&s[at..at + N]).unwrap_or([0; N])
+    }
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        4..8 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        _ => a == b,
     }
 }
 
@@ -232,15 +250,36 @@ impl Shard {
     /// (a burst of distinct keys must not hold its peak memory for ever).
     /// Sweeps are at least a second apart, or a fourfold growth (see
     /// [`sweep_if_due`](Self::sweep_if_due)), so a map is not shrunk and grown
-    /// again at every operation.
-    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
+    /// again at every operation. With `regrow` (a sweep due to growth alone)
+    /// the map keeps room for the growth that triggers the next one: keys
+    /// that expire before they are seen again (a steady flow of them) would
+    /// otherwise be shrunk away and grown again at every sweep.
+    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
         self.table
             .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
+        self.shrink(hasher, regrow);
+    }
+
+    /// The sweep of a shard as it is used: as [`sweep`](Self::sweep), but a
+    /// key stays for [`SWEEP_INTERVAL_US`] after it has expired (an expired
+    /// key is read as no key), so that one seen again soon after is updated
+    /// in place rather than dropped and inserted again.
+    fn sweep_in_use(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
+        let before = now.saturating_sub(SWEEP_INTERVAL_US);
+        self.table
+            .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > before));
+        self.shrink(hasher, regrow);
+    }
+
+    /// Shrinks the map after a sweep if it is mostly empty.
+    fn shrink(&mut self, hasher: &foldhash::fast::RandomState, regrow: bool) {
         let len = self.table.len();
         let capacity = self.table.capacity();
+        let keep = if regrow { (4 * len).max(GROWN) } else { 0 };
         if capacity > MIN_SHARD_CAPACITY && len < capacity / 4 {
-            self.table
-                .shrink_to((len * 2).max(MIN_SHARD_CAPACITY), |s| rehash(hasher, s));
+            // (hashbrown shrinks only to fewer buckets)
+            let target = (len * 2).max(keep).max(MIN_SHARD_CAPACITY);
+            self.table.shrink_to(target, |s| rehash(hasher, s));
         }
     }
 
@@ -264,17 +303,19 @@ impl Shard {
             return;
         }
         let grown = self.table.len() >= (4 * self.left).max(GROWN);
-        if !grown && now.abs_diff(self.swept_at) < SWEEP_INTERVAL_US as u64 {
+        let early = now.abs_diff(self.swept_at) < SWEEP_INTERVAL_US as u64;
+        if !grown && early {
             return;
         }
         self.ops = 0;
         self.swept_at = now;
-        self.sweep(now, hasher);
+        self.sweep_in_use(now, hasher, early);
         self.left = self.table.len();
     }
 
     /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
     /// place; a state left `None` is removed, a new one inserted.
+    #[inline(always)]
     fn with_entry<R>(
         &mut self,
         hasher: &foldhash::fast::RandomState,
@@ -285,28 +326,53 @@ impl Shard {
     ) -> R {
         let hash = scoped(rest_hash, scope);
         let eq = |s: &Slot| s.key.is(scope, rest);
-        match self.table.find_entry(hash, eq) {
-            Ok(mut found) => {
-                let r = f(&mut found.get_mut().entry);
-                if found.get().entry.is_none() {
-                    found.remove();
-                }
-                r
-            }
-            Err(absent) => {
-                let mut entry = None;
-                let r = f(&mut entry);
-                if entry.is_some() {
-                    let slot = Slot {
-                        key: KeyBytes::new(scope, rest),
-                        entry,
-                    };
-                    absent
-                        .into_table()
-                        .insert_unique(hash, slot, |s| rehash(hasher, s));
-                }
-                r
-            }
+        let mut found = self.table.find_entry(hash, eq);
+        let mut fresh = None;
+        // (one call of `f`, so that it is inlined)
+        let r = f(match &mut found {
+            Ok(slot) => &mut slot.get_mut().entry,
+            Err(_) => &mut fresh,
+        });
+        // (the usual case, a key whose state stays, does nothing more: the rest is
+        // out of line, so `r` is not kept in memory around its calls)
+        let unchanged = match &found {
+            Ok(slot) => slot.get().entry.is_some(),
+            Err(_) => fresh.is_none(),
+        };
+        if !unchanged {
+            store_or_drop(found, fresh, hash, scope, rest, hasher);
+        }
+        r
+    }
+}
+
+/// The end of [`Shard::with_entry`] when its key changes: a state left
+/// `None` is removed, a new one inserted.
+#[cold]
+#[inline(never)]
+fn store_or_drop(
+    found: Result<
+        hashbrown::hash_table::OccupiedEntry<'_, Slot>,
+        hashbrown::hash_table::AbsentEntry<'_, Slot>,
+    >,
+    fresh: Option<Entry>,
+    hash: u64,
+    scope: u32,
+    rest: &[u8],
+    hasher: &foldhash::fast::RandomState,
+) {
+    match found {
+        Ok(slot) => {
+            slot.remove();
+        }
+        Err(absent) => {
+            let slot = Slot {
+                key: KeyBytes::new(scope, rest),
+                entry: fresh,
+            };
+            absent
+                .into_table()
+                .insert_unique(hash, slot, |s| rehash(hasher, s));
         }
     }
 }
@@ -378,7 +444,7 @@ impl MemoryStore {
             manual
         };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now, &self.inner.hasher);
+            lock(s).sweep(now, &self.inner.hasher, false);
         }
     }
 
@@ -528,14 +594,47 @@ impl MemoryStore {
         now_us: Option<u64>,
         nonce: &str,
     ) -> Raw {
-        let hasher = &self.inner.hasher;
-        let (hash, mut shard) = self.locate(user);
-        let now = shard.time(self.decision_time(now_us), now_us.is_some());
-        shard.ops = shard.ops.saturating_add(1);
-        shard.sweep_if_due(now, hasher);
-        shard.with_entry(hasher, hash, scope, user, |slot| {
+        self.decide_key(scope, user, now_us, |slot, now| {
             state::run(slot, quota, now, cost as i64, nonce, true)
         })
+    }
+
+    /// [`decide_one`](Self::decide_one) on the store's clock for a quota of
+    /// the theoretical-arrival-time algorithm (GCRA, token and leaky bucket;
+    /// `queue` for the leaky bucket): the path of a limiter's direct
+    /// decisions, all of it inlined into [`check`](crate::RateLimiter::check).
+    #[inline(always)]
+    pub(crate) fn decide_tat(
+        &self,
+        scope: u32,
+        user: &[u8],
+        quota: &QuotaSpec,
+        cost: u64,
+        queue: bool,
+    ) -> Raw {
+        self.decide_key(scope, user, None, |slot, now| {
+            state::run_tat(slot, quota, now, cost as i64, queue, true)
+        })
+    }
+
+    /// Runs `step` on the state of `user` in `scope` at the decision's
+    /// time, under its shard's lock.
+    #[inline(always)]
+    fn decide_key(
+        &self,
+        scope: u32,
+        user: &[u8],
+        now_us: Option<u64>,
+        step: impl FnOnce(&mut Option<Entry>, i64) -> Raw,
+    ) -> Raw {
+        let hasher = &self.inner.hasher;
+        // (the clock is read before the lock: not while holding it)
+        let at = self.decision_time(now_us);
+        let (hash, mut shard) = self.locate(user);
+        let now = shard.time(at, now_us.is_some());
+        shard.ops = shard.ops.saturating_add(1);
+        shard.sweep_if_due(now, hasher);
+        shard.with_entry(hasher, hash, scope, user, |slot| step(slot, now))
     }
 
     /// [`decide`](Self::decide), and the time it decided at.
@@ -836,8 +935,9 @@ mod tests {
         }
         assert_eq!(store.len(), 7 * 2_000);
         // after two windows every key has expired (the sliding window counter
-        // keeps a window as the next one's "previous")
-        clock.advance(Duration::from_secs(2) + Duration::from_millis(1));
+        // keeps a window as the next one's "previous"), and a second later a
+        // sweep as the store is used drops it
+        clock.advance(Duration::from_secs(3) + Duration::from_millis(1));
         // use alone evicts: a shard is swept every SWEEP_EVERY operations
         // (once a second has passed since its last sweep)
         let lim = RateLimiter::builder()

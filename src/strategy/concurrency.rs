@@ -2,7 +2,7 @@
 //! expiring after the lease timeout (the rate's period) unless released first
 //! (`lua/concurrency.lua`).
 
-use super::state::{Entry, Params, Raw, Value};
+use super::state::{Algorithm, Entry, Params, Raw, Value};
 use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec};
 use crate::Quota;
 
@@ -18,7 +18,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: true,
         reads_burst: false,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: Some(CountBound {
         max: Quota::MAX_SORTED_SET_LIMIT,

@@ -1,7 +1,7 @@
 //! [`Strategy::FixedWindow`](super::Strategy::FixedWindow): one counter per window, the
 //! window starting at the key's first hit (`lua/fixed_window.lua`).
 
-use super::state::{Entry, Params, Raw, Value, ttl_us};
+use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
 use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -16,7 +16,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: false,
         reads_burst: false,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: None,
     period_field: "rate.period",

@@ -2,7 +2,7 @@
 //! (`lua/leaky_bucket.lua` then `lua/tat.lua`); an admitted request waits
 //! until its slot (`delay`).
 
-use super::state::{Entry, Params, Raw, Value};
+use super::state::Algorithm;
 use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -17,7 +17,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: true,
         reads_burst: true,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Tat { queue: true },
     takes_burst: true,
     count_bound: None,
     period_field: "rate.period",
@@ -32,13 +32,3 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         "a leaky bucket's admitted requests already hold their slots in the queue: units charged or given back later would move slots already promised",
     ),
 };
-
-fn decide(
-    slot: &mut Option<Entry>,
-    q: Params,
-    now: i64,
-    cost: i64,
-    _nonce: &str,
-) -> (Raw, Option<Value>) {
-    tat::decide(slot, q, now, cost, true)
-}

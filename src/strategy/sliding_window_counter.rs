@@ -2,7 +2,7 @@
 //! previous aligned windows' counts, weighted by the overlap
 //! (`lua/sliding_window_counter.lua`).
 
-use super::state::{Entry, Params, Raw, Value, floor_div, ttl_us};
+use super::state::{Algorithm, Entry, Params, Raw, Value, floor_div, ttl_us};
 use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -17,7 +17,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: true,
         reads_burst: false,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: None,
     period_field: "rate.period",

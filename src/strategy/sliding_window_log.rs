@@ -1,7 +1,7 @@
 //! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): a list of request
 //! times, newest first (`lua/sliding_window_log.lua`).
 
-use super::state::{Entry, Params, Raw, Value, ttl_us};
+use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
 use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 use crate::Quota;
 
@@ -17,7 +17,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: true,
         reads_burst: false,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: Some(CountBound {
         max: Quota::MAX_SORTED_SET_LIMIT,

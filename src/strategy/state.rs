@@ -75,13 +75,24 @@ pub(crate) struct Params {
     pub(crate) burst: i64,
     /// `ceil(period / n)`.
     pub(crate) interval: i64,
+    /// `interval`, to divide by.
+    pub(crate) per_interval: Interval,
 }
 
-/// A strategy's memory algorithm: decides a request of `cost` at `now` on a
-/// key's live state (`None`: no state), as its Lua block does. It may update
-/// `slot` as the script's reads do (dropping expired entries); it returns its
-/// answer and the state to write if the request is allowed and applied.
-pub(crate) type Algorithm = fn(
+impl Params {
+    fn of(q: &QuotaSpec) -> Self {
+        Params {
+            n: q.limit as i64,
+            period: q.period_us as i64,
+            burst: q.burst as i64,
+            interval: q.interval_us as i64,
+            per_interval: q.per_interval,
+        }
+    }
+}
+
+/// An [`Algorithm::Returns`].
+pub(crate) type Decide = fn(
     slot: &mut Option<Entry>,
     q: Params,
     now: i64,
@@ -89,7 +100,21 @@ pub(crate) type Algorithm = fn(
     nonce: &str,
 ) -> (Raw, Option<Value>);
 
+/// A strategy's memory algorithm: decides a request of `cost` at `now` on a
+/// key's live state (`None`: no state), as its Lua block does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Algorithm {
+    /// It may update `slot` as the script's reads do (dropping expired
+    /// entries); it returns its answer and the state to write if the request
+    /// is allowed and applied.
+    Returns(Decide),
+    /// The theoretical-arrival-time algorithm (`tat.rs`), one integer
+    /// updated in place; `queue`: an admitted request waits for its slot.
+    Tat { queue: bool },
+}
+
 /// Evaluates one quota on one key's state, as the script's strategy block does.
+#[inline]
 pub(crate) fn run(
     slot: &mut Option<Entry>,
     q: &QuotaSpec,
@@ -101,32 +126,50 @@ pub(crate) fn run(
     if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
         *slot = None;
     }
-    let params = Params {
-        n: q.limit as i64,
-        period: q.period_us as i64,
-        burst: q.burst as i64,
-        interval: q.interval_us as i64,
-    };
+    let params = Params::of(q);
     let write = apply && cost > 0;
-    let (raw, new) = (q.spec().algorithm)(slot, params, now, cost, nonce);
+    match q.spec().algorithm {
+        Algorithm::Tat { queue } => super::tat::decide(slot, params, now, cost, queue, write),
+        Algorithm::Returns(decide) => returns(slot, decide, params, now, cost, nonce, write),
+    }
+}
+
+/// [`run`] for a quota whose algorithm is [`Algorithm::Tat`] (`queue` as
+/// it says): nothing else inlined with it.
+#[inline(always)]
+pub(crate) fn run_tat(
+    slot: &mut Option<Entry>,
+    q: &QuotaSpec,
+    now: i64,
+    cost: i64,
+    queue: bool,
+    apply: bool,
+) -> Raw {
+    if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
+        *slot = None;
+    }
+    super::tat::decide(slot, Params::of(q), now, cost, queue, apply && cost > 0)
+}
+
+/// [`run`] of an [`Algorithm::Returns`]: out of line, so that the TAT
+/// strategies' path stays small enough to inline into a store's decision.
+#[inline(never)]
+fn returns(
+    slot: &mut Option<Entry>,
+    decide: Decide,
+    params: Params,
+    now: i64,
+    cost: i64,
+    nonce: &str,
+    write: bool,
+) -> Raw {
+    let (raw, new) = decide(slot, params, now, cost, nonce);
     if raw.ok
         && write
         && let Some(value) = new
     {
         let expires_at = now + ttl_us(raw.reset);
-        match slot {
-            // (in place: no drop of the old state when it is one integer)
-            Some(Entry {
-                value: Value::Tat(tat),
-                expires_at: at,
-            }) if matches!(value, Value::Tat(_)) => {
-                if let Value::Tat(new) = value {
-                    *tat = new;
-                }
-                *at = expires_at;
-            }
-            _ => *slot = Some(Entry { value, expires_at }),
-        }
+        *slot = Some(Entry { value, expires_at });
     }
     raw
 }
@@ -150,6 +193,35 @@ pub(crate) fn remove_members(slot: &mut Option<Entry>, members: &[String]) {
 pub(crate) fn ttl_us(reset: i64) -> i64 {
     (reset.max(1) + 999) / 1000 * 1000
 }
+
+/// A quota's emission interval as a divisor by multiplication: a division
+/// took a tenth of a memory-store decision's time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Interval(strength_reduce::StrengthReducedU64);
+
+impl Interval {
+    /// `interval` (µs): at least 1.
+    pub(crate) fn new(interval: u64) -> Self {
+        Interval(strength_reduce::StrengthReducedU64::new(interval.max(1)))
+    }
+
+    /// `floor(a / interval)` for `a >= 0` (else as [`floor_div`]).
+    #[inline]
+    pub(crate) fn floor_div(self, a: i64) -> i64 {
+        match u64::try_from(a) {
+            Ok(a) => (a / self.0) as i64,
+            Err(_) => floor_div(a, self.0.get() as i64),
+        }
+    }
+}
+
+impl PartialEq for Interval {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for Interval {}
 
 /// Lua's `math.floor(a / b)` on integers.
 pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
@@ -176,12 +248,7 @@ pub(crate) fn give_back(
         *slot = None;
     }
     if let crate::strategy::GiveBack::Units { twin, .. } = q.spec().give_back {
-        let params = Params {
-            n: q.limit as i64,
-            period: q.period_us as i64,
-            burst: q.burst as i64,
-            interval: q.interval_us as i64,
-        };
+        let params = Params::of(q);
         twin(slot, params, now, units, at, fin);
     }
 }
@@ -198,12 +265,7 @@ pub(crate) fn adjust(slot: &mut Option<Entry>, q: &QuotaSpec, now: i64, units: i
         *slot = None;
     }
     if let crate::strategy::Adjust::Units { twin, .. } = q.spec().adjust {
-        let params = Params {
-            n: q.limit as i64,
-            period: q.period_us as i64,
-            burst: q.burst as i64,
-            interval: q.interval_us as i64,
-        };
+        let params = Params::of(q);
         twin(slot, params, now, units);
     }
 }

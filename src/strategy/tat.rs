@@ -10,13 +10,16 @@ pub(super) const LUA: &str = include_str!("../../lua/tat.lua");
 /// One string, the TAT: a request of `cost` pushes it by `cost * interval`
 /// and is allowed if it stays at most `burst * interval` ahead of now. With
 /// `queue` an admitted request is told to wait until its slot (`delay`).
+/// The state is written in place, if the request is allowed and `write`.
+#[inline(always)]
 pub(super) fn decide(
-    slot: &Option<Entry>,
+    slot: &mut Option<Entry>,
     q: Params,
     now: i64,
     cost: i64,
     queue: bool,
-) -> (Raw, Option<Value>) {
+    write: bool,
+) -> Raw {
     let Params {
         burst, interval, ..
     } = q;
@@ -41,17 +44,30 @@ pub(super) fn decide(
             -1
         };
         let remaining = floor_div(now + tau - tat, interval);
-        return (Raw::deny(remaining, tat - now, retry), None);
+        return Raw::deny(remaining, tat - now, retry);
     }
     let delay = if queue && cost > 0 { tat - now } else { 0 };
-    (
-        Raw::allow(
-            floor_div(now + tau - new_tat, interval),
-            new_tat - now,
-            delay,
-        ),
-        Some(Value::Tat(new_tat)),
-    )
+    let reset = new_tat - now;
+    if write {
+        let expires_at = now + ttl_us(reset);
+        match slot {
+            // (in place: no drop of the old state)
+            Some(Entry {
+                value: Value::Tat(t),
+                expires_at: at,
+            }) => {
+                *t = new_tat;
+                *at = expires_at;
+            }
+            _ => {
+                *slot = Some(Entry {
+                    value: Value::Tat(new_tat),
+                    expires_at,
+                })
+            }
+        }
+    }
+    Raw::allow(q.per_interval.floor_div(now + tau - new_tat), reset, delay)
 }
 
 /// The give-back block (`lua/give_back_tat.lua`) of the GCRA and the token bucket.

@@ -2,7 +2,7 @@
 //! `interval`, stored as the time the bucket is full again (`lua/token_bucket.lua`
 //! then `lua/tat.lua`: that time is the GCRA's theoretical arrival time).
 
-use super::state::{Entry, Params, Raw, Value};
+use super::state::Algorithm;
 use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -17,7 +17,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         reads_time: true,
         reads_burst: true,
     },
-    algorithm: decide,
+    algorithm: Algorithm::Tat { queue: false },
     takes_burst: true,
     count_bound: None,
     period_field: "rate.period",
@@ -35,13 +35,3 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         twin: tat::adjust,
     },
 };
-
-fn decide(
-    slot: &mut Option<Entry>,
-    q: Params,
-    now: i64,
-    cost: i64,
-    _nonce: &str,
-) -> (Raw, Option<Value>) {
-    tat::decide(slot, q, now, cost, false)
-}
