@@ -186,6 +186,9 @@ struct Clock {
     start_raw: u64,
     /// Unix time at `start_raw`.
     start_us: i64,
+    /// Microseconds per counter tick, in fixed point (64 fractional bits):
+    /// one multiplication from ticks to microseconds.
+    us_per_tick: u64,
 }
 
 impl Clock {
@@ -197,17 +200,23 @@ impl Clock {
             let start_us = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros() as i64);
+            // quanta's scale over 2^40 ticks, as µs per tick times 2^64
+            let ns = u128::from(clock.delta_as_nanos(0, 1 << 40));
+            let us_per_tick = u64::try_from((ns << 24) / 1_000).unwrap_or(u64::MAX);
             Clock {
                 clock,
                 start_raw,
                 start_us,
+                us_per_tick,
             }
         })
     }
 
+    #[inline]
     fn now_us(&self) -> i64 {
-        let ns = self.clock.delta_as_nanos(self.start_raw, self.clock.raw());
-        self.start_us + (ns / 1_000) as i64
+        let ticks = self.clock.raw().saturating_sub(self.start_raw);
+        let us = (u128::from(ticks) * u128::from(self.us_per_tick)) >> 64;
+        self.start_us + us as i64
     }
 }
 
@@ -264,6 +273,7 @@ impl Shard {
     /// key stays for [`SWEEP_INTERVAL_US`] after it has expired (an expired
     /// key is read as no key), so that one seen again soon after is updated
     /// in place rather than dropped and inserted again.
+    #[inline(never)]
     fn sweep_in_use(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
         let before = now.saturating_sub(SWEEP_INTERVAL_US);
         self.table
@@ -298,6 +308,7 @@ impl Shard {
     /// Sweeps as the shard is used: every [`SWEEP_EVERY`] operations once
     /// [`SWEEP_INTERVAL_US`] has passed (in either direction: a manual clock
     /// may be behind the store's), or the map has grown fourfold.
+    #[inline]
     fn sweep_if_due(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
         if self.ops < SWEEP_EVERY {
             return;
@@ -835,6 +846,31 @@ mod tests {
             KeyBytes::new(1, b"ip:255.255.255.255"),
             KeyBytes::Inline { .. }
         ));
+    }
+
+    #[test]
+    fn the_store_clock_follows_the_system_clock() {
+        let unix_us = || {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64)
+        };
+        let clock = Clock::get();
+        // (a few tries: the thread may be preempted between two readings)
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let (store0, sys0) = (clock.now_us(), unix_us());
+            std::thread::sleep(Duration::from_millis(200));
+            let (store1, sys1) = (clock.now_us(), unix_us());
+            // the same time, and the same elapsed time within 2% (a wrong
+            // scale is off by far more)
+            let (a, b) = (store1 - store0, sys1 - sys0);
+            if (store0 - sys0).abs() < 50_000 && a > 0 && (a - b).abs() < b / 50 {
+                return;
+            }
+            seen.push((store0 - sys0, a, b));
+        }
+        panic!("store clock off (offset, elapsed, system elapsed in µs): {seen:?}");
     }
 
     #[tokio::test]

@@ -190,6 +190,7 @@ pub(crate) fn remove_members(slot: &mut Option<Entry>, members: &[String]) {
 }
 
 /// The TTL Redis would hold, in microseconds: whole milliseconds rounded up, at least 1.
+#[inline]
 pub(crate) fn ttl_us(reset: i64) -> i64 {
     (reset.max(1) + 999) / 1000 * 1000
 }
