@@ -200,6 +200,9 @@ impl RateLimiter {
     /// the limiter's store is a [`MemoryStore`] (which never fails), or the
     /// cost can never fit. `None`: the store must be asked.
     pub(crate) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Decision> {
+        if let Some(decision) = self.decide_direct(key, cost) {
+            return Some(decision);
+        }
         if self.inner.reserve.is_some() && cost > 0 {
             // (a cost that never fits is still answered at once by check_n)
             return None;

@@ -92,8 +92,9 @@ struct Shard {
     ops: u32,
     /// The time of the last sweep (in the clock of the decision that made it).
     swept_at: i64,
-    /// The keys the last sweep left.
-    left: usize,
+    /// The keys the last sweep left (a `u32`: the lock and the shard's
+    /// fields fit one cache line).
+    left: u32,
     /// The latest store-clock time a decision on this shard was made at.
     latest: i64,
 }
@@ -263,26 +264,10 @@ impl Shard {
     /// the map keeps room for the growth that triggers the next one: keys
     /// that expire before they are seen again (a steady flow of them) would
     /// otherwise be shrunk away and grown again at every sweep.
+    #[inline(never)]
     fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
         self.table
             .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
-        self.shrink(hasher, regrow);
-    }
-
-    /// The sweep of a shard as it is used: as [`sweep`](Self::sweep), but a
-    /// key stays for [`SWEEP_INTERVAL_US`] after it has expired (an expired
-    /// key is read as no key), so that one seen again soon after is updated
-    /// in place rather than dropped and inserted again.
-    #[inline(never)]
-    fn sweep_in_use(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
-        let before = now.saturating_sub(SWEEP_INTERVAL_US);
-        self.table
-            .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > before));
-        self.shrink(hasher, regrow);
-    }
-
-    /// Shrinks the map after a sweep if it is mostly empty.
-    fn shrink(&mut self, hasher: &foldhash::fast::RandomState, regrow: bool) {
         let len = self.table.len();
         let capacity = self.table.capacity();
         let keep = if regrow { (4 * len).max(GROWN) } else { 0 };
@@ -313,15 +298,15 @@ impl Shard {
         if self.ops < SWEEP_EVERY {
             return;
         }
-        let grown = self.table.len() >= (4 * self.left).max(GROWN);
+        let grown = self.table.len() >= (4 * self.left as usize).max(GROWN);
         let early = now.abs_diff(self.swept_at) < SWEEP_INTERVAL_US as u64;
         if !grown && early {
             return;
         }
         self.ops = 0;
         self.swept_at = now;
-        self.sweep_in_use(now, hasher, early);
-        self.left = self.table.len();
+        self.sweep(now, hasher, early);
+        self.left = u32::try_from(self.table.len()).unwrap_or(u32::MAX);
     }
 
     /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
@@ -400,10 +385,11 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store with one shard per 4 hardware threads (at least 16).
+    /// An empty store with 16 shards per hardware thread (at least 64), so
+    /// that two cores seldom want one shard's lock at once.
     pub fn new() -> Self {
         let threads = std::thread::available_parallelism().map_or(4, usize::from);
-        Self::with_shards((threads * 4).max(16))
+        Self::with_shards((threads * 16).max(64))
     }
 
     /// An empty store with `shards` independently locked shards (at least 1).
@@ -829,8 +815,10 @@ mod tests {
     use crate::{Quota, Rate, RateLimiter};
 
     #[test]
-    fn a_slot_is_one_cache_line_and_keys_of_any_length_are_told_apart() {
+    fn a_slot_and_a_locked_shard_are_one_cache_line_each_and_keys_are_told_apart() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
+        // a decision writes its shard's lock and fields: one line, not two
+        assert!(std::mem::size_of::<Mutex<Shard>>() <= 64);
         for user in [
             &b""[..],
             b"ip:255.255.255.255",
@@ -971,9 +959,8 @@ mod tests {
         }
         assert_eq!(store.len(), 7 * 2_000);
         // after two windows every key has expired (the sliding window counter
-        // keeps a window as the next one's "previous"), and a second later a
-        // sweep as the store is used drops it
-        clock.advance(Duration::from_secs(3) + Duration::from_millis(1));
+        // keeps a window as the next one's "previous")
+        clock.advance(Duration::from_secs(2) + Duration::from_millis(1));
         // use alone evicts: a shard is swept every SWEEP_EVERY operations
         // (once a second has passed since its last sweep)
         let lim = RateLimiter::builder()
