@@ -46,7 +46,7 @@ pin_project! {
     {
         #[pin]
         kind: Kind<B>,
-        lease: Option<LeaseGuard>,
+        lease: Option<Box<LeaseGuard>>,
         // The release under way before the last frame is handed out.
         releasing: Option<Release>,
         // That last frame, held back meanwhile (`None`: the end of the body).
@@ -93,7 +93,8 @@ impl<B: Body> ResponseBody<B> {
                 body,
                 first: Exclusive::new(first),
             },
-            lease,
+            // (boxed: every response body is moved, few hold a lease)
+            lease: lease.map(Box::new),
             releasing: None,
             last: None,
         }
@@ -179,7 +180,7 @@ where
 /// The lease-holding end of an inner body: its last frame is handed out once
 /// the lease is released.
 struct Ending<'a> {
-    lease: &'a mut Option<LeaseGuard>,
+    lease: &'a mut Option<Box<LeaseGuard>>,
     releasing: &'a mut Option<Release>,
     last: &'a mut Option<Frame<Bytes>>,
 }
@@ -214,7 +215,7 @@ impl Ending<'_> {
             // first, then hand out the last frame.
             match self.lease.take() {
                 Some(lease) => {
-                    *self.releasing = Some(lease.release());
+                    *self.releasing = Some((*lease).release());
                     *self.last = last;
                 }
                 None => return Poll::Ready(last.map(Ok)),

@@ -17,7 +17,6 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::Response;
@@ -47,32 +46,14 @@ pub(crate) enum Check {
     /// The middleware's answer, without a store call: a request without a
     /// key rejected, or a denial from the deny cache.
     Answer(Response<Bytes>),
+    /// Decided already: a memory store decides at once.
+    Decided(Checked),
     /// The store decides: this gives the verdict.
-    Store(Pending),
+    Store(CheckFuture),
 }
 
 /// The store call of a [`Check::Store`], and the failure policy after it.
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
-
-/// The verdict of a check: made already (a memory store decides at once),
-/// or the store call that gives it.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Pending {
-    Ready(Option<Checked>),
-    Store(CheckFuture),
-}
-
-impl Pending {
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Checked> {
-        match self {
-            Pending::Ready(verdict) => match verdict.take() {
-                Some(v) => Poll::Ready(v),
-                None => panic!("ResponseFuture polled after completion"),
-            },
-            Pending::Store(future) => future.as_mut().poll(cx),
-        }
-    }
-}
 
 /// A verdict, with what the rest of the request needs to apply it.
 pub(crate) struct Checked {
@@ -188,17 +169,17 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
             &decision,
             shadow,
         );
-        return Check::Store(Pending::Ready(Some(Checked {
+        return Check::Decided(Checked {
             verdict: Verdict::Decided(decision),
             plan,
             cost,
             shadow,
             reservation: None,
-        })));
+        });
     }
-    Check::Store(Pending::Store(boxed_in_place(|| {
+    Check::Store(boxed_in_place(|| {
         decide(config.clone(), plan, key, cost, shadow)
-    })))
+    }))
 }
 
 /// The deny cache's key of `key`: under a plan, prefixed with the plan's

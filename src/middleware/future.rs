@@ -14,7 +14,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
-use super::check::{Checked, Pending, Verdict};
+use super::check::{CheckFuture, Checked, Verdict};
 use super::config::Config;
 use super::headers::RateHeaders;
 use super::metrics::{self, LeaseCount, Outcome};
@@ -48,11 +48,15 @@ mod sealed {
 
 /// What goes on the inner service's response.
 #[derive(Default)]
+///
+/// (The lease and the reservation, hundreds of bytes each and on few
+/// requests, are boxed: the response future, moved several times per
+/// request, stays small.)
 struct Extra {
     headers: Option<RateHeaders>,
-    lease: Option<LeaseGuard>,
+    lease: Option<Box<LeaseGuard>>,
     /// The reservation to settle once the response is known.
-    settle: Option<SettleGuard>,
+    settle: Option<Box<SettleGuard>>,
 }
 
 pin_project! {
@@ -65,7 +69,7 @@ pin_project! {
         Answered { response: Option<Response<Bytes>> },
         /// Waiting for the store.
         Checking {
-            check: Pending,
+            check: CheckFuture,
             inner: Option<S>,
             request: Option<Request<ReqBody>>,
             config: Arc<Config>,
@@ -136,7 +140,7 @@ where
 
     /// A store check, then the ready `inner` service for `request`.
     pub(crate) fn checking(
-        check: Pending,
+        check: CheckFuture,
         inner: S,
         request: Request<ReqBody>,
         config: Arc<Config>,
@@ -177,7 +181,7 @@ where
                     request,
                     config,
                 } => {
-                    let verdict = ready!(check.poll(cx));
+                    let verdict = ready!(check.as_mut().poll(cx));
                     let (Some(inner), Some(request)) = (inner.take(), request.take()) else {
                         panic!("ResponseFuture polled after completion");
                     };
@@ -217,14 +221,14 @@ where
                     }
                     // The head is known: what the reservation settles to
                     // (settled with the lease's release, when the body ends).
-                    let (settle, res) = match extra.settle {
+                    let (settle, res) = match extra.settle.map(|g| *g) {
                         None => (None, res),
                         Some(guard) => {
                             let (head, body) = res.into_parts();
                             (guard.at_head(&head), Response::from_parts(head, body))
                         }
                     };
-                    let lease = match (extra.lease, settle) {
+                    let lease = match (extra.lease.map(|l| *l), settle) {
                         (Some(lease), Some(settle)) => Some(lease.and_settle(settle)),
                         (lease, None) => lease,
                         (None, Some(settle)) => {
@@ -397,7 +401,7 @@ fn after<F, ReqBody>(
     // The handler sees the lease too (releasing twice is harmless).
     let lease = decision.lease().cloned().map(|l| {
         let limiter = limiter.unwrap_or_else(|| checked.limiter(config).clone());
-        LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan))
+        Box::new(LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan)))
     });
     let outcome = match store_error {
         _ if shadow_denied => RateLimitOutcome::ShadowDenied(decision.clone()),
@@ -411,13 +415,13 @@ fn after<F, ReqBody>(
         (Some(reservation), Some(settle)) => {
             let limiter = checked.limiter(config).clone();
             let reporter = request.extensions().get::<UsageReporter>().cloned();
-            Some(SettleGuard::new(
+            Some(Box::new(SettleGuard::new(
                 limiter,
                 reservation,
                 settle.clone(),
                 config.counters.clone(),
                 reporter,
-            ))
+            )))
         }
         _ => None,
     };

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::check::{Check, Pending, check};
+use super::check::{Check, check};
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::metrics::{self, Outcome};
@@ -132,7 +132,7 @@ where
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
             Check::Answer(response) => ResponseFuture::answered(response),
-            Check::Store(Pending::Ready(Some(verdict))) => {
+            Check::Decided(verdict) => {
                 // Decided already (a memory store): no state to carry.
                 let request = Request::from_parts(parts, body);
                 ResponseFuture::decided(verdict, &mut self.inner, request, &self.config)
