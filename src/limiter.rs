@@ -1264,6 +1264,47 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_direct_path_decides_as_the_general_one() {
+        use crate::{MemoryStore, Rate};
+        let store = MemoryStore::new();
+        for strategy in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
+            // slow enough that no unit comes back during the test
+            let quota = Quota::new(strategy, Rate::per_hour(5)).burst(4);
+            let direct = RateLimiter::builder()
+                .store(store.clone())
+                .prefix("direct")
+                .quota(quota.clone())
+                .build()
+                .unwrap();
+            // (blocking() takes the general path; no block is ever set)
+            let general = RateLimiter::builder()
+                .store(store.clone())
+                .prefix("general")
+                .quota(quota)
+                .blocking()
+                .build()
+                .unwrap();
+            assert!(direct.inner.direct.is_some() && general.inner.direct.is_none());
+            for (i, cost) in [1, 2, 0, 1, 5, 1, 1, 3, 0].into_iter().enumerate() {
+                let a = direct.check_n("k", cost).await.unwrap();
+                let b = general.check_n("k", cost).await.unwrap();
+                let what = format!("{strategy} step {i}, cost {cost}");
+                assert_eq!(a.allowed(), b.allowed(), "{what}");
+                assert_eq!(a.remaining(), b.remaining(), "{what}");
+                assert_eq!(
+                    a.retry_after().is_some(),
+                    b.retry_after().is_some(),
+                    "{what}"
+                );
+                let close = |x: Duration, y: Duration| x.abs_diff(y) < Duration::from_secs(1);
+                assert!(close(a.reset_after(), b.reset_after()), "{what}");
+                let delay = |d: &Decision| d.delay().unwrap_or_default();
+                assert!(close(delay(&a), delay(&b)), "{what}");
+            }
+        }
+    }
+
     #[test]
     fn shadow_quotas_reject_leases_reservations_and_blocks_that_could_not_apply() {
         use crate::{MemoryStore, Rate};

@@ -65,7 +65,8 @@ pub(crate) struct Checked {
     pub(crate) shadow: bool,
     /// The reservation of an admitted request, for a layer that settles
     /// after the response (its decision is the verdict's).
-    pub(crate) reservation: Option<Reservation>,
+    /// (boxed: a verdict is moved several times, few carry one)
+    pub(crate) reservation: Option<Box<Reservation>>,
 }
 
 impl Checked {
@@ -216,7 +217,7 @@ async fn decide(
         match limiter.reserve_n(&key, cost).await {
             Ok(r) => {
                 let decision = r.decision().clone();
-                reservation = Some(r);
+                reservation = Some(Box::new(r));
                 Ok(decision)
             }
             Err(e) => Err(e),

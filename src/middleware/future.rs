@@ -417,7 +417,7 @@ fn after<F, ReqBody>(
             let reporter = request.extensions().get::<UsageReporter>().cloned();
             Some(Box::new(SettleGuard::new(
                 limiter,
-                reservation,
+                *reservation,
                 settle.clone(),
                 config.counters.clone(),
                 reporter,
