@@ -650,9 +650,7 @@ impl MemoryStore {
         if let Some((scope, _)) = block {
             // the twin of lua/block.lua: a live block denies every quota
             let until = shard.with_entry(hasher, hash, scope, rest, |slot| {
-                if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
-                    *slot = None;
-                }
+                state::expire(slot, now);
                 match slot {
                     Some(Entry {
                         value: Value::Tat(t),
