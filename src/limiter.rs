@@ -1268,39 +1268,38 @@ mod tests {
     async fn the_direct_path_decides_as_the_general_one() {
         use crate::{MemoryStore, Rate};
         let store = MemoryStore::new();
-        for strategy in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
-            // slow enough that no unit comes back during the test
-            let quota = Quota::new(strategy, Rate::per_hour(5)).burst(4);
-            let direct = RateLimiter::builder()
-                .store(store.clone())
-                .prefix("direct")
-                .quota(quota.clone())
-                .build()
-                .unwrap();
-            // (blocking() takes the general path; no block is ever set)
-            let general = RateLimiter::builder()
-                .store(store.clone())
-                .prefix("general")
-                .quota(quota)
-                .blocking()
-                .build()
-                .unwrap();
-            assert!(direct.inner.direct.is_some() && general.inner.direct.is_none());
-            for (i, cost) in [1, 2, 0, 1, 5, 1, 1, 3, 0].into_iter().enumerate() {
-                let a = direct.check_n("k", cost).await.unwrap();
-                let b = general.check_n("k", cost).await.unwrap();
-                let what = format!("{strategy} step {i}, cost {cost}");
-                assert_eq!(a.allowed(), b.allowed(), "{what}");
-                assert_eq!(a.remaining(), b.remaining(), "{what}");
-                assert_eq!(
-                    a.retry_after().is_some(),
-                    b.retry_after().is_some(),
-                    "{what}"
-                );
-                let close = |x: Duration, y: Duration| x.abs_diff(y) < Duration::from_secs(1);
-                assert!(close(a.reset_after(), b.reset_after()), "{what}");
-                let delay = |d: &Decision| d.delay().unwrap_or_default();
-                assert!(close(delay(&a), delay(&b)), "{what}");
+        let close = |x: Duration, y: Duration| x.abs_diff(y) < Duration::from_secs(1);
+        // (slow enough that no unit comes back during the test)
+        for (n, burst) in [(5, 4), (1, 1), (3, 10), (1000, 1), (7, 7)] {
+            for strategy in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
+                let quota = Quota::new(strategy, Rate::per_hour(n)).burst(burst);
+                let limiter = |prefix: &str, blocking: bool| {
+                    let b = RateLimiter::builder()
+                        .store(store.clone())
+                        .prefix(prefix)
+                        .quota(quota.clone());
+                    // (blocking() takes the general path; no block is ever set)
+                    if blocking { b.blocking() } else { b }.build().unwrap()
+                };
+                let id = format!("{n}{burst}{strategy}");
+                let (direct, general) = (limiter(&id, false), limiter(&format!("g{id}"), true));
+                assert!(direct.inner.direct.is_some() && general.inner.direct.is_none());
+                for key in ["k", "{hashed}", &"long".repeat(10)] {
+                    for (i, cost) in [1, 2, 0, 1, 11, 1, 1, 3, 0, 1].into_iter().enumerate() {
+                        let a = direct.check_n(key, cost).await.unwrap();
+                        let b = general.check_n(key, cost).await.unwrap();
+                        let what = format!("{n}/h burst {burst} {strategy} {key} step {i}");
+                        assert_eq!(a.allowed(), b.allowed(), "{what}");
+                        assert_eq!(a.remaining(), b.remaining(), "{what}");
+                        assert!(close(a.reset_after(), b.reset_after()), "{what}");
+                        match (a.retry_after(), b.retry_after()) {
+                            (Some(x), Some(y)) => assert!(close(x, y), "{what}"),
+                            (x, y) => assert_eq!(x, y, "{what}"),
+                        }
+                        let delay = |d: &Decision| d.delay().unwrap_or_default();
+                        assert!(close(delay(&a), delay(&b)), "{what}");
+                    }
+                }
             }
         }
     }

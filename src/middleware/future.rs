@@ -47,11 +47,11 @@ mod sealed {
 }
 
 /// What goes on the inner service's response.
-#[derive(Default)]
 ///
 /// (The lease and the reservation, hundreds of bytes each and on few
 /// requests, are boxed: the response future, moved several times per
 /// request, stays small.)
+#[derive(Default)]
 struct Extra {
     headers: Option<RateHeaders>,
     lease: Option<Box<LeaseGuard>>,

@@ -26,15 +26,17 @@ use crate::store::Adjustment;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
 /// How many operations on a shard at least between the sweeps of its expired
-/// keys made as it is used...
-const SWEEP_EVERY: u32 = 1024;
+/// keys made as it is used (a store of 64 shards is checked every 16 384
+/// operations, as one of 16 was with 1 024 each)...
+const SWEEP_EVERY: u32 = 256;
 /// ...and how much time (microseconds) at least, unless the shard holds four
 /// times the keys its last sweep left (and at least [`GROWN`]): a key
 /// revisited within a second is found in place and reused, not dropped and
 /// inserted again, while a flood of new keys is swept as often as before.
 const SWEEP_INTERVAL_US: i64 = 1_000_000;
-/// See [`SWEEP_INTERVAL_US`].
-const GROWN: usize = 4 * SWEEP_EVERY as usize;
+/// See [`SWEEP_INTERVAL_US`]. A shard swept for its growth keeps room for
+/// this many keys (or four times those left) until its next sweep.
+const GROWN: usize = 4_096;
 /// A shard's map is shrunk after a sweep when its live keys fill less than a
 /// quarter of its capacity, down to twice its live keys but not below this.
 const MIN_SHARD_CAPACITY: usize = 64;
@@ -51,7 +53,10 @@ const INLINE_KEY: usize = 22;
 /// keys are swept as the store is used, so memory stays bounded by the
 /// number of keys active within their windows: a shard left mostly empty by a
 /// sweep shrinks, so a burst of distinct keys does not keep its peak memory
-/// ([`capacity`](Self::capacity) shows it).
+/// ([`capacity`](Self::capacity) shows it). (A shard swept because it grew
+/// keeps room for the next growth, a few thousand keys, until its next sweep
+/// at least a second later: a steady flow of keys that expire before they are
+/// seen again is not shrunk and grown back at every sweep.)
 ///
 /// Its clock is the CPU's time-stamp counter where it is invariant (else the
 /// operating system's monotonic clock), calibrated once per process at the
