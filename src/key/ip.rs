@@ -150,19 +150,42 @@ pub(super) fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// `ip:<v4>`, `ip:<v6 network>/<len>`, or `ip:<v6>` when `len` is 128.
+/// Per octet: `.` and its decimal digits (zero-padded after), and how many
+/// of those four bytes count.
+const OCTETS: [([u8; 4], usize); 256] = {
+    let mut table = [([0; 4], 0); 256];
+    let mut i = 0;
+    while i < 256 {
+        let o = i as u8;
+        table[i] = if o >= 100 {
+            ([b'.', b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10], 4)
+        } else if o >= 10 {
+            ([b'.', b'0' + o / 10, b'0' + o % 10, 0], 3)
+        } else {
+            ([b'.', b'0' + o, 0, 0], 2)
+        };
+        i += 1;
+    }
+    table
+};
+
 pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
     match canonical(ip) {
         IpAddr::V4(v4) => {
-            // `ip:` and four decimal octets, without the formatting machinery
-            let mut key = Vec::with_capacity(18);
-            key.extend_from_slice(b"ip:");
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    key.push(b'.');
-                }
-                key.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            // `ip:` and four decimal octets, without the formatting machinery:
+            // each octet's bytes (dot first) written whole, then counted
+            let mut key = [0; 18];
+            key[..3].copy_from_slice(b"ip:");
+            let [a, b, c, d] = v4.octets();
+            let (first, n) = OCTETS[usize::from(a)];
+            key[3..6].copy_from_slice(&first[1..]);
+            let mut len = 3 + n - 1;
+            for octet in [b, c, d] {
+                let (dotted, n) = OCTETS[usize::from(octet)];
+                key[len..len + 4].copy_from_slice(&dotted);
+                len += n;
             }
-            key
+            key[..len].to_vec()
         }
         IpAddr::V6(v6) => {
             let len = clamp_prefix(ipv6_prefix);
@@ -199,6 +222,18 @@ mod tests {
         assert_eq!(key("203.0.113.7", 64), "ip:203.0.113.7");
         for ip in ["0.0.0.0", "255.255.255.255", "10.0.100.9"] {
             assert_eq!(key(ip, 64), format!("ip:{ip}"));
+        }
+        // every octet value in every position, beside short and long ones
+        for o in 0..=255u8 {
+            for v4 in [
+                [o, 1, 22, 255],
+                [9, o, 100, 0],
+                [255, 10, o, 7],
+                [0, 99, 200, o],
+            ] {
+                let ip = std::net::Ipv4Addr::from(v4);
+                assert_eq!(ip_key(IpAddr::V4(ip), 64), format!("ip:{ip}").into_bytes());
+            }
         }
     }
 

@@ -46,11 +46,6 @@ pin_project! {
     {
         #[pin]
         kind: Kind<B>,
-        lease: Option<Box<LeaseGuard>>,
-        // The release under way before the last frame is handed out.
-        releasing: Option<Release>,
-        // That last frame, held back meanwhile (`None`: the end of the body).
-        last: Option<Frame<Bytes>>,
     }
 }
 
@@ -60,13 +55,27 @@ pin_project! {
     where
         B: Body,
     {
+        // (no lease: the inner body as it is)
         Inner { #[pin] body: B },
-        // A lease-holding body whose first frame `ResponseFuture` polled
-        // before returning the response (boxed to be polled there and moved
-        // into the response), that frame (or error) still to hand out.
-        Primed { body: Pin<Box<B>>, first: Exclusive<Option<Result<Frame<B::Data>, B::Error>>> },
+        // A body whose first frame `ResponseFuture` polled before returning
+        // the response, with what it holds (boxed: every response body is
+        // moved, and axum boxes it once more; few are primed).
+        Primed { primed: Box<Primed<B>> },
         Full { data: Option<Bytes> },
     }
+}
+
+/// A primed body: polled once before the response was returned (boxed to be
+/// polled there and moved into the response), that first frame (or error)
+/// still to hand out, and the lease it may hold.
+struct Primed<B: Body> {
+    body: Pin<Box<B>>,
+    first: Exclusive<Option<Result<Frame<B::Data>, B::Error>>>,
+    lease: Option<LeaseGuard>,
+    /// The release under way before the last frame is handed out.
+    releasing: Option<Release>,
+    /// That last frame, held back meanwhile (`None`: the end of the body).
+    last: Option<Frame<Bytes>>,
 }
 
 impl<B: Body> ResponseBody<B> {
@@ -75,9 +84,6 @@ impl<B: Body> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
-            lease: None,
-            releasing: None,
-            last: None,
         }
     }
 
@@ -90,13 +96,14 @@ impl<B: Body> ResponseBody<B> {
     ) -> Self {
         Self {
             kind: Kind::Primed {
-                body,
-                first: Exclusive::new(first),
+                primed: Box::new(Primed {
+                    body,
+                    first: Exclusive::new(first),
+                    lease,
+                    releasing: None,
+                    last: None,
+                }),
             },
-            // (boxed: every response body is moved, few hold a lease)
-            lease: lease.map(Box::new),
-            releasing: None,
-            last: None,
         }
     }
 
@@ -105,9 +112,6 @@ impl<B: Body> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
-            lease: None,
-            releasing: None,
-            last: None,
         }
     }
 }
@@ -123,48 +127,45 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let mut state = Ending {
-            lease: this.lease,
-            releasing: this.releasing,
-            last: this.last,
-        };
-        match this.kind.project() {
-            KindProj::Inner { body } => state.poll_frame(body, cx),
-            KindProj::Primed { body, first } => match first.get_mut().take() {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Primed { primed } => match primed.first.get_mut().take() {
                 // Not the last frame, or its lease is released already.
                 Some(first) => Poll::Ready(Some(first)),
-                None => state.poll_frame(body.as_mut(), cx),
+                None => primed.poll_rest(cx),
             },
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        // Holding a lease or a frame: not over until polled once more.
-        if self.lease.is_some() || self.releasing.is_some() {
-            return false;
-        }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
-            Kind::Primed { body, first } => first.with(Option::is_none) && body.is_end_stream(),
+            // Holding a lease or a frame: not over until polled once more.
+            Kind::Primed { primed } => {
+                primed.lease.is_none()
+                    && primed.releasing.is_none()
+                    && primed.first.with(Option::is_none)
+                    && primed.body.is_end_stream()
+            }
             Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        let (inner, first) = match &self.kind {
-            Kind::Inner { body } => (body.size_hint(), 0),
-            Kind::Primed { body, first } => {
-                let first = first.with(|f| data_len(f.as_ref().and_then(|f| f.as_ref().ok())));
-                (body.size_hint(), first)
-            }
+        let primed = match &self.kind {
+            Kind::Inner { body } => return body.size_hint(),
+            Kind::Primed { primed } => primed,
             Kind::Full { data } => {
                 return SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64));
             }
         };
+        let inner = primed.body.size_hint();
         // The frames held back are still to come.
-        let len = first.saturating_add(data_len(self.last.as_ref()));
+        let first = primed
+            .first
+            .with(|f| data_len(f.as_ref().and_then(|f| f.as_ref().ok())));
+        let len = first.saturating_add(data_len(primed.last.as_ref()));
         if len == 0 {
             return inner;
         }
@@ -177,32 +178,22 @@ where
     }
 }
 
-/// The lease-holding end of an inner body: its last frame is handed out once
-/// the lease is released.
-struct Ending<'a> {
-    lease: &'a mut Option<Box<LeaseGuard>>,
-    releasing: &'a mut Option<Release>,
-    last: &'a mut Option<Frame<Bytes>>,
-}
-
-impl Ending<'_> {
-    fn poll_frame<B>(
-        &mut self,
-        mut body: Pin<&mut B>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>>
-    where
-        B: Body<Data = Bytes>,
-    {
+impl<B> Primed<B>
+where
+    B: Body<Data = Bytes>,
+{
+    /// The frames after the first: the last one handed out once the lease
+    /// is released.
+    fn poll_rest(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         loop {
-            if let Some(release) = self.releasing {
+            if let Some(release) = &mut self.releasing {
                 ready!(Pin::new(release).poll(cx));
-                *self.releasing = None;
+                self.releasing = None;
                 return Poll::Ready(self.last.take().map(Ok));
             }
-            let frame = ready!(body.as_mut().poll_frame(cx));
+            let frame = ready!(self.body.as_mut().poll_frame(cx));
             let last = match frame {
-                Some(Ok(frame)) if body.is_end_stream() => Some(frame),
+                Some(Ok(frame)) if self.body.is_end_stream() => Some(frame),
                 Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
                 None => None,
                 Some(Err(error)) => {
@@ -215,8 +206,8 @@ impl Ending<'_> {
             // first, then hand out the last frame.
             match self.lease.take() {
                 Some(lease) => {
-                    *self.releasing = Some((*lease).release());
-                    *self.last = last;
+                    self.releasing = Some(lease.release());
+                    self.last = last;
                 }
                 None => return Poll::Ready(last.map(Ok)),
             }
@@ -252,15 +243,17 @@ impl<T> Exclusive<T> {
 
 impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match &self.kind {
-            Kind::Inner { .. } => "inner",
-            Kind::Primed { .. } => "primed",
-            Kind::Full { .. } => "full",
+        let (kind, lease, releasing) = match &self.kind {
+            Kind::Inner { .. } => ("inner", false, false),
+            Kind::Primed { primed } => {
+                ("primed", primed.lease.is_some(), primed.releasing.is_some())
+            }
+            Kind::Full { .. } => ("full", false, false),
         };
         f.debug_struct("ResponseBody")
             .field("kind", &kind)
-            .field("holds_lease", &self.lease.is_some())
-            .field("releasing", &self.releasing.is_some())
+            .field("holds_lease", &lease)
+            .field("releasing", &releasing)
             .finish()
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -121,16 +122,17 @@ where
     pub(crate) fn decided(
         verdict: Checked,
         inner: &mut S,
-        request: Request<ReqBody>,
+        mut parts: Parts,
+        body: ReqBody,
         config: &Arc<Config>,
     ) -> Self
     where
         S: Clone,
     {
-        let next = after(verdict, request, config, |r| Next::Call(inner.call(r)));
-        let ready = &mut *inner;
+        let next = after(verdict, &mut parts, config);
+        let request = Request::from_parts(parts, body);
         Self {
-            state: next.into_state(|| {
+            state: next.into_state(request, inner, S::call, |ready| {
                 // the ready service goes with the delayed request, a clone stays
                 let clone = ready.clone();
                 Some(std::mem::replace(ready, clone))
@@ -185,12 +187,17 @@ where
                     let (Some(inner), Some(request)) = (inner.take(), request.take()) else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    let mut inner = Some(inner);
-                    let next = after(verdict, request, config, |r| match inner.as_mut() {
-                        Some(s) => Next::Call(s.call(r)),
-                        None => panic!("ResponseFuture polled after completion"),
-                    });
-                    state.set(next.into_state(|| inner.take()));
+                    let (mut parts, body) = request.into_parts();
+                    let next = after(verdict, &mut parts, config);
+                    state.set(next.into_state(
+                        Request::from_parts(parts, body),
+                        &mut Some(inner),
+                        |inner, r| match inner {
+                            Some(s) => s.call(r),
+                            None => panic!("ResponseFuture polled after completion"),
+                        },
+                        Option::take,
+                    ));
                 }
                 StateProj::Delaying {
                     sleep,
@@ -272,36 +279,41 @@ where
     }
 }
 
-/// What follows a verdict: the inner service called, or about to be (after
-/// a delay), or the middleware's answer.
-// (moved once, into a state as large: boxing the delay would only allocate)
-#[allow(clippy::large_enum_variant)]
-enum Next<F, ReqBody> {
-    Call(F),
+/// What follows a verdict: the inner service called at once or after a
+/// delay (the request, and what goes on its response), or the middleware's
+/// answer.
+///
+/// (The inner service's future is made where the state is: made earlier,
+/// that future, hundreds of bytes, would be copied at every return.)
+enum Next {
+    Call(Extra),
     Answer(Response<Bytes>),
-    /// The inner service is called after `sleep`: the call's `request`, and
-    /// what goes on its response.
-    Delay(Pin<Box<Sleep>>, Request<ReqBody>, Extra),
+    Delay(Pin<Box<Sleep>>, Extra),
 }
 
-/// The calling state, once the inner service is called.
-struct Called<F>(F, Extra);
-
-impl<F, ReqBody> Next<Called<F>, ReqBody> {
-    /// The future's state; `inner` gives the service a delayed request is
-    /// for (the one driven to readiness).
-    fn into_state<S, B: Body>(self, inner: impl FnOnce() -> Option<S>) -> State<S, ReqBody, F, B> {
+impl Next {
+    /// The future's state for `request`: `call` calls the inner service
+    /// (`ready`); `delayed` takes from `ready` the service a delayed request
+    /// is for (the one driven to readiness).
+    #[inline(always)]
+    fn into_state<ReqBody, R, S, F, B: Body>(
+        self,
+        request: Request<ReqBody>,
+        ready: &mut R,
+        call: impl FnOnce(&mut R, Request<ReqBody>) -> F,
+        delayed: impl FnOnce(&mut R) -> Option<S>,
+    ) -> State<S, ReqBody, F, B> {
         match self {
-            Next::Call(Called(future, extra)) => State::Calling {
-                future,
+            Next::Call(extra) => State::Calling {
+                future: call(ready, request),
                 extra: Some(extra),
             },
             Next::Answer(response) => State::Answered {
                 response: Some(response),
             },
-            Next::Delay(sleep, request, extra) => State::Delaying {
+            Next::Delay(sleep, extra) => State::Delaying {
                 sleep,
-                inner: inner(),
+                inner: delayed(ready),
                 request: Some(request),
                 extra: Some(extra),
             },
@@ -309,45 +321,33 @@ impl<F, ReqBody> Next<Called<F>, ReqBody> {
     }
 }
 
-/// Applies `verdict` to `request`: answers it, or calls the inner service
-/// with `call` (at once, or after a delay), the decision and outcome in the
-/// request's extensions and the headers for its response.
-fn after<F, ReqBody>(
-    mut checked: Checked,
-    mut request: Request<ReqBody>,
-    config: &Arc<Config>,
-    call: impl FnOnce(Request<ReqBody>) -> Next<F, ReqBody>,
-) -> Next<Called<F>, ReqBody> {
-    let called = |next: Next<F, ReqBody>, extra: Extra| match next {
-        Next::Call(f) => Next::Call(Called(f, extra)),
-        Next::Answer(r) => Next::Answer(r),
-        Next::Delay(s, r, e) => Next::Delay(s, r, e),
-    };
+/// Applies `verdict` to the request of `parts`: answers it, or lets it on
+/// to the inner service (at once, or after a delay), the decision and
+/// outcome in its extensions, with the headers for its response.
+///
+/// (The request's head is borrowed, not moved: it is hundreds of bytes.)
+fn after(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
     let reservation = checked.reservation.take();
     let plan = checked.plan_name();
     if let Some(p) = &checked.plan {
-        request.extensions_mut().insert(p.clone());
+        parts.extensions.insert(p.clone());
     }
-    let (decision, limiter, store_error) = match checked.verdict {
-        Verdict::Decided(ref decision) => (decision.clone(), None, None),
-        Verdict::Fallback(ref decision, ref limiter, ref error) => {
-            (decision.clone(), Some(limiter.clone()), Some(error.clone()))
-        }
-        Verdict::Open(ref error) => {
-            metrics::decision(config.name, plan, "", Outcome::FailOpen);
-            request
-                .extensions_mut()
-                .insert(RateLimitOutcome::StoreUnavailable {
-                    error: error.clone(),
-                });
-            return called(call(request), Extra::default());
-        }
-        Verdict::Closed => {
-            metrics::decision(config.name, plan, "", Outcome::FailClosed);
-            let (parts, _body) = request.into_parts();
-            return Next::Answer(response::unavailable(config, &parts));
-        }
-    };
+    let (decision, limiter, store_error) =
+        match std::mem::replace(&mut checked.verdict, Verdict::Closed) {
+            Verdict::Decided(decision) => (decision, None, None),
+            Verdict::Fallback(decision, limiter, error) => (decision, Some(limiter), Some(error)),
+            Verdict::Open(error) => {
+                metrics::decision(config.name, plan, "", Outcome::FailOpen);
+                parts
+                    .extensions
+                    .insert(RateLimitOutcome::StoreUnavailable { error });
+                return Next::Call(Extra::default());
+            }
+            Verdict::Closed => {
+                metrics::decision(config.name, plan, "", Outcome::FailClosed);
+                return Next::Answer(response::unavailable(config, parts));
+            }
+        };
     let quota = decision.quota().as_str();
     let headers = RateHeaders::new(config.style, &decision, checked.policy(config));
     let fallback = store_error.is_some();
@@ -359,13 +359,12 @@ fn after<F, ReqBody>(
                 Outcome::Denied
             };
             metrics::decision(config.name, plan, quota, outcome);
-            let (parts, _body) = request.into_parts();
-            return Next::Answer(response::denied(config, &parts, &decision, headers));
+            return Next::Answer(response::denied(config, parts, &decision, headers));
         }
         // Shadow mode: would have denied; let through, with the headers it
         // would have had (configurable), never a Retry-After.
         metrics::decision(config.name, plan, quota, Outcome::ShadowDenied);
-        let extensions = request.extensions_mut();
+        let extensions = &mut parts.extensions;
         extensions.insert(RateLimitOutcome::ShadowDenied(decision.clone()));
         extensions.insert(decision);
         let extra = Extra {
@@ -373,7 +372,7 @@ fn after<F, ReqBody>(
             lease: None,
             settle: None,
         };
-        return called(call(request), extra);
+        return Next::Call(extra);
     }
     // (a shadow quota of the limiter would have denied it: Quota::shadow)
     let shadow_denied = decision.shadow_denied();
@@ -390,11 +389,9 @@ fn after<F, ReqBody>(
     {
         metrics::near_limit(config.name, plan, near.quota.as_str());
         if let Some(callback) = &hook.callback {
-            let (parts, body) = request.into_parts();
-            callback(&parts, &near);
-            request = Request::from_parts(parts, body);
+            callback(parts, &near);
         }
-        request.extensions_mut().insert(near);
+        parts.extensions.insert(near);
     }
     // The whole delay, never less: the request's slot is taken.
     let delay = decision.delay().filter(|d| !d.is_zero());
@@ -414,7 +411,7 @@ fn after<F, ReqBody>(
     let settle = match (reservation, &config.settle) {
         (Some(reservation), Some(settle)) => {
             let limiter = checked.limiter(config).clone();
-            let reporter = request.extensions().get::<UsageReporter>().cloned();
+            let reporter = parts.extensions.get::<UsageReporter>().cloned();
             Some(Box::new(SettleGuard::new(
                 limiter,
                 *reservation,
@@ -425,17 +422,16 @@ fn after<F, ReqBody>(
         }
         _ => None,
     };
-    let extensions = request.extensions_mut();
-    extensions.insert(decision);
-    extensions.insert(outcome);
+    parts.extensions.insert(decision);
+    parts.extensions.insert(outcome);
     let extra = Extra {
         headers: Some(headers),
         lease,
         settle,
     };
     match delay {
-        Some(d) => Next::Delay(Box::pin(tokio::time::sleep(d)), request, extra),
-        None => called(call(request), extra),
+        Some(d) => Next::Delay(Box::pin(tokio::time::sleep(d)), extra),
+        None => Next::Call(extra),
     }
 }
 

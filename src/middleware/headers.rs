@@ -269,29 +269,33 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
 /// the quota has no time of reset (concurrency). `item`: the quota's
 /// `"minute";r=`, prebuilt.
 fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Option<HeaderValue> {
-    // the item, two numbers of at most 20 digits and `;t=`
-    let mut v = Vec::with_capacity(item.map_or(decision.quota().len() + 8, <[u8]>::len) + 43);
-    match item {
-        Some(item) => v.extend_from_slice(item),
+    let named;
+    let item = match item {
+        Some(item) => item,
         None => {
             let mut s = String::new();
             push_sf_string(&mut s, &decision.quota());
-            v.extend_from_slice(s.as_bytes());
-            v.extend_from_slice(b";r=");
+            s.push_str(";r=");
+            named = s;
+            named.as_bytes()
         }
-    }
-    v.extend_from_slice(itoa::Buffer::new().format(decision.remaining()).as_bytes());
-    if timed {
-        let t = if decision.allowed() {
+    };
+    let t = timed.then(|| {
+        if decision.allowed() {
             ceil_secs(decision.reset_after())
         } else {
             retry_after_secs(decision)
-        };
-        v.extend_from_slice(b";t=");
-        v.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
-    }
-    // Handing the Vec over as Bytes avoids a copy.
-    HeaderValue::from_maybe_shared(Bytes::from(v)).ok()
+        }
+    });
+    let mut r = itoa::Buffer::new();
+    let mut t_digits = itoa::Buffer::new();
+    let (t_key, t): (&[u8], &[u8]) = match t {
+        Some(t) => (b";t=", t_digits.format(t).as_bytes()),
+        None => (b"", b""),
+    };
+    // (one allocation: `concat` allocates the exact length, which `Bytes` keeps)
+    let value = [item, r.format(decision.remaining()).as_bytes(), t_key, t].concat();
+    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
 }
 
 /// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,

@@ -134,8 +134,7 @@ where
             Check::Answer(response) => ResponseFuture::answered(response),
             Check::Decided(verdict) => {
                 // Decided already (a memory store): no state to carry.
-                let request = Request::from_parts(parts, body);
-                ResponseFuture::decided(verdict, &mut self.inner, request, &self.config)
+                ResponseFuture::decided(verdict, &mut self.inner, parts, body, &self.config)
             }
             Check::Store(check) => {
                 // Hand the service that was driven to readiness to the future, keep a clone.
