@@ -65,12 +65,15 @@ pin_project! {
     }
 }
 
+/// A frame of `B`, or its error.
+type FrameResult<B> = Result<Frame<<B as Body>::Data>, <B as Body>::Error>;
+
 /// A primed body: polled once before the response was returned (boxed to be
 /// polled there and moved into the response), that first frame (or error)
 /// still to hand out, and the lease it may hold.
 struct Primed<B: Body> {
     body: Pin<Box<B>>,
-    first: Exclusive<Option<Result<Frame<B::Data>, B::Error>>>,
+    first: Exclusive<Option<FrameResult<B>>>,
     lease: Option<LeaseGuard>,
     /// The release under way before the last frame is handed out.
     releasing: Option<Release>,
