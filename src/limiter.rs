@@ -568,10 +568,14 @@ impl RateLimiter {
         &self.inner.store
     }
 
-    /// The manual clock's reading, when the limiter runs on a [`ManualClock`](crate::clock::ManualClock)
-    /// (the middleware's deny cache keeps time with it).
-    pub(crate) fn manual_now(&self) -> Option<Duration> {
-        self.inner.clock.manual_now_us().map(Duration::from_micros)
+    /// The time in µs by the clock this limiter decides with, when that
+    /// clock is in this process: its manual clock's, or its memory store's.
+    pub(crate) fn local_now_us(&self) -> Option<u64> {
+        match (self.inner.clock.manual_now_us(), &self.inner.store) {
+            (Some(t), _) => Some(t),
+            (None, Bound::Memory(store, _)) => Some(store.now_us().max(0) as u64),
+            (None, _) => None,
+        }
     }
 
     /// The compiled quotas, in [`quota_names`](Self::quota_names) order

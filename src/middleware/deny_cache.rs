@@ -59,11 +59,13 @@ impl DenyCache {
         }
     }
 
-    /// The cache's clock in µs: the limiter's manual clock if it has one
-    /// (so tests and simulations see one time), else tokio's monotonic clock.
+    /// The cache's clock in µs: the limiter's own when it is in this
+    /// process (a manual clock, so tests and simulations see one time; a
+    /// memory store's, read as cheaply as a decision reads it), else tokio's
+    /// monotonic clock.
     pub(crate) fn now(&self, limiter: &RateLimiter) -> u64 {
-        match limiter.manual_now() {
-            Some(t) => duration_us(t),
+        match limiter.local_now_us() {
+            Some(t) => t,
             None => duration_us(tokio::time::Instant::now().saturating_duration_since(self.epoch)),
         }
     }
@@ -182,6 +184,27 @@ mod tests {
             .quota(quota)
             .build()
             .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_memory_store_limiter_times_the_cache_by_the_store_clock() {
+        // (tokio's paused clock, which the store's does not follow, is not used)
+        let l = RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(Quota::fixed_window(Rate::per_second(1)))
+            .build()
+            .unwrap();
+        let cache = DenyCache::new(100);
+        let unix_us = || {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            duration_us(since.unwrap())
+        };
+        let (before, now, after) = (unix_us(), cache.now(&l), unix_us());
+        // the store's clock is Unix time, calibrated once: within a second
+        assert!(
+            now + 1_000_000 >= before && now <= after + 1_000_000,
+            "{before} {now} {after}"
+        );
     }
 
     #[tokio::test]

@@ -450,7 +450,8 @@ impl MemoryStore {
         }
     }
 
-    fn now_us(&self) -> i64 {
+    /// The store's clock: Unix time in µs.
+    pub(crate) fn now_us(&self) -> i64 {
         Clock::get().now_us()
     }
 
