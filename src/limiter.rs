@@ -578,6 +578,12 @@ impl RateLimiter {
         }
     }
 
+    /// Whether this limiter decides by a memory store's counter clock (no
+    /// manual clock).
+    pub(crate) fn decides_by_counter(&self) -> bool {
+        self.inner.clock.manual_now_us().is_none() && matches!(self.inner.store, Bound::Memory(..))
+    }
+
     /// The compiled quotas, in [`quota_names`](Self::quota_names) order
     /// (the middleware's `RateLimit-Policy` describes them).
     pub(crate) fn quota_specs(&self) -> &[QuotaSpec] {

@@ -155,7 +155,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
         return Check::Answer(response::denied(config, parts, &decision, headers));
     }
     // A memory store decides at once: no future, no store error.
-    let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
+    let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
     // (a layer that settles takes a reservation: always the store call)
     if config.settle.is_none()
         && let Some(decision) = limiter.decide_now(&key, cost)
@@ -209,7 +209,7 @@ async fn decide(
     let limiter = limiter_of(&config, plan.as_deref());
     let plan_name = plan.as_deref().map_or("", ActivePlan::name);
     // Read before the call: a cached denial then ends no later than the store's.
-    let started = config.deny_cache.as_ref().map(|c| c.now(limiter));
+    let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
     let timer = metrics::start();
     // (`Check` is small: the store's own future, kilobytes, is on the heap)
     let mut reservation = None;

@@ -13,6 +13,11 @@ use crate::limiter::RateLimiter;
 
 const SHARDS: usize = 16;
 
+/// How far apart two cores' time-stamp counters may read, in µs (they are
+/// synchronized; a millisecond is ample, and a denial cached a millisecond
+/// short of its end still spares the store nearly every request).
+const COUNTER_SKEW_US: u64 = 1_000;
+
 /// Default number of keys the cache holds.
 pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
 
@@ -67,6 +72,20 @@ impl DenyCache {
         match limiter.local_now_us() {
             Some(t) => t,
             None => duration_us(tokio::time::Instant::now().saturating_duration_since(self.epoch)),
+        }
+    }
+
+    /// The cache time to record a decision at, read before the store call
+    /// so that a cached denial never ends later than the store's. A memory
+    /// store's counter clock is read on whichever core the thread is on, and
+    /// two cores' counters may disagree by a little: that clock is read
+    /// [`COUNTER_SKEW_US`] early.
+    pub(crate) fn started(&self, limiter: &RateLimiter) -> u64 {
+        let now = self.now(limiter);
+        if limiter.decides_by_counter() {
+            now.saturating_sub(COUNTER_SKEW_US)
+        } else {
+            now
         }
     }
 
@@ -205,6 +224,12 @@ mod tests {
             now + 1_000_000 >= before && now <= after + 1_000_000,
             "{before} {now} {after}"
         );
+        // a decision is recorded as made a little early (another core's counter)
+        let started = cache.started(&l);
+        assert!(started + COUNTER_SKEW_US <= cache.now(&l));
+        // a manual clock is exact
+        let manual = limiter(Quota::fixed_window(Rate::per_second(1)));
+        assert_eq!(cache.started(&manual), cache.now(&manual));
     }
 
     #[tokio::test]
