@@ -37,6 +37,9 @@ local fmt, ceil = string.format, math.ceil
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end
+-- The quota's period in whole ms, rounded up, as text, where the script's
+-- arguments carry it (one quota: see single.lua); else nil.
+local PERIOD_MS
 -- There are no helper functions here on purpose: Lua creates a closure for
 -- every function definition each time a script runs, which measurably slows
 -- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are

@@ -407,7 +407,10 @@ impl RateLimiter {
         if self.never_fits(cost).is_some()
             && let Some(d) = self.decide_sync(key, cost)
         {
-            return Ok((d, 0, user, Vec::new()));
+            // (a shadow quota's never-fitting request is let through: a
+            // settle charges its excess to these keys)
+            let (_, keys) = self.keys_of(&user);
+            return Ok((d, 0, user, keys));
         }
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&user);

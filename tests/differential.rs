@@ -20,6 +20,13 @@ enum Op {
     Check { key: u8, cost: u64 },
     Reset(u8),
     Release(usize),
+    /// `penalize` (units > 0) or `reward` (units < 0)
+    Adjust { key: u8, units: i64 },
+    /// `reserve_n(estimate)`, then `settle(actual)`
+    Settle { key: u8, estimate: u64, actual: u64 },
+    /// the clock steps back (only where no state can expire: see
+    /// `memory_and_redis_agree_when_the_clock_steps_back`)
+    Back(u64),
 }
 
 fn op(max_step_us: u64) -> impl proptest::strategy::Strategy<Value = Op> {
@@ -30,6 +37,8 @@ fn op(max_step_us: u64) -> impl proptest::strategy::Strategy<Value = Op> {
         8 => (0u8..3, prop_oneof![4 => Just(1u64), 1 => 0u64..6]).prop_map(|(key, cost)| Op::Check { key, cost }),
         1 => (0u8..3).prop_map(Op::Reset),
         1 => (0usize..8).prop_map(Op::Release),
+        1 => (0u8..3, -4i64..5).prop_map(|(key, units)| Op::Adjust { key, units }),
+        1 => (0u8..3, 0u64..6, 0u64..8).prop_map(|(key, estimate, actual)| Op::Settle { key, estimate, actual }),
     ]
 }
 
@@ -132,6 +141,48 @@ async fn run_case(
                     memory.release(&b).await.unwrap();
                 }
             }
+            Op::Adjust { key, units } => {
+                let key = format!("k{key}");
+                let by = units.unsigned_abs();
+                if *units >= 0 {
+                    redis.penalize(&key, by).await.unwrap();
+                    memory.penalize(&key, by).await.unwrap();
+                } else {
+                    redis.reward(&key, by).await.unwrap();
+                    memory.reward(&key, by).await.unwrap();
+                }
+            }
+            Op::Settle {
+                key,
+                estimate,
+                actual,
+            } => {
+                let key = format!("k{key}");
+                let r = redis.reserve_n(&key, *estimate).await.unwrap();
+                let m = memory.reserve_n(&key, *estimate).await.unwrap();
+                prop_assert_eq!(
+                    comparable(r.decision()),
+                    comparable(m.decision()),
+                    "step {} {:?} of {:?}",
+                    step,
+                    op,
+                    ops
+                );
+                redis.settle(&r, *actual).await.unwrap();
+                memory.settle(&m, *actual).await.unwrap();
+                if let (Some(a), Some(b)) = (r.decision().lease(), m.decision().lease()) {
+                    leases.push((a.clone(), b.clone()));
+                }
+            }
+            Op::Back(us) => clock.set(clock.now().saturating_sub(Duration::from_micros(*us))),
+        }
+        if matches!(op, Op::Adjust { .. } | Op::Settle { .. }) {
+            // what the adjustment left, at once
+            for key in ["k0", "k1", "k2"] {
+                let r = redis.peek(key).await.unwrap();
+                let m = memory.peek(key).await.unwrap();
+                prop_assert_eq!(comparable(&r), comparable(&m), "peek {} after step {} {:?} of {:?}", key, step, op, ops);
+            }
         }
     }
     Ok(())
@@ -171,12 +222,54 @@ fn memory_and_redis_decide_identically_for_long_sliding_logs() {
     let rt = runtime();
     let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 1u64..12])
         .prop_map(|(key, cost)| Op::Check { key, cost });
+    let adjust = (0u8..2, -12i64..13).prop_map(|(key, units)| Op::Adjust { key, units });
+    let settle = (0u8..2, 1u64..12, 0u64..14)
+        .prop_map(|(key, estimate, actual)| Op::Settle { key, estimate, actual });
     let ops = prop_oneof![
         1 => (0u64..3_000_000).prop_map(Op::Advance),
         6 => check,
+        1 => adjust,
+        1 => settle,
     ];
     proptest!(ProptestConfig::with_cases(100), |(n in 10u64..60, ops in proptest::collection::vec(ops, 1..150))| {
         let q = Quota::sliding_window_log(Rate::new(n, Duration::from_secs(10)));
+        rt.block_on(run_case(&server, vec![q], ops))?;
+    });
+}
+
+/// A clock that steps back (NTP, a manual clock set back): a request is
+/// logged at the newest time already logged, and every strategy answers as
+/// the memory store does. No state may expire here (every step forward is
+/// short, all of them together less than the period): on a manual clock
+/// Redis keeps expired state a grace period longer, which a step back would
+/// bring back where the memory store has dropped it (on Redis's own clock
+/// both drop it).
+#[test]
+fn memory_and_redis_agree_when_the_clock_steps_back() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let strategy = proptest::sample::select(vec![
+        Strategy::FixedWindow,
+        Strategy::SlidingWindowLog,
+        Strategy::SlidingWindowCounter,
+    ]);
+    let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 0u64..8])
+        .prop_map(|(key, cost)| Op::Check { key, cost });
+    let adjust = (0u8..2, -8i64..9).prop_map(|(key, units)| Op::Adjust { key, units });
+    let settle = (0u8..2, 1u64..8, 0u64..10)
+        .prop_map(|(key, estimate, actual)| Op::Settle { key, estimate, actual });
+    let ops = prop_oneof![
+        2 => (0u64..50_000).prop_map(Op::Advance),
+        1 => (0u64..3).prop_map(Op::Advance),
+        1 => (0u64..60_000).prop_map(Op::Back),
+        1 => (0u64..3).prop_map(Op::Back),
+        6 => check,
+        1 => adjust,
+        1 => settle,
+    ];
+    // at most 150 steps of under 50 ms: under 7.5 s of the 10 s period
+    proptest!(ProptestConfig::with_cases(150), |(s in strategy, n in 5u64..40, ops in proptest::collection::vec(ops, 1..150))| {
+        let q = Quota::new(s, Rate::new(n, Duration::from_secs(10)));
         rt.block_on(run_case(&server, vec![q], ops))?;
     });
 }

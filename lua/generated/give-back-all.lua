@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 03bd6ce4b73d7c800de74217d1ba978caf7dd9c9).
+-- (SCRIPT LOAD, then EVALSHA 9f02da86be2c7ddd5d4b72654264ab170f838327).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -44,6 +44,9 @@ local fmt, ceil = string.format, math.ceil
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end
+-- The quota's period in whole ms, rounded up, as text, where the script's
+-- arguments carry it (one quota: see single.lua); else nil.
+local PERIOD_MS
 -- There are no helper functions here on purpose: Lua creates a closure for
 -- every function definition each time a script runs, which measurably slows
 -- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
@@ -99,12 +102,37 @@ local now = NOW
 do
 -- Give-back of SlidingWindowLog: the take logged its units at one time,
 -- fin - period (its reset_after is that time plus the period, from its NOW);
--- up to `units` entries of exactly that time are removed while it is still
--- in the window (entries of equal time are interchangeable). Exact. An empty
--- list is no key; the TTL is kept.
+-- up to `units` times of exactly that are removed, newest first, while it is
+-- still in the window (equal times are interchangeable). Exact. An empty log
+-- is no key; the TTL is kept.
 local t = fin - period
 if t > now - period then
-  redis.call('LREM', key, fmt('%d', units), fmt('%d', t))
+  local log = redis.call('GET', key)
+  if log then
+    local unpack = struct.unpack
+    local len = #log / 7
+    -- hi: the first time after t (len: none)
+    local lo, hi = 0, len
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if unpack('<I7', log, mid * 7 + 1) <= t then lo = mid + 1 else hi = mid end
+    end
+    local from = hi
+    while from > 0 and hi - from < units and unpack('<I7', log, (from - 1) * 7 + 1) == t do
+      from = from - 1
+    end
+    if from < hi then
+      log = string.sub(log, 1, from * 7) .. string.sub(log, hi * 7 + 1)
+      local pttl = redis.call('PTTL', key)
+      if #log == 0 or pttl == 0 then
+        redis.call('DEL', key)
+      elseif pttl > 0 then
+        redis.call('SET', key, log, 'PX', fmt('%d', pttl))
+      else
+        redis.call('SET', key, log)
+      end
+    end
+  end
 end
 end
 end
@@ -230,29 +258,33 @@ end
 A[2] = function(key, n, period, burst, interval, units)
 local now = NOW
 do
--- Adjust of SlidingWindowLog: units > 0 logs that many entries (at most n:
+-- Adjust of SlidingWindowLog: units > 0 logs that many times (at most n:
 -- more would leave the window at the same time) at now, or at the newest
 -- logged time if later, past n if need be (a debt: denied until they leave
--- the window); units < 0 drops that many newest entries (an empty list is no
+-- the window); units < 0 drops that many newest times (an empty log is no
 -- key; the TTL is kept).
+local log = redis.call('GET', key)
 if units > 0 then
   if units > n then units = n end
   local t = now
-  local head = tonumber(redis.call('LINDEX', key, 0))
-  if head and head > t then t = head end
-  local s = fmt('%d', t)
-  local i = 0
-  while i < units do
-    local batch, j = {}, 0
-    while j < 256 and i < units do
-      j, i = j + 1, i + 1
-      batch[j] = s
-    end
-    redis.call('LPUSH', key, unpack(batch))
+  if log then
+    local head = struct.unpack('<I7', log, #log - 6)
+    if head > t then t = head end
+  else
+    log = ''
   end
-  redis.call('PEXPIRE', key, fmt('%d', ceil((t + period - now) / 1000) + GRACE))
-else
-  redis.call('LTRIM', key, fmt('%d', -units), '-1')
+  log = log .. string.rep(struct.pack('<I7', t), units)
+  redis.call('SET', key, log, 'PX', fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+elseif log and units < 0 then
+  local keep = #log - 7 * -units
+  local pttl = redis.call('PTTL', key)
+  if keep <= 0 or pttl == 0 then
+    redis.call('DEL', key)
+  elseif pttl > 0 then
+    redis.call('SET', key, string.sub(log, 1, keep), 'PX', fmt('%d', pttl))
+  else
+    redis.call('SET', key, string.sub(log, 1, keep))
+  end
 end
 end
 end

@@ -2,7 +2,7 @@
 -- limiter with several quotas, all fixed-window (no TIME on Redis's clock).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 51714ab24dc021bbfbdbbe43b464c8eafa04f38e).
+-- (SCRIPT LOAD, then EVALSHA f5a7e4366e284a0a89517170f99d429ba2609358).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = false
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -44,6 +44,9 @@ local fmt, ceil = string.format, math.ceil
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end
+-- The quota's period in whole ms, rounded up, as text, where the script's
+-- arguments carry it (one quota: see single.lua); else nil.
+local PERIOD_MS
 -- There are no helper functions here on purpose: Lua creates a closure for
 -- every function definition each time a script runs, which measurably slows
 -- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are

@@ -2,7 +2,7 @@
 -- limiter with a gcra and a fixed-window quota, the fixed window in shadow mode.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 2ef21a3becc516f7c3495ad0333cbbcc6d68c63b).
+-- (SCRIPT LOAD, then EVALSHA 801e5cfebd91934b048e001f0ae5ab1e2557685b).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -44,6 +44,9 @@ local fmt, ceil = string.format, math.ceil
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end
+-- The quota's period in whole ms, rounded up, as text, where the script's
+-- arguments carry it (one quota: see single.lua); else nil.
+local PERIOD_MS
 -- There are no helper functions here on purpose: Lua creates a closure for
 -- every function definition each time a script runs, which measurably slows
 -- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are

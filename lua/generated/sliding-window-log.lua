@@ -2,7 +2,7 @@
 -- limiter with one sliding-window-log quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 3f806196281c88041fbab72bd4017087ac6e17cd).
+-- (SCRIPT LOAD, then EVALSHA 2a773c6856e94bf393b3bf4b0ae8bdbbd2337ed9).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = false
@@ -45,6 +45,9 @@ local fmt, ceil = string.format, math.ceil
 -- times). On Redis's clock TTLs are exact.
 local GRACE = 0
 if MANUAL then GRACE = 60000 end
+-- The quota's period in whole ms, rounded up, as text, where the script's
+-- arguments carry it (one quota: see single.lua); else nil.
+local PERIOD_MS
 -- There are no helper functions here on purpose: Lua creates a closure for
 -- every function definition each time a script runs, which measurably slows
 -- every call (GCRA: 7.2 against 5.5 µs of Redis time), so the few helpers are
@@ -58,9 +61,12 @@ if MANUAL then GRACE = 60000 end
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
 -- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
 -- numbers the strategy reads, count and period (microseconds), or burst and
--- interval when READS_BURST (set before the prelude), then the nonce when the
--- strategy needs one. Only what the strategy reads is parsed: each tonumber
--- costs Redis about a third of a command (a cost of 1 is not parsed).
+-- interval when READS_BURST (set before the prelude), as one string of two
+-- little-endian doubles (exact below 2^53; one struct.unpack costs Redis a
+-- third of what two tonumber calls do), then that period (or interval) in
+-- whole milliseconds, rounded up, as text (PERIOD_MS: the TTL of a state that
+-- ends one period from now, sent as is instead of formatted), then the nonce
+-- when the strategy needs one. A cost of 1 is not parsed.
 -- The strategy's code is spliced in at the marker below, as a block: no
 -- function is created per call.
 -- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
@@ -69,41 +75,39 @@ local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
 if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
 local n, period, burst, interval
 if READS_BURST then
-  burst, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
+  burst, interval = struct.unpack('<dd', ARGV[3])
 else
-  n, period = tonumber(ARGV[3]), tonumber(ARGV[4])
+  n, period = struct.unpack('<dd', ARGV[3])
 end
+PERIOD_MS = ARGV[4]
 local ok, rem, reset, retry, delay
 do
--- SlidingWindowLog: a list of request times, newest first, one entry per unit
--- of cost. Exact: at most n requests with a time in (now - period, now]. An
--- admitted request is logged at now, or at the newest logged time if that is
--- later (a clock that went back), so the list stays sorted; entries that left
--- the window are dropped when the next request is logged, so it holds at most
--- n entries.
+-- SlidingWindowLog: one string of request times, oldest first, each a 7-byte
+-- little-endian integer (µs), one per unit of cost. Exact: at most n requests
+-- with a time in (now - period, now]. An admitted request is logged at now,
+-- or at the newest logged time if that is later (a clock that went back), so
+-- the times stay sorted; those that left the window are dropped when the next
+-- request is logged, so the string holds at most n times.
+-- One GET reads the whole log and one SET writes it with its TTL (a list
+-- takes a command for each end it reads and one more for the TTL), and a
+-- time takes 7 bytes (a list's about 10).
+local unpack = struct.unpack
 local old = now - period
-local len = redis.call('LLEN', key)
-local c, head = 0, old
-if len > 0 then
-  head = tonumber(redis.call('LINDEX', key, 0))
+local log = redis.call('GET', key)
+local len, c, head = 0, 0, old
+if log then
+  len = #log / 7
+  head = unpack('<I7', log, #log - 6)
   c = len
-  if tonumber(redis.call('LINDEX', key, -1)) <= old then
-    -- the window holds entries [0, c): gallop from the tail, then bisect
-    local lo, hi, step = 0, len - 1, 1
-    while hi - step >= lo do
-      local i = hi - step
-      if tonumber(redis.call('LINDEX', key, i)) <= old then
-        hi, step = i, step * 2
-      else
-        lo = i + 1
-        break
-      end
-    end
+  if unpack('<I7', log) <= old then
+    -- the window holds the newest c: bisect for the oldest time in it (none:
+    -- c = 0)
+    local lo, hi = 1, len
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
-      if tonumber(redis.call('LINDEX', key, mid)) <= old then hi = mid else lo = mid + 1 end
+      if unpack('<I7', log, mid * 7 + 1) <= old then lo = mid + 1 else hi = mid end
     end
-    c = lo
+    c = len - lo
   end
 end
 reset = 0
@@ -111,8 +115,9 @@ if c > 0 then reset = head + period - now end
 if cost > n or c + cost > n then
   ok, rem, retry, delay = 0, n - c, -1, 0
   if cost <= n then
-    -- the (c + cost - n)-th oldest entry in the window must leave it first
-    retry = tonumber(redis.call('LINDEX', key, n - cost)) + period - now
+    -- the (c + cost - n)-th oldest time in the window must leave it first:
+    -- the (n - cost + 1)-th newest
+    retry = unpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
   end
   if reset > 0 and redis.call('PTTL', key) == -1 then
     redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
@@ -123,23 +128,22 @@ else
     if head > t then t = head end
     reset = t + period - now
     if apply then
-      -- the push first: under maxmemory Redis refuses it before anything is dropped
-      local s = fmt('%d', t)
-      if cost == 1 then
-        redis.call('LPUSH', key, s)
+      local s = struct.pack('<I7', t)
+      if cost > 1 then s = string.rep(s, cost) end
+      -- the times that left the window are dropped
+      if c == 0 then
+        log = s
+      elseif c < len then
+        log = string.sub(log, (len - c) * 7 + 1) .. s
       else
-        local i = 0
-        while i < cost do
-          local batch, j = {}, 0
-          while j < 256 and i < cost do
-            j, i = j + 1, i + 1
-            batch[j] = s
-          end
-          redis.call('LPUSH', key, unpack(batch))
-        end
+        log = log .. s
       end
-      if c < len then redis.call('LTRIM', key, 0, c + cost - 1) end
-      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+      -- one SET: under maxmemory Redis refuses it whole
+      local ttl = PERIOD_MS
+      if reset ~= period or GRACE ~= 0 or not ttl then
+        ttl = fmt('%d', ceil(reset / 1000) + GRACE)
+      end
+      redis.call('SET', key, log, 'PX', ttl)
     end
   end
   ok, rem, retry, delay = 1, n - c - cost, -1, 0

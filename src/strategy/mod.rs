@@ -33,9 +33,9 @@ pub enum Strategy {
     /// One counter per window; the window starts at the key's first hit.
     /// Cheapest; allows up to twice the limit across a window boundary.
     FixedWindow,
-    /// A log of request times (a Redis list, newest first): exact, at most `n`
-    /// in any window of length `period`; memory O(n) per key (about 10 bytes
-    /// per logged request in Redis).
+    /// A log of request times: exact, at most `n` in any window of length
+    /// `period`; memory O(n) per key (in Redis one string, 7 bytes per
+    /// logged request).
     SlidingWindowLog,
     /// Two counters (current and previous aligned window) weighted by the
     /// overlap: O(1) memory. Never admits more than `n` within one aligned

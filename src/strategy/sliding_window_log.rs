@@ -1,5 +1,5 @@
-//! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): a list of request
-//! times, newest first (`lua/sliding_window_log.lua`).
+//! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): the request times,
+//! oldest first (`lua/sliding_window_log.lua`: one string of 7-byte integers).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
 use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
@@ -8,7 +8,7 @@ use crate::Quota;
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-log",
     tag: "swl",
-    key_tag: 'l',
+    key_tag: 's',
     lua: Lua {
         id: 2,
         body: &[include_str!("../../lua/sliding_window_log.lua")],
@@ -57,7 +57,7 @@ fn sliding_log(
     now: i64,
     cost: i64,
 ) -> (Raw, Option<Value>) {
-    // oldest first (the Lua list is newest first: its index i is len - 1 - i here)
+    // oldest first, as in the Redis string
     let mut log = match slot {
         Some(Entry {
             value: Value::Log(log),
@@ -82,7 +82,7 @@ fn sliding_log(
     if cost > 0 {
         let t = now.max(head);
         reset = t + period - now;
-        // LPUSH, then LTRIM to the entries still in the window
+        // the entries that left the window are dropped
         log.drain(..(len - c) as usize);
         log.extend(std::iter::repeat_n(t, cost as usize));
     }

@@ -46,7 +46,7 @@ impl Raw {
 pub(crate) enum Value {
     /// A window's start and count.
     Window { s: i64, c: i64 },
-    /// Request times, ascending (a list of times, newest first, in Redis).
+    /// Request times, ascending (as in Redis, 7 bytes each).
     Log(Vec<i64>),
     /// An aligned window, its count and the previous window's count.
     Counter { w: i64, c: i64, p: i64 },

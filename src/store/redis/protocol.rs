@@ -43,26 +43,7 @@ impl Prepared {
     /// The script and arguments for a limiter with `quotas`, in order.
     /// `block`: see [`LimiterScript::for_quotas`].
     pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
-        // Script arguments after `now` and `cost` (see lua/single.lua, lua/multi.lua).
-        let quota_args: Box<[Vec<u8>]> = match quotas {
-            [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
-            [q] => vec![q.burst, q.interval_us],
-            many => many
-                .iter()
-                .flat_map(|q| {
-                    [
-                        u64::from(q.strategy.id()),
-                        q.limit,
-                        q.period_us,
-                        q.burst,
-                        q.interval_us,
-                    ]
-                })
-                .collect(),
-        }
-        .into_iter()
-        .map(|v| v.to_string().into_bytes())
-        .collect();
+        let quota_args = quota_args(quotas);
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
         let fast_window = match quotas {
@@ -76,6 +57,43 @@ impl Prepared {
             quota_args,
             fast_window,
         }
+    }
+}
+
+/// A decision's (and a take's) `ARGV[3..]`, after the clock reading and the
+/// cost, for `quotas` in order (see `lua/single.lua`, `lua/multi.lua`). One
+/// quota: the two numbers its strategy reads as one string of two
+/// little-endian doubles, which the script unpacks in one call (Lua's
+/// `tonumber` costs Redis three times as much per number), then the period
+/// (or interval) in whole milliseconds, rounded up, as text. Several: five
+/// numbers per quota, as text.
+pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
+    match quotas {
+        [q] => {
+            let (a, b) = if q.spec().lua.reads_burst {
+                (q.burst, q.interval_us)
+            } else {
+                (q.limit, q.period_us)
+            };
+            // exact: every count and period a quota accepts is below 2^53
+            let mut numbers = Vec::with_capacity(16);
+            numbers.extend_from_slice(&(a as f64).to_le_bytes());
+            numbers.extend_from_slice(&(b as f64).to_le_bytes());
+            Box::new([numbers, b.div_ceil(1000).to_string().into_bytes()])
+        }
+        many => many
+            .iter()
+            .flat_map(|q| {
+                [
+                    u64::from(q.strategy.id()),
+                    q.limit,
+                    q.period_us,
+                    q.burst,
+                    q.interval_us,
+                ]
+            })
+            .map(|v| v.to_string().into_bytes())
+            .collect(),
     }
 }
 

@@ -40,11 +40,6 @@ impl Scripts {
                 q.interval_us,
             ]
         };
-        let take_args: Vec<u64> = match quotas {
-            [q] if !q.spec().lua.reads_burst => vec![q.limit, q.period_us],
-            [q] => vec![q.burst, q.interval_us],
-            many => many.iter().flat_map(each).collect(),
-        };
         let encode = |v: Vec<u64>| {
             v.into_iter()
                 .map(|v| v.to_string().into_bytes())
@@ -58,7 +53,7 @@ impl Scripts {
                 block,
             ),
             give_back: LimiterScript::for_give_back(&strategies),
-            take_args: encode(take_args),
+            take_args: super::protocol::quota_args(quotas),
             give_back_args: encode(quotas.iter().flat_map(each).collect()),
         }
     }
@@ -87,6 +82,10 @@ pub(crate) async fn take<P: Pooled>(
     cmd.arg(call.cost);
     for a in scripts.take_args.iter() {
         cmd.arg(a.as_slice());
+    }
+    // (a concurrency quota's lease id)
+    if !call.nonce.is_empty() {
+        cmd.arg(call.nonce);
     }
     let reply: Vec<u8> = conns
         .query(Request::Cmd(&cmd), Some(&scripts.take), None)
