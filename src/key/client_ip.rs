@@ -11,7 +11,7 @@ use ipnet::{IpNet, Ipv4Net};
 
 use super::KeyExtractor;
 use super::forwarded::{Hop, forwarded_rev, x_forwarded_for_rev};
-use super::ip::{DEFAULT_IPV6_PREFIX, canonical, clamp_prefix, ip_key, peer_addr};
+use super::ip::{DEFAULT_IPV6_PREFIX, canonical, clamp_prefix, ip_key, peer_addr, write_ip_key};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
@@ -257,6 +257,13 @@ impl KeyExtractor for ClientIp {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         self.client_addr(parts)
             .map(|ip| ip_key(ip, self.ipv6_prefix))
+    }
+
+    fn extract_into(&self, parts: &Parts, key: &mut Vec<u8>) -> bool {
+        self.client_addr(parts).is_some_and(|ip| {
+            write_ip_key(ip, self.ipv6_prefix, key);
+            true
+        })
     }
 
     fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {

@@ -119,6 +119,13 @@ impl KeyExtractor for PeerIp {
         peer_addr(parts).map(|addr| ip_key(addr.ip(), self.ipv6_prefix))
     }
 
+    fn extract_into(&self, parts: &Parts, key: &mut Vec<u8>) -> bool {
+        peer_addr(parts).is_some_and(|addr| {
+            write_ip_key(addr.ip(), self.ipv6_prefix, key);
+            true
+        })
+    }
+
     fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed(concat!("PeerIp ", no_peer_hint!()))
     }
@@ -170,27 +177,36 @@ const OCTETS: [([u8; 4], usize); 256] = {
 };
 
 pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
+    let mut key = Vec::with_capacity(18);
+    write_ip_key(ip, ipv6_prefix, &mut key);
+    key
+}
+
+/// Writes the key of `ip` (see [`ip_key`]) at the end of `key`.
+pub(super) fn write_ip_key(ip: IpAddr, ipv6_prefix: u8, key: &mut Vec<u8>) {
     match canonical(ip) {
         IpAddr::V4(v4) => {
             // `ip:` and four decimal octets, without the formatting machinery:
             // each octet's bytes (dot first) written whole, then counted
-            let mut key = [0; 18];
-            key[..3].copy_from_slice(b"ip:");
+            let mut text = [0; 18];
+            text[..3].copy_from_slice(b"ip:");
             let [a, b, c, d] = v4.octets();
             let (first, n) = OCTETS[usize::from(a)];
-            key[3..6].copy_from_slice(&first[1..]);
+            text[3..6].copy_from_slice(&first[1..]);
             let mut len = 3 + n - 1;
             for octet in [b, c, d] {
                 let (dotted, n) = OCTETS[usize::from(octet)];
-                key[len..len + 4].copy_from_slice(&dotted);
+                text[len..len + 4].copy_from_slice(&dotted);
                 len += n;
             }
-            key[..len].to_vec()
+            key.extend_from_slice(&text[..len]);
         }
         IpAddr::V6(v6) => {
+            use std::io::Write as _;
             let len = clamp_prefix(ipv6_prefix);
-            if len == 128 {
-                format!("ip:{v6}").into_bytes()
+            // (writing to a Vec cannot fail)
+            let _ = if len == 128 {
+                write!(key, "ip:{v6}")
             } else {
                 let mask = if len == 0 {
                     0
@@ -198,8 +214,8 @@ pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
                     u128::MAX << (128 - u32::from(len))
                 };
                 let net = Ipv6Addr::from(u128::from(v6) & mask);
-                format!("ip:{net}/{len}").into_bytes()
-            }
+                write!(key, "ip:{net}/{len}")
+            };
         }
     }
 }

@@ -71,6 +71,23 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of this request, or `None` if it has none.
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>>;
 
+    /// Writes the key of this request into `key` (empty on entry), or
+    /// returns false if it has none (what it wrote is then ignored). The
+    /// middleware calls this instead of [`extract`](Self::extract), with a
+    /// buffer it reuses from request to request; the default moves
+    /// `extract`'s key in. An extractor that can write its key in place
+    /// overrides it, so that a request's key costs no allocation; the two
+    /// must give the same key.
+    fn extract_into(&self, parts: &Parts, key: &mut Vec<u8>) -> bool {
+        match self.extract(parts) {
+            Some(k) => {
+                *key = k;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Why [`extract`](Self::extract) found no key in this request, and
     /// what would fix it: the middleware puts it in the body of its
     /// rejection and in its log. Only called after `extract` returned `None`.
@@ -109,6 +126,11 @@ impl KeyExtractor for Global {
     fn extract(&self, _parts: &Parts) -> Option<Vec<u8>> {
         Some(b"global".to_vec())
     }
+
+    fn extract_into(&self, _parts: &Parts, key: &mut Vec<u8>) -> bool {
+        key.extend_from_slice(b"global");
+        true
+    }
 }
 
 #[cfg(test)]
@@ -138,5 +160,46 @@ mod tests {
         let parts = http::Request::get("/").body(()).unwrap().into_parts().0;
         assert_eq!(boxed[0].extract(&parts).unwrap(), b"global");
         assert_eq!(boxed[1].extract(&parts), None);
+    }
+
+    #[test]
+    fn extract_into_gives_what_extract_gives() {
+        let extractors: Vec<(&str, Box<dyn KeyExtractor>)> = vec![
+            ("global", Box::new(Global)),
+            ("peer", Box::new(PeerIp)),
+            ("peer /48", Box::new(PeerIp::new().ipv6_prefix(48))),
+            ("client", Box::new(ClientIp::new().trust_cidrs(["10.0.0.0/8"]).unwrap())),
+            ("method", Box::new(Method)),
+            ("pair", Box::new((PeerIp, Method))),
+            ("closure", Box::new(|p: &Parts| p.headers.get("x-k").map(|v| v.as_bytes().to_vec()))),
+        ];
+        let peers: [Option<&str>; 5] = [
+            None,
+            Some("203.0.113.7:1"),
+            Some("10.0.0.1:2"),
+            Some("[2001:db8:1:2:3:4:5:6]:3"),
+            Some("[::ffff:192.0.2.1]:4"),
+        ];
+        for peer in peers {
+            for forwarded in [None, Some("198.51.100.9, 10.1.2.3"), Some("2001:db8::9")] {
+                let mut b = http::Request::get("/").header("x-k", "k1");
+                if let Some(f) = forwarded {
+                    b = b.header("x-forwarded-for", f);
+                }
+                let (mut parts, ()) = b.body(()).unwrap().into_parts();
+                if let Some(p) = peer {
+                    parts.extensions.insert(p.parse::<std::net::SocketAddr>().unwrap());
+                }
+                for (name, e) in &extractors {
+                    let mut key = Vec::new();
+                    let found = e.extract_into(&parts, &mut key);
+                    assert_eq!(
+                        found.then_some(key),
+                        e.extract(&parts),
+                        "{name}, peer {peer:?}, forwarded {forwarded:?}"
+                    );
+                }
+            }
+        }
     }
 }

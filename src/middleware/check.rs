@@ -14,6 +14,7 @@
 //! (`future.rs` makes it a "would have denied" outcome).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -107,9 +108,37 @@ pub(crate) enum Verdict {
     Closed,
 }
 
+thread_local! {
+    /// The buffer this thread's checks write their request's key into: a
+    /// request the store decides at once needs no key of its own.
+    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A thread's key buffer is given up when a key left it larger than this.
+const KEY_BUFFER_KEPT: usize = 1024;
+
 /// Checks the request of `parts`: answers it at once where no store call is
 /// needed, else starts the store call.
 pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
+    let with_buffer = |cell: &RefCell<Vec<u8>>| {
+        // (taken already: an extractor checking a request of its own)
+        let mut key = cell.try_borrow_mut().ok()?;
+        key.clear();
+        let check = check_with(config, parts, &mut key);
+        if key.capacity() > KEY_BUFFER_KEPT {
+            *key = Vec::new();
+        }
+        Some(check)
+    };
+    match KEY.try_with(with_buffer) {
+        Ok(Some(check)) => check,
+        // the buffer is taken, or the thread is being torn down
+        _ => check_with(config, parts, &mut Vec::new()),
+    }
+}
+
+/// [`check`], with `key` (empty) to write the request's key into.
+fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
     let plan = config
         .plans
         .as_ref()
@@ -119,16 +148,17 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     {
         return Check::Unlimited(p.clone());
     }
-    let key = match config.extractor.extract(parts) {
-        Some(key) => key,
-        None => match config.missing.resolve(parts) {
-            Resolved::Key(key) => key,
+    if !config.extractor.extract_into(parts, key) {
+        key.clear();
+        match config.missing.resolve(parts) {
+            Resolved::Key(k) => *key = k,
             Resolved::Skip => return Check::Skip,
             Resolved::Reject(status) => {
                 return Check::Answer(response::rejected(config, parts, status));
             }
-        },
-    };
+        }
+    }
+    let key: &Vec<u8> = key;
     let estimate = config.settle.as_ref().and_then(|s| s.estimate(parts));
     let cost = estimate.unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)));
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
@@ -136,7 +166,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     let plan_name = plan.as_deref().map_or("", ActivePlan::name);
     if !shadow
         && let Some(cache) = &config.deny_cache
-        && let Some(decision) = cache.lookup(limiter, &cache_key(plan.as_deref(), &key), cost)
+        && let Some(decision) = cache.lookup(limiter, &cache_key(plan.as_deref(), key), cost)
     {
         Counters::bump(&config.counters.deny_cache_hits);
         metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
@@ -158,13 +188,13 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
     // (a layer that settles takes a reservation: always the store call)
     if config.settle.is_none()
-        && let Some(decision) = limiter.decide_now(&key, cost)
+        && let Some(decision) = limiter.decide_now(key, cost)
     {
         remember(
             config,
             plan.as_deref(),
             limiter,
-            &key,
+            key,
             cost,
             started,
             &decision,
@@ -178,6 +208,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
             reservation: None,
         });
     }
+    let key = key.clone();
     Check::Store(boxed_in_place(|| {
         decide(config.clone(), plan, key, cost, shadow)
     }))
