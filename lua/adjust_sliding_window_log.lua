@@ -2,19 +2,63 @@
 -- more would leave the window at the same time) at now, or at the newest
 -- logged time if later, past n if need be (a debt: denied until they leave
 -- the window); units < 0 drops that many newest times (an empty log is no
--- key; the TTL is kept).
-local log = redis.call('GET', key)
-if units > 0 then
+-- key; the TTL is kept). Either layout (lua/sliding_window_log.lua); a
+-- string that would pass 32 times becomes a list.
+local log = redis.pcall('GET', key)
+if type(log) == 'table' then
+  if units > 0 then
+    if units > n then units = n end
+    local t = now
+    local head = tonumber(redis.call('LINDEX', key, 0))
+    if head and head > t then t = head end
+    local s = fmt('%d', t)
+    local i = 0
+    while i < units do
+      local batch, j = {}, 0
+      while j < 256 and i < units do
+        j, i = j + 1, i + 1
+        batch[j] = s
+      end
+      redis.call('LPUSH', key, unpack(batch))
+    end
+    redis.call('PEXPIRE', key, fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+  else
+    redis.call('LTRIM', key, fmt('%d', -units), '-1')
+  end
+elseif units > 0 then
   if units > n then units = n end
-  local t = now
+  local t, len = now, 0
   if log then
+    len = #log / 7
     local head = struct.unpack('<I7', log, #log - 6)
     if head > t then t = head end
-  else
-    log = ''
   end
-  log = log .. string.rep(struct.pack('<I7', t), units)
-  redis.call('SET', key, log, 'PX', fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+  local ttl = fmt('%d', ceil((t + period - now) / 1000) + GRACE)
+  if len + units <= 32 then
+    redis.call('SET', key, (log or '') .. string.rep(struct.pack('<I7', t), units), 'PX', ttl)
+  else
+    -- the log becomes a list: its times, then the charge's, oldest first
+    local items, j = {}, 0
+    for i = 0, len - 1 do
+      j = j + 1
+      items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
+    end
+    local s = fmt('%d', t)
+    for _ = 1, units do
+      j = j + 1
+      items[j] = s
+    end
+    redis.call('DEL', key)
+    for i = 1, j, 256 do
+      local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+      if type(r) == 'table' then
+        -- refused (maxmemory): the string is put back, the call fails
+        if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
+        error(r)
+      end
+    end
+    redis.call('PEXPIRE', key, ttl)
+  end
 elseif log and units < 0 then
   local keep = #log - 7 * -units
   local pttl = redis.call('PTTL', key)

@@ -464,7 +464,7 @@ mod tests {
         let id = |q: Quota| q.compile(0).unwrap().key_id;
         assert_eq!(id(Quota::gcra(Rate::per_minute(60))), "g60/1m");
         assert_eq!(id(Quota::fixed_window(Rate::per_hour(1000))), "f1000/1h");
-        assert_eq!(id(Quota::sliding_window_log(Rate::per_day(5))), "s5/1d");
+        assert_eq!(id(Quota::sliding_window_log(Rate::per_day(5))), "l5/1d");
         assert_eq!(
             id(Quota::token_bucket(Rate::per_second(3)).burst(9)),
             "t3/1s"

@@ -17,13 +17,23 @@ use tower_redis_ratelimit::{Decision, MemoryStore, Quota, Rate, RateLimiter, Red
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
-    Check { key: u8, cost: u64 },
+    Check {
+        key: u8,
+        cost: u64,
+    },
     Reset(u8),
     Release(usize),
     /// `penalize` (units > 0) or `reward` (units < 0)
-    Adjust { key: u8, units: i64 },
+    Adjust {
+        key: u8,
+        units: i64,
+    },
     /// `reserve_n(estimate)`, then `settle(actual)`
-    Settle { key: u8, estimate: u64, actual: u64 },
+    Settle {
+        key: u8,
+        estimate: u64,
+        actual: u64,
+    },
     /// the clock steps back (only where no state can expire: see
     /// `memory_and_redis_agree_when_the_clock_steps_back`)
     Back(u64),
@@ -181,7 +191,15 @@ async fn run_case(
             for key in ["k0", "k1", "k2"] {
                 let r = redis.peek(key).await.unwrap();
                 let m = memory.peek(key).await.unwrap();
-                prop_assert_eq!(comparable(&r), comparable(&m), "peek {} after step {} {:?} of {:?}", key, step, op, ops);
+                prop_assert_eq!(
+                    comparable(&r),
+                    comparable(&m),
+                    "peek {} after step {} {:?} of {:?}",
+                    key,
+                    step,
+                    op,
+                    ops
+                );
             }
         }
     }
@@ -223,8 +241,11 @@ fn memory_and_redis_decide_identically_for_long_sliding_logs() {
     let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 1u64..12])
         .prop_map(|(key, cost)| Op::Check { key, cost });
     let adjust = (0u8..2, -12i64..13).prop_map(|(key, units)| Op::Adjust { key, units });
-    let settle = (0u8..2, 1u64..12, 0u64..14)
-        .prop_map(|(key, estimate, actual)| Op::Settle { key, estimate, actual });
+    let settle = (0u8..2, 1u64..12, 0u64..14).prop_map(|(key, estimate, actual)| Op::Settle {
+        key,
+        estimate,
+        actual,
+    });
     let ops = prop_oneof![
         1 => (0u64..3_000_000).prop_map(Op::Advance),
         6 => check,
@@ -256,8 +277,11 @@ fn memory_and_redis_agree_when_the_clock_steps_back() {
     let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 0u64..8])
         .prop_map(|(key, cost)| Op::Check { key, cost });
     let adjust = (0u8..2, -8i64..9).prop_map(|(key, units)| Op::Adjust { key, units });
-    let settle = (0u8..2, 1u64..8, 0u64..10)
-        .prop_map(|(key, estimate, actual)| Op::Settle { key, estimate, actual });
+    let settle = (0u8..2, 1u64..8, 0u64..10).prop_map(|(key, estimate, actual)| Op::Settle {
+        key,
+        estimate,
+        actual,
+    });
     let ops = prop_oneof![
         2 => (0u64..50_000).prop_map(Op::Advance),
         1 => (0u64..3).prop_map(Op::Advance),

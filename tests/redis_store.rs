@@ -570,3 +570,115 @@ async fn a_redis_out_of_memory_still_denies_over_the_limit() {
     assert_eq!(count, 3);
     assert!(lim.check("fresh").await.unwrap().allowed());
 }
+
+#[tokio::test]
+async fn a_sliding_log_is_a_string_up_to_32_times_then_a_list_and_reads_lists_of_earlier_versions()
+{
+    let server = RedisServer::start();
+    let hour = Duration::from_secs(3_600);
+    let lim = redis_limiter(
+        &server,
+        "swlog",
+        vec![Quota::sliding_window_log(Rate::new(40, hour))],
+    );
+    let mut conn = server.conn().await;
+    let key = lim.storage_keys("k").remove(0);
+    let kind = async |conn: &mut redis::aio::MultiplexedConnection| -> (String, i64, u64) {
+        let t: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let len: u64 = match t.as_str() {
+            "string" => redis::cmd("STRLEN")
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .unwrap(),
+            _ => redis::cmd("LLEN")
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .unwrap(),
+        };
+        (t, ttl, len)
+    };
+    for i in 1..=32u64 {
+        let d = lim.check("k").await.unwrap();
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 40 - i);
+    }
+    let (t, ttl, len) = kind(&mut conn).await;
+    assert_eq!((t.as_str(), len), ("string", 32 * 7));
+    assert!(ttl > 3_599_000 && ttl <= 3_600_000, "{ttl}");
+    // the 33rd time: a list, newest first, with its TTL
+    assert_eq!(lim.check("k").await.unwrap().remaining(), 7);
+    let (t, ttl, len) = kind(&mut conn).await;
+    assert_eq!((t.as_str(), len), ("list", 33));
+    assert!(ttl > 3_599_000 && ttl <= 3_600_000, "{ttl}");
+    let times: Vec<u64> = redis::cmd("LRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    // exact on the list: 7 more, then denied until the oldest leaves
+    for _ in 0..7 {
+        assert!(lim.check("k").await.unwrap().allowed());
+    }
+    let d = lim.check("k").await.unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.remaining(), 0);
+    assert!(
+        d.retry_after()
+            .is_some_and(|r| r > hour - Duration::from_secs(60))
+    );
+    // a penalty past 32 turns a string into a list too
+    lim.penalize("p", 31).await.unwrap();
+    let pkey = lim.storage_keys("p").remove(0);
+    let t: String = redis::cmd("TYPE")
+        .arg(&pkey)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(t, "string");
+    lim.penalize("p", 2).await.unwrap();
+    let t: String = redis::cmd("TYPE")
+        .arg(&pkey)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(t, "list");
+    assert_eq!(lim.peek("p").await.unwrap().remaining(), 7);
+    // a short list, as an earlier version kept every log, is read as one
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now = s * 1_000_000 + us;
+    let lkey = lim.storage_keys("old").remove(0);
+    let _: () = redis::cmd("RPUSH")
+        .arg(&lkey)
+        .arg(now - 1_000)
+        .arg(now - 2_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&lkey)
+        .arg(3_600_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(lim.check("old").await.unwrap().remaining(), 37);
+    let len: u64 = redis::cmd("LLEN")
+        .arg(&lkey)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 3);
+}

@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 9f02da86be2c7ddd5d4b72654264ab170f838327).
+-- (SCRIPT LOAD, then EVALSHA 9d391388e987717398df6eb4f552a8dd298466ba).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -104,21 +104,23 @@ do
 -- fin - period (its reset_after is that time plus the period, from its NOW);
 -- up to `units` times of exactly that are removed, newest first, while it is
 -- still in the window (equal times are interchangeable). Exact. An empty log
--- is no key; the TTL is kept.
+-- is no key; the TTL is kept. Either layout (lua/sliding_window_log.lua).
 local t = fin - period
 if t > now - period then
-  local log = redis.call('GET', key)
-  if log then
-    local unpack = struct.unpack
+  local log = redis.pcall('GET', key)
+  if type(log) == 'table' then
+    redis.call('LREM', key, fmt('%d', units), fmt('%d', t))
+  elseif log then
+    local sunpack = struct.unpack
     local len = #log / 7
     -- hi: the first time after t (len: none)
     local lo, hi = 0, len
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
-      if unpack('<I7', log, mid * 7 + 1) <= t then lo = mid + 1 else hi = mid end
+      if sunpack('<I7', log, mid * 7 + 1) <= t then lo = mid + 1 else hi = mid end
     end
     local from = hi
-    while from > 0 and hi - from < units and unpack('<I7', log, (from - 1) * 7 + 1) == t do
+    while from > 0 and hi - from < units and sunpack('<I7', log, (from - 1) * 7 + 1) == t do
       from = from - 1
     end
     if from < hi then
@@ -262,19 +264,63 @@ do
 -- more would leave the window at the same time) at now, or at the newest
 -- logged time if later, past n if need be (a debt: denied until they leave
 -- the window); units < 0 drops that many newest times (an empty log is no
--- key; the TTL is kept).
-local log = redis.call('GET', key)
-if units > 0 then
+-- key; the TTL is kept). Either layout (lua/sliding_window_log.lua); a
+-- string that would pass 32 times becomes a list.
+local log = redis.pcall('GET', key)
+if type(log) == 'table' then
+  if units > 0 then
+    if units > n then units = n end
+    local t = now
+    local head = tonumber(redis.call('LINDEX', key, 0))
+    if head and head > t then t = head end
+    local s = fmt('%d', t)
+    local i = 0
+    while i < units do
+      local batch, j = {}, 0
+      while j < 256 and i < units do
+        j, i = j + 1, i + 1
+        batch[j] = s
+      end
+      redis.call('LPUSH', key, unpack(batch))
+    end
+    redis.call('PEXPIRE', key, fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+  else
+    redis.call('LTRIM', key, fmt('%d', -units), '-1')
+  end
+elseif units > 0 then
   if units > n then units = n end
-  local t = now
+  local t, len = now, 0
   if log then
+    len = #log / 7
     local head = struct.unpack('<I7', log, #log - 6)
     if head > t then t = head end
-  else
-    log = ''
   end
-  log = log .. string.rep(struct.pack('<I7', t), units)
-  redis.call('SET', key, log, 'PX', fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+  local ttl = fmt('%d', ceil((t + period - now) / 1000) + GRACE)
+  if len + units <= 32 then
+    redis.call('SET', key, (log or '') .. string.rep(struct.pack('<I7', t), units), 'PX', ttl)
+  else
+    -- the log becomes a list: its times, then the charge's, oldest first
+    local items, j = {}, 0
+    for i = 0, len - 1 do
+      j = j + 1
+      items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
+    end
+    local s = fmt('%d', t)
+    for _ = 1, units do
+      j = j + 1
+      items[j] = s
+    end
+    redis.call('DEL', key)
+    for i = 1, j, 256 do
+      local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+      if type(r) == 'table' then
+        -- refused (maxmemory): the string is put back, the call fails
+        if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
+        error(r)
+      end
+    end
+    redis.call('PEXPIRE', key, ttl)
+  end
 elseif log and units < 0 then
   local keep = #log - 7 * -units
   local pttl = redis.call('PTTL', key)

@@ -2,7 +2,7 @@
 -- limiter with one sliding-window-log quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 2a773c6856e94bf393b3bf4b0ae8bdbbd2337ed9).
+-- (SCRIPT LOAD, then EVALSHA 56e589d0822991c3238fde554386ffe16e329fba).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = false
@@ -82,71 +82,166 @@ end
 PERIOD_MS = ARGV[4]
 local ok, rem, reset, retry, delay
 do
--- SlidingWindowLog: one string of request times, oldest first, each a 7-byte
--- little-endian integer (µs), one per unit of cost. Exact: at most n requests
--- with a time in (now - period, now]. An admitted request is logged at now,
--- or at the newest logged time if that is later (a clock that went back), so
--- the times stay sorted; those that left the window are dropped when the next
--- request is logged, so the string holds at most n times.
--- One GET reads the whole log and one SET writes it with its TTL (a list
--- takes a command for each end it reads and one more for the TTL), and a
--- time takes 7 bytes (a list's about 10).
-local unpack = struct.unpack
+-- SlidingWindowLog: the request times (µs), one per unit of cost. Exact: at
+-- most n requests with a time in (now - period, now]. An admitted request is
+-- logged at now, or at the newest logged time if that is later (a clock that
+-- went back), so the times stay sorted; those that left the window are
+-- dropped when the next request is logged, so a log holds at most n times.
+-- Two layouts, by the log's length:
+-- * up to 32 times: one string of 7-byte little-endian integers, oldest
+--   first, read with one GET and written with one SET … PX (a list takes a
+--   command per end it reads and one more for its TTL);
+-- * longer: a list of decimal times, newest first (LLEN, LINDEX at both
+--   ends, LPUSH, LTRIM, PEXPIRE: the same commands at any length, where
+--   reading and rewriting a string costs Redis about 36 ns per time).
+-- A log becomes a list when a request would take it past 32 times, and stays
+-- one until it expires. GET of a list answers WRONGTYPE: that is the test.
 local old = now - period
-local log = redis.call('GET', key)
-local len, c, head = 0, 0, old
-if log then
-  len = #log / 7
-  head = unpack('<I7', log, #log - 6)
-  c = len
-  if unpack('<I7', log) <= old then
-    -- the window holds the newest c: bisect for the oldest time in it (none:
-    -- c = 0)
-    local lo, hi = 1, len
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if unpack('<I7', log, mid * 7 + 1) <= old then lo = mid + 1 else hi = mid end
+local log = redis.pcall('GET', key)
+if type(log) == 'table' then
+  local len = redis.call('LLEN', key)
+  local c, head = 0, old
+  if len > 0 then
+    head = tonumber(redis.call('LINDEX', key, 0))
+    c = len
+    if tonumber(redis.call('LINDEX', key, -1)) <= old then
+      -- the window holds entries [0, c): gallop from the tail, then bisect
+      local lo, hi, step = 0, len - 1, 1
+      while hi - step >= lo do
+        local i = hi - step
+        if tonumber(redis.call('LINDEX', key, i)) <= old then
+          hi, step = i, step * 2
+        else
+          lo = i + 1
+          break
+        end
+      end
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if tonumber(redis.call('LINDEX', key, mid)) <= old then hi = mid else lo = mid + 1 end
+      end
+      c = lo
     end
-    c = len - lo
   end
-end
-reset = 0
-if c > 0 then reset = head + period - now end
-if cost > n or c + cost > n then
-  ok, rem, retry, delay = 0, n - c, -1, 0
-  if cost <= n then
-    -- the (c + cost - n)-th oldest time in the window must leave it first:
-    -- the (n - cost + 1)-th newest
-    retry = unpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
-  end
-  if reset > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+  reset = 0
+  if c > 0 then reset = head + period - now end
+  if cost > n or c + cost > n then
+    ok, rem, retry, delay = 0, n - c, -1, 0
+    if cost <= n then
+      -- the (c + cost - n)-th oldest entry in the window must leave it first
+      retry = tonumber(redis.call('LINDEX', key, n - cost)) + period - now
+    end
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+    end
+  else
+    if cost > 0 then
+      local t = now
+      if head > t then t = head end
+      reset = t + period - now
+      if apply then
+        -- the push first: under maxmemory Redis refuses it before anything is dropped
+        local s = fmt('%d', t)
+        if cost == 1 then
+          redis.call('LPUSH', key, s)
+        else
+          local i = 0
+          while i < cost do
+            local batch, j = {}, 0
+            while j < 256 and i < cost do
+              j, i = j + 1, i + 1
+              batch[j] = s
+            end
+            redis.call('LPUSH', key, unpack(batch))
+          end
+        end
+        if c < len then redis.call('LTRIM', key, 0, c + cost - 1) end
+        redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+      end
+    end
+    ok, rem, retry, delay = 1, n - c - cost, -1, 0
   end
 else
-  if cost > 0 then
-    local t = now
-    if head > t then t = head end
-    reset = t + period - now
-    if apply then
-      local s = struct.pack('<I7', t)
-      if cost > 1 then s = string.rep(s, cost) end
-      -- the times that left the window are dropped
-      if c == 0 then
-        log = s
-      elseif c < len then
-        log = string.sub(log, (len - c) * 7 + 1) .. s
-      else
-        log = log .. s
+  local sunpack = struct.unpack
+  local len, c, head = 0, 0, old
+  if log then
+    len = #log / 7
+    head = sunpack('<I7', log, #log - 6)
+    c = len
+    if sunpack('<I7', log) <= old then
+      -- the window holds the newest c: bisect for the oldest time in it
+      -- (none: c = 0)
+      local lo, hi = 1, len
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if sunpack('<I7', log, mid * 7 + 1) <= old then lo = mid + 1 else hi = mid end
       end
-      -- one SET: under maxmemory Redis refuses it whole
-      local ttl = PERIOD_MS
-      if reset ~= period or GRACE ~= 0 or not ttl then
-        ttl = fmt('%d', ceil(reset / 1000) + GRACE)
-      end
-      redis.call('SET', key, log, 'PX', ttl)
+      c = len - lo
     end
   end
-  ok, rem, retry, delay = 1, n - c - cost, -1, 0
+  reset = 0
+  if c > 0 then reset = head + period - now end
+  if cost > n or c + cost > n then
+    ok, rem, retry, delay = 0, n - c, -1, 0
+    if cost <= n then
+      -- the (c + cost - n)-th oldest time in the window must leave it first:
+      -- the (n - cost + 1)-th newest
+      retry = sunpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
+    end
+    if reset > 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+    end
+  else
+    if cost > 0 then
+      local t = now
+      if head > t then t = head end
+      reset = t + period - now
+      if apply then
+        local ttl = PERIOD_MS
+        if reset ~= period or GRACE ~= 0 or not ttl then
+          ttl = fmt('%d', ceil(reset / 1000) + GRACE)
+        end
+        if c + cost <= 32 then
+          local s = struct.pack('<I7', t)
+          if cost > 1 then s = string.rep(s, cost) end
+          -- the times that left the window are dropped
+          if c == 0 then
+            log = s
+          elseif c < len then
+            log = string.sub(log, (len - c) * 7 + 1) .. s
+          else
+            log = log .. s
+          end
+          -- one SET: under maxmemory Redis refuses it whole
+          redis.call('SET', key, log, 'PX', ttl)
+        else
+          -- the log becomes a list: the times still in the window, then
+          -- this request's, pushed oldest first
+          local items, j = {}, 0
+          for i = len - c, len - 1 do
+            j = j + 1
+            items[j] = fmt('%d', sunpack('<I7', log, i * 7 + 1))
+          end
+          local s = fmt('%d', t)
+          for _ = 1, cost do
+            j = j + 1
+            items[j] = s
+          end
+          redis.call('DEL', key)
+          for i = 1, j, 256 do
+            local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+            if type(r) == 'table' then
+              -- refused (maxmemory): the string is put back, the call fails
+              if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
+              error(r)
+            end
+          end
+          redis.call('PEXPIRE', key, ttl)
+        end
+      end
+    end
+    ok, rem, retry, delay = 1, n - c - cost, -1, 0
+  end
 end
 end
 -- (each formatted number costs Redis about a sixth of a command: the common

@@ -168,10 +168,16 @@ mod tests {
             ("global", Box::new(Global)),
             ("peer", Box::new(PeerIp)),
             ("peer /48", Box::new(PeerIp::new().ipv6_prefix(48))),
-            ("client", Box::new(ClientIp::new().trust_cidrs(["10.0.0.0/8"]).unwrap())),
+            (
+                "client",
+                Box::new(ClientIp::new().trust_cidrs(["10.0.0.0/8"]).unwrap()),
+            ),
             ("method", Box::new(Method)),
             ("pair", Box::new((PeerIp, Method))),
-            ("closure", Box::new(|p: &Parts| p.headers.get("x-k").map(|v| v.as_bytes().to_vec()))),
+            (
+                "closure",
+                Box::new(|p: &Parts| p.headers.get("x-k").map(|v| v.as_bytes().to_vec())),
+            ),
         ];
         let peers: [Option<&str>; 5] = [
             None,
@@ -188,7 +194,9 @@ mod tests {
                 }
                 let (mut parts, ()) = b.body(()).unwrap().into_parts();
                 if let Some(p) = peer {
-                    parts.extensions.insert(p.parse::<std::net::SocketAddr>().unwrap());
+                    parts
+                        .extensions
+                        .insert(p.parse::<std::net::SocketAddr>().unwrap());
                 }
                 for (name, e) in &extractors {
                     let mut key = Vec::new();

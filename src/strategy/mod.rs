@@ -34,8 +34,8 @@ pub enum Strategy {
     /// Cheapest; allows up to twice the limit across a window boundary.
     FixedWindow,
     /// A log of request times: exact, at most `n` in any window of length
-    /// `period`; memory O(n) per key (in Redis one string, 7 bytes per
-    /// logged request).
+    /// `period`; memory O(n) per key (in Redis 7 bytes per logged request
+    /// up to 32 of them, one string; about 10 beyond, a list).
     SlidingWindowLog,
     /// Two counters (current and previous aligned window) weighted by the
     /// overlap: O(1) memory. Never admits more than `n` within one aligned

@@ -1,5 +1,6 @@
 //! [`Strategy::SlidingWindowLog`](super::Strategy::SlidingWindowLog): the request times,
-//! oldest first (`lua/sliding_window_log.lua`: one string of 7-byte integers).
+//! oldest first (`lua/sliding_window_log.lua`: one string of 7-byte integers
+//! up to 32 times, a list beyond).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
 use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
@@ -8,7 +9,7 @@ use crate::Quota;
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-log",
     tag: "swl",
-    key_tag: 's',
+    key_tag: 'l',
     lua: Lua {
         id: 2,
         body: &[include_str!("../../lua/sliding_window_log.lua")],
@@ -57,7 +58,7 @@ fn sliding_log(
     now: i64,
     cost: i64,
 ) -> (Raw, Option<Value>) {
-    // oldest first, as in the Redis string
+    // oldest first (in Redis as in a short log's string)
     let mut log = match slot {
         Some(Entry {
             value: Value::Log(log),

@@ -46,7 +46,8 @@ impl Raw {
 pub(crate) enum Value {
     /// A window's start and count.
     Window { s: i64, c: i64 },
-    /// Request times, ascending (as in Redis, 7 bytes each).
+    /// Request times, ascending (in Redis a string of 7-byte times, or a
+    /// list of decimal times, newest first, past 32).
     Log(Vec<i64>),
     /// An aligned window, its count and the previous window's count.
     Counter { w: i64, c: i64, p: i64 },
