@@ -63,11 +63,18 @@ else
   ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
   if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if apply and cost > 0 then
-    local ttl = fmt('%d', ceil(reset / 1000) + GRACE)
-    if packed and p < 2097152 then
-      redis.call('SET', key, fmt('%d', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+    if x and packed and sw == w then
+      -- the stored window: its count grows in place, and its TTL, set when
+      -- the window's first request was written (every write sets or keeps
+      -- one), already ends with the next window
+      local by = '2147483648'
+      if cost ~= 1 then by = fmt('%d', cost * 2147483648) end
+      redis.call('INCRBY', key, by)
+    elseif packed and p < 2097152 then
+      redis.call('SET', key, fmt('%d', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX',
+        fmt('%d', ceil(reset / 1000)))
     else
-      redis.call('SET', key, fmt('%d %d %d', w, c + cost, p), 'PX', ttl)
+      redis.call('SET', key, fmt('%d %d %d', w, c + cost, p), 'PX', fmt('%d', ceil(reset / 1000) + GRACE))
     end
   end
 end

@@ -416,6 +416,31 @@ async fn a_sliding_window_counter_on_redis_clock_is_one_packed_integer() {
         (v % 1024, (v / 1024) >> 21, v / 1024 % (1 << 21)),
         (w % 1024, 1, 0)
     );
+    // a second request in the same window: the count grows in place
+    // (INCRBY), the TTL set by the first stays
+    let ttl = async |conn: &mut redis::aio::MultiplexedConnection| -> i64 {
+        redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap()
+    };
+    let first_ttl = ttl(&mut conn).await;
+    assert!(lim.check("k").await.unwrap().allowed());
+    let v2: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let v2: u64 = v2.parse().expect("an integer");
+    if window(&mut conn).await == w {
+        assert_eq!(v2, v + (1 << 31));
+    }
+    let second_ttl = ttl(&mut conn).await;
+    assert!(
+        second_ttl > 0 && second_ttl <= first_ttl,
+        "{first_ttl} {second_ttl}"
+    );
     // (window offset from now, c, p) -> (remaining range, reset_after range)
     #[allow(clippy::type_complexity)]
     let cases: [(i64, u64, u64, RangeInclusive<u64>, Range<Duration>); 6] = [

@@ -4,7 +4,7 @@
 -- use (and zset.lua if none keeps a sorted set).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 91cde74321f30a68a3b4a758ad6f2193a63d6320).
+-- (SCRIPT LOAD, then EVALSHA 8cc78f0495a42ec2cf5d7f072f20bded9e172de6).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -386,11 +386,18 @@ else
   ok, rem, reset, retry, delay = 1, n - used - cost, 0, -1, 0
   if c + cost > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
   if apply and cost > 0 then
-    local ttl = fmt('%d', ceil(reset / 1000) + GRACE)
-    if packed and p < 2097152 then
-      redis.call('SET', key, fmt('%d', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+    if x and packed and sw == w then
+      -- the stored window: its count grows in place, and its TTL, set when
+      -- the window's first request was written (every write sets or keeps
+      -- one), already ends with the next window
+      local by = '2147483648'
+      if cost ~= 1 then by = fmt('%d', cost * 2147483648) end
+      redis.call('INCRBY', key, by)
+    elseif packed and p < 2097152 then
+      redis.call('SET', key, fmt('%d', ((c + cost) * 2097152 + p) * 1024 + w % 1024), 'PX',
+        fmt('%d', ceil(reset / 1000)))
     else
-      redis.call('SET', key, fmt('%d %d %d', w, c + cost, p), 'PX', ttl)
+      redis.call('SET', key, fmt('%d %d %d', w, c + cost, p), 'PX', fmt('%d', ceil(reset / 1000) + GRACE))
     end
   end
 end
