@@ -4,7 +4,7 @@
 -- use (and zset.lua if none keeps a sorted set).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 8cc78f0495a42ec2cf5d7f072f20bded9e172de6).
+-- (SCRIPT LOAD, then EVALSHA 34200440036f80479dbd5fddda21cd868acf8947).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -169,9 +169,12 @@ do
 -- one until it expires. GET of a list answers WRONGTYPE: that is the test.
 local old = now - period
 local log = redis.pcall('GET', key)
-if type(log) == 'table' then
-  local len = redis.call('LLEN', key)
-  local c, head = 0, old
+local list = type(log) == 'table'
+local sunpack = struct.unpack
+-- len: the times logged; c: those in the window (the newest c); head: the newest
+local len, c, head = 0, 0, old
+if list then
+  len = redis.call('LLEN', key)
   if len > 0 then
     head = tonumber(redis.call('LINDEX', key, 0))
     c = len
@@ -194,23 +197,47 @@ if type(log) == 'table' then
       c = lo
     end
   end
-  reset = 0
-  if c > 0 then reset = head + period - now end
-  if cost > n or c + cost > n then
-    ok, rem, retry, delay = 0, n - c, -1, 0
-    if cost <= n then
-      -- the (c + cost - n)-th oldest entry in the window must leave it first
+elseif log then
+  len = #log / 7
+  head = sunpack('<I7', log, #log - 6)
+  c = len
+  if sunpack('<I7', log) <= old then
+    -- bisect for the oldest time in the window (none: c = 0)
+    local lo, hi = 1, len
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if sunpack('<I7', log, mid * 7 + 1) <= old then lo = mid + 1 else hi = mid end
+    end
+    c = len - lo
+  end
+end
+reset = 0
+if c > 0 then reset = head + period - now end
+if cost > n or c + cost > n then
+  ok, rem, retry, delay = 0, n - c, -1, 0
+  if cost <= n then
+    -- the (c + cost - n)-th oldest time in the window must leave it first:
+    -- the (n - cost + 1)-th newest
+    if list then
       retry = tonumber(redis.call('LINDEX', key, n - cost)) + period - now
+    else
+      retry = sunpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
     end
-    if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
-    end
-  else
-    if cost > 0 then
-      local t = now
-      if head > t then t = head end
-      reset = t + period - now
-      if apply then
+  end
+  if reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+  end
+else
+  if cost > 0 then
+    local t = now
+    if head > t then t = head end
+    reset = t + period - now
+    if apply then
+      local ttl = PERIOD_MS
+      if reset ~= period or GRACE ~= 0 or not ttl then
+        ttl = fmt('%d', ceil(reset / 1000) + GRACE)
+      end
+      if list then
         -- the push first: under maxmemory Redis refuses it before anything is dropped
         local s = fmt('%d', t)
         if cost == 1 then
@@ -227,92 +254,47 @@ if type(log) == 'table' then
           end
         end
         if c < len then redis.call('LTRIM', key, 0, c + cost - 1) end
-        redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
-      end
-    end
-    ok, rem, retry, delay = 1, n - c - cost, -1, 0
-  end
-else
-  local sunpack = struct.unpack
-  local len, c, head = 0, 0, old
-  if log then
-    len = #log / 7
-    head = sunpack('<I7', log, #log - 6)
-    c = len
-    if sunpack('<I7', log) <= old then
-      -- the window holds the newest c: bisect for the oldest time in it
-      -- (none: c = 0)
-      local lo, hi = 1, len
-      while lo < hi do
-        local mid = math.floor((lo + hi) / 2)
-        if sunpack('<I7', log, mid * 7 + 1) <= old then lo = mid + 1 else hi = mid end
-      end
-      c = len - lo
-    end
-  end
-  reset = 0
-  if c > 0 then reset = head + period - now end
-  if cost > n or c + cost > n then
-    ok, rem, retry, delay = 0, n - c, -1, 0
-    if cost <= n then
-      -- the (c + cost - n)-th oldest time in the window must leave it first:
-      -- the (n - cost + 1)-th newest
-      retry = sunpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
-    end
-    if reset > 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
-    end
-  else
-    if cost > 0 then
-      local t = now
-      if head > t then t = head end
-      reset = t + period - now
-      if apply then
-        local ttl = PERIOD_MS
-        if reset ~= period or GRACE ~= 0 or not ttl then
-          ttl = fmt('%d', ceil(reset / 1000) + GRACE)
-        end
-        if c + cost <= 32 then
-          local s = struct.pack('<I7', t)
-          if cost > 1 then s = string.rep(s, cost) end
-          -- the times that left the window are dropped
-          if c == 0 then
-            log = s
-          elseif c < len then
-            log = string.sub(log, (len - c) * 7 + 1) .. s
-          else
-            log = log .. s
-          end
-          -- one SET: under maxmemory Redis refuses it whole
-          redis.call('SET', key, log, 'PX', ttl)
+        redis.call('PEXPIRE', key, ttl)
+      elseif c + cost <= 32 then
+        local s = struct.pack('<I7', t)
+        if cost > 1 then s = string.rep(s, cost) end
+        -- the times that left the window are dropped
+        if c == 0 then
+          log = s
+        elseif c < len then
+          log = string.sub(log, (len - c) * 7 + 1) .. s
         else
-          -- the log becomes a list: the times still in the window, then
-          -- this request's, pushed oldest first
-          local items, j = {}, 0
-          for i = len - c, len - 1 do
-            j = j + 1
-            items[j] = fmt('%d', sunpack('<I7', log, i * 7 + 1))
-          end
-          local s = fmt('%d', t)
-          for _ = 1, cost do
-            j = j + 1
-            items[j] = s
-          end
-          redis.call('DEL', key)
-          for i = 1, j, 256 do
-            local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
-            if type(r) == 'table' then
-              -- refused (maxmemory): the string is put back, the call fails
-              if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
-              error(r)
-            end
-          end
-          redis.call('PEXPIRE', key, ttl)
+          log = log .. s
         end
+        -- one SET: under maxmemory Redis refuses it whole
+        redis.call('SET', key, log, 'PX', ttl)
+      else
+        -- the log becomes a list: the times still in the window, then
+        -- this request's, pushed oldest first
+        local items, j = {}, 0
+        for i = len - c, len - 1 do
+          j = j + 1
+          items[j] = fmt('%d', sunpack('<I7', log, i * 7 + 1))
+        end
+        local s = fmt('%d', t)
+        for _ = 1, cost do
+          j = j + 1
+          items[j] = s
+        end
+        redis.call('DEL', key)
+        for i = 1, j, 256 do
+          local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+          if type(r) == 'table' then
+            -- refused (maxmemory): the string is put back, the call fails
+            if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
+            error(r)
+          end
+        end
+        redis.call('PEXPIRE', key, ttl)
       end
     end
-    ok, rem, retry, delay = 1, n - c - cost, -1, 0
   end
+  ok, rem, retry, delay = 1, n - c - cost, -1, 0
 end
 end
 return ok, rem, reset, retry, delay
