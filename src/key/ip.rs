@@ -177,7 +177,8 @@ const OCTETS: [([u8; 4], usize); 256] = {
 };
 
 pub(super) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> Vec<u8> {
-    let mut key = Vec::with_capacity(18);
+    // (the longest: `ip:` and a full IPv6 address with `/128`)
+    let mut key = Vec::with_capacity(46);
     write_ip_key(ip, ipv6_prefix, &mut key);
     key
 }
