@@ -134,7 +134,28 @@ pub(crate) fn run(
 #[inline(always)]
 pub(crate) fn expire(slot: &mut Option<Entry>, now: i64) {
     if slot.as_ref().is_some_and(|e| e.expires_at <= now) {
-        *slot = None;
+        set(slot, None);
+    }
+}
+
+/// Puts `new` in `slot`, dropping the old state only where it holds memory
+/// (a log, leases): the usual states are integers, and the drop of an
+/// `Option<Entry>` is a call, which every decision on an expired key made
+/// twice (the expired state, then the `None` it left).
+#[inline(always)]
+pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
+    let old = std::mem::replace(slot, new);
+    if matches!(
+        old,
+        Some(Entry {
+            value: Value::Log(_) | Value::Leases(_),
+            ..
+        })
+    ) {
+        drop(old);
+    } else {
+        // (nothing to free: no entry, or one of integers only)
+        std::mem::forget(old);
     }
 }
 
@@ -173,7 +194,7 @@ fn returns(
         && let Some(value) = new
     {
         let expires_at = now + ttl_us(raw.reset);
-        *slot = Some(Entry { value, expires_at });
+        set(slot, Some(Entry { value, expires_at }));
     }
     raw
 }

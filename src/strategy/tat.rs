@@ -59,12 +59,13 @@ pub(super) fn decide(
                 *t = new_tat;
                 *at = expires_at;
             }
-            _ => {
-                *slot = Some(Entry {
+            _ => super::state::set(
+                slot,
+                Some(Entry {
                     value: Value::Tat(new_tat),
                     expires_at,
-                })
-            }
+                }),
+            ),
         }
     }
     Raw::allow(q.per_interval.floor_div(now + tau - new_tat), reset, delay)
