@@ -1,5 +1,6 @@
 //! [`HeaderStyle`]: which rate-limit headers responses carry, and their formatting.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -287,15 +288,70 @@ fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Opt
             retry_after_secs(decision)
         }
     });
+    let remaining = decision.remaining();
+    if let Some(v) = LastValue::get(item, remaining, t) {
+        return Some(v);
+    }
     let mut r = itoa::Buffer::new();
     let mut t_digits = itoa::Buffer::new();
-    let (t_key, t): (&[u8], &[u8]) = match t {
+    let (t_key, t_text): (&[u8], &[u8]) = match t {
         Some(t) => (b";t=", t_digits.format(t).as_bytes()),
         None => (b"", b""),
     };
     // (one allocation: `concat` allocates the exact length, which `Bytes` keeps)
-    let value = [item, r.format(decision.remaining()).as_bytes(), t_key, t].concat();
-    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
+    let value = [item, r.format(remaining).as_bytes(), t_key, t_text].concat();
+    let value = HeaderValue::from_maybe_shared(Bytes::from(value)).ok()?;
+    LastValue::keep(&value, item.len(), remaining, t);
+    Some(value)
+}
+
+/// The last `RateLimit` value a thread made, and what it was made of: the
+/// same quota, remaining and reset again (a quota far from its limit under
+/// steady load, a client denied again and again) clone it (a reference
+/// count) instead of formatting and allocating a new one.
+struct LastValue {
+    value: HeaderValue,
+    /// The length of the quota's item, `"minute";r=`, at the start of `value`.
+    item_len: usize,
+    remaining: u64,
+    t: Option<u64>,
+}
+
+thread_local! {
+    static LAST_VALUE: RefCell<Option<LastValue>> = const { RefCell::new(None) };
+}
+
+impl LastValue {
+    /// This thread's last value, if it is the one of (`item`, `remaining`, `t`).
+    fn get(item: &[u8], remaining: u64, t: Option<u64>) -> Option<HeaderValue> {
+        LAST_VALUE
+            .try_with(|last| {
+                let last = last.try_borrow().ok()?;
+                let last = last.as_ref()?;
+                // (the same item, remaining and reset make the same value)
+                (last.remaining == remaining
+                    && last.t == t
+                    && last.item_len == item.len()
+                    && last.value.as_bytes().starts_with(item))
+                .then(|| last.value.clone())
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Keeps `value` as this thread's last one.
+    fn keep(value: &HeaderValue, item_len: usize, remaining: u64, t: Option<u64>) {
+        let _ = LAST_VALUE.try_with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
+                *last = Some(LastValue {
+                    value: value.clone(),
+                    item_len,
+                    remaining,
+                    t,
+                });
+            }
+        });
+    }
 }
 
 /// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,
@@ -321,6 +377,10 @@ mod tests {
     use crate::decision::{NEVER, Part, Parts, QuotaName, Template, intern_templates};
 
     fn decision(allowed: bool, retry_after: Option<Duration>) -> Decision {
+        decision_left(allowed, retry_after, 59)
+    }
+
+    fn decision_left(allowed: bool, retry_after: Option<Duration>, left: u64) -> Decision {
         let part = |remaining, retry: Option<Duration>| Part {
             allowed,
             remaining,
@@ -337,7 +397,7 @@ mod tests {
             allowed,
             binding: 0,
             delay_us: 0,
-            parts: [part(59, retry_after), part(9_999, None)]
+            parts: [part(left, retry_after), part(9_999, None)]
                 .into_iter()
                 .collect::<Parts>(),
             templates: intern_templates(vec![
@@ -444,6 +504,24 @@ mod tests {
         );
         assert_eq!(map[X_RATELIMIT_REMAINING], "59");
         assert_eq!(map[RETRY_AFTER], "120");
+    }
+
+    #[test]
+    fn a_thread_reuses_its_last_ratelimit_value_only_for_the_same_item_and_numbers() {
+        let value = |item: &[u8], remaining, t| {
+            ratelimit_value(&decision_left(true, None, remaining), t, Some(item)).unwrap()
+        };
+        let first = value(br#""minute";r="#, 59, true);
+        assert_eq!(first, r#""minute";r=59;t=2"#);
+        // the same again: the kept value, not a new allocation
+        let again = value(br#""minute";r="#, 59, true);
+        assert_eq!(again.as_bytes().as_ptr(), first.as_bytes().as_ptr());
+        // any difference makes a new value
+        assert_eq!(value(br#""minute";r="#, 58, true), r#""minute";r=58;t=2"#);
+        assert_eq!(value(br#""minute";r="#, 58, false), r#""minute";r=58"#);
+        assert_eq!(value(br#""minutes";r="#, 58, false), r#""minutes";r=58"#);
+        assert_eq!(value(br#""hour";r="#, 58, false), r#""hour";r=58"#);
+        assert_eq!(value(br#""minute";r="#, 58, false), r#""minute";r=58"#);
     }
 
     #[test]
