@@ -298,11 +298,55 @@ fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Opt
         Some(t) => (b";t=", t_digits.format(t).as_bytes()),
         None => (b"", b""),
     };
+    let pieces = [item, r.format(remaining).as_bytes(), t_key, t_text];
+    // A value that fits a small buffer is kept for the thread's next
+    // response: its bytes are reference counted from the start (one
+    // allocation; keeping it, or handing it out again, is a count).
+    if let Some(small) = Small::new(&pieces) {
+        let value = HeaderValue::from_maybe_shared(Bytes::from_owner(small)).ok()?;
+        LastValue::keep(&value, item.len(), remaining, t);
+        return Some(value);
+    }
     // (one allocation: `concat` allocates the exact length, which `Bytes` keeps)
-    let value = [item, r.format(remaining).as_bytes(), t_key, t_text].concat();
-    let value = HeaderValue::from_maybe_shared(Bytes::from(value)).ok()?;
-    LastValue::keep(&value, item.len(), remaining, t);
-    Some(value)
+    HeaderValue::from_maybe_shared(Bytes::from(pieces.concat())).ok()
+}
+
+/// The bytes of a short header value, held inline: with
+/// [`Bytes::from_owner`], one allocation for the bytes and their count of
+/// owners (a `Bytes` of a `Vec` allocates that count apart, at its first
+/// clone).
+struct Small {
+    len: u8,
+    bytes: [u8; SMALL],
+}
+
+/// The longest value held in a [`Small`] (`"minute";r=` and two 20-digit
+/// numbers take 45 bytes).
+const SMALL: usize = 62;
+
+impl Small {
+    /// `pieces` one after the other, if they fit.
+    fn new(pieces: &[&[u8]]) -> Option<Self> {
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let mut small = Small {
+            len: u8::try_from(len)
+                .ok()
+                .filter(|&l| usize::from(l) <= SMALL)?,
+            bytes: [0; SMALL],
+        };
+        let mut at = 0;
+        for piece in pieces {
+            small.bytes[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        Some(small)
+    }
+}
+
+impl AsRef<[u8]> for Small {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// The last `RateLimit` value a thread made, and what it was made of: the
@@ -522,6 +566,14 @@ mod tests {
         assert_eq!(value(br#""minutes";r="#, 58, false), r#""minutes";r=58"#);
         assert_eq!(value(br#""hour";r="#, 58, false), r#""hour";r=58"#);
         assert_eq!(value(br#""minute";r="#, 58, false), r#""minute";r=58"#);
+        // a value too long for a small buffer is made (and not kept) all the same
+        let long = format!("\"{}\";r=", "q".repeat(SMALL));
+        let made = value(long.as_bytes(), 7, true);
+        assert_eq!(made, format!("{long}7;t=2"));
+        assert_ne!(
+            value(long.as_bytes(), 7, true).as_bytes().as_ptr(),
+            made.as_bytes().as_ptr()
+        );
     }
 
     #[test]
