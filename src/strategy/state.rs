@@ -145,13 +145,19 @@ pub(crate) fn expire(slot: &mut Option<Entry>, now: i64) {
 #[inline(always)]
 pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
     let old = std::mem::replace(slot, new);
-    if matches!(
-        old,
+    // (every variant named: a new one must say whether it holds memory)
+    let holds_memory = match &old {
         Some(Entry {
             value: Value::Log(_) | Value::Leases(_),
             ..
+        }) => true,
+        Some(Entry {
+            value: Value::Window { .. } | Value::Counter { .. } | Value::Tat(_),
+            ..
         })
-    ) {
+        | None => false,
+    };
+    if holds_memory {
         drop(old);
     } else {
         // (nothing to free: no entry, or one of integers only)
