@@ -119,6 +119,7 @@ const KEY_BUFFER_KEPT: usize = 1024;
 
 /// Checks the request of `parts`: answers it at once where no store call is
 /// needed, else starts the store call.
+#[inline]
 pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     let with_buffer = |cell: &RefCell<Vec<u8>>| {
         // (taken already: an extractor checking a request of its own)

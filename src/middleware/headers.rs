@@ -150,7 +150,9 @@ pub(crate) struct RateHeaders {
     ratelimit: Option<HeaderValue>,
     /// limit, remaining, reset (UTC epoch seconds)
     legacy: Option<(u64, u64, u64)>,
-    retry_after: Option<HeaderValue>,
+    /// `Retry-After` in seconds (its value is made when applied: a
+    /// response future carries these headers, and most carry none).
+    retry_after: Option<u64>,
 }
 
 impl RateHeaders {
@@ -174,7 +176,7 @@ impl RateHeaders {
             h.legacy = Some((decision.limit(), decision.remaining(), ceil_secs(reset)));
         }
         if !decision.allowed() {
-            h.retry_after = Some(HeaderValue::from(retry_after_secs(decision)));
+            h.retry_after = Some(retry_after_secs(decision));
         }
         h
     }
@@ -202,10 +204,10 @@ impl RateHeaders {
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
             headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
-        if let Some(v) = self.retry_after
+        if let Some(secs) = self.retry_after
             && !headers.contains_key(RETRY_AFTER)
         {
-            headers.insert(RETRY_AFTER, v);
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
     }
 }
