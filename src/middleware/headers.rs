@@ -322,8 +322,8 @@ struct Small {
     bytes: [u8; SMALL],
 }
 
-/// The longest value held in a [`Small`] (`"minute";r=` and two 20-digit
-/// numbers take 45 bytes).
+/// The longest value held in a [`Small`] (`"minute";r=`, `;t=` and two
+/// 20-digit numbers take 54 bytes).
 const SMALL: usize = 62;
 
 impl Small {
