@@ -16,14 +16,16 @@ local old = now - period
 local log = redis.pcall('GET', key)
 local list = type(log) == 'table'
 local sunpack = struct.unpack
--- len: the times logged; c: those in the window (the newest c); head: the newest
-local len, c, head = 0, 0, old
+-- len: the times logged; c: those in the window (the newest c); head: the
+-- newest; tail: the oldest (read for a list)
+local len, c, head, tail = 0, 0, old, nil
 if list then
   len = redis.call('LLEN', key)
   if len > 0 then
     head = tonumber(redis.call('LINDEX', key, 0))
+    tail = tonumber(redis.call('LINDEX', key, -1))
     c = len
-    if tonumber(redis.call('LINDEX', key, -1)) <= old then
+    if tail <= old then
       -- the window holds entries [0, c): gallop from the tail, then bisect
       local lo, hi, step = 0, len - 1, 1
       while hi - step >= lo do
@@ -64,7 +66,14 @@ if cost > n or c + cost > n then
     -- the (c + cost - n)-th oldest time in the window must leave it first:
     -- the (n - cost + 1)-th newest
     if list then
-      retry = tonumber(redis.call('LINDEX', key, n - cost)) + period - now
+      -- (a full log's oldest or newest time is read already)
+      local t = tail
+      if n - cost == 0 then
+        t = head
+      elseif n - cost ~= len - 1 then
+        t = tonumber(redis.call('LINDEX', key, n - cost))
+      end
+      retry = t + period - now
     else
       retry = sunpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
     end
