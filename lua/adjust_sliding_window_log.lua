@@ -5,6 +5,7 @@
 -- key; the TTL is kept). Either layout (lua/sliding_window_log.lua); a
 -- string that would pass 32 times becomes a list.
 local log = redis.pcall('GET', key)
+local to_list
 if type(log) == 'table' then
   if units > 0 then
     if units > n then units = n end
@@ -37,27 +38,9 @@ elseif units > 0 then
   if len + units <= 32 then
     redis.call('SET', key, (log or '') .. string.rep(struct.pack('<I7', t), units), 'PX', ttl)
   else
-    -- the log becomes a list: its times, then the charge's, oldest first
-    local items, j = {}, 0
-    for i = 0, len - 1 do
-      j = j + 1
-      items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
-    end
-    local s = fmt('%d', t)
-    for _ = 1, units do
-      j = j + 1
-      items[j] = s
-    end
-    redis.call('DEL', key)
-    for i = 1, j, 256 do
-      local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
-      if type(r) == 'table' then
-        -- refused (maxmemory): the string is put back, the call fails
-        if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
-        error(r)
-      end
-    end
-    redis.call('PEXPIRE', key, ttl)
+    -- the log becomes a list (lua/log_to_list.lua, after this): its times,
+    -- then the charge's
+    to_list = { from = 0, len = len, count = units, t = t, ttl = ttl }
   end
 elseif log and units < 0 then
   local keep = #log - 7 * -units

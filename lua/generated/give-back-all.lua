@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 9d391388e987717398df6eb4f552a8dd298466ba).
+-- (SCRIPT LOAD, then EVALSHA 19f71862e733ad5ed83f57d18147ab6b18f2e613).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -267,6 +267,7 @@ do
 -- key; the TTL is kept). Either layout (lua/sliding_window_log.lua); a
 -- string that would pass 32 times becomes a list.
 local log = redis.pcall('GET', key)
+local to_list
 if type(log) == 'table' then
   if units > 0 then
     if units > n then units = n end
@@ -299,27 +300,9 @@ elseif units > 0 then
   if len + units <= 32 then
     redis.call('SET', key, (log or '') .. string.rep(struct.pack('<I7', t), units), 'PX', ttl)
   else
-    -- the log becomes a list: its times, then the charge's, oldest first
-    local items, j = {}, 0
-    for i = 0, len - 1 do
-      j = j + 1
-      items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
-    end
-    local s = fmt('%d', t)
-    for _ = 1, units do
-      j = j + 1
-      items[j] = s
-    end
-    redis.call('DEL', key)
-    for i = 1, j, 256 do
-      local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
-      if type(r) == 'table' then
-        -- refused (maxmemory): the string is put back, the call fails
-        if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
-        error(r)
-      end
-    end
-    redis.call('PEXPIRE', key, ttl)
+    -- the log becomes a list (lua/log_to_list.lua, after this): its times,
+    -- then the charge's
+    to_list = { from = 0, len = len, count = units, t = t, ttl = ttl }
   end
 elseif log and units < 0 then
   local keep = #log - 7 * -units
@@ -331,6 +314,35 @@ elseif log and units < 0 then
   else
     redis.call('SET', key, string.sub(log, 1, keep))
   end
+end
+-- The end of the sliding log's decision and adjust
+-- (lua/sliding_window_log.lua, lua/adjust_sliding_window_log.lua): a string
+-- log that a write would take past 32 times becomes a list. `to_list` (nil:
+-- no change) says what goes in it, oldest first: the times of `log` from
+-- the `from`-th (0-based) of its `len`, then `count` times `t`; `ttl` is
+-- its TTL in ms, as text.
+if to_list then
+  local l = to_list
+  local items, j = {}, 0
+  for i = l.from, l.len - 1 do
+    j = j + 1
+    items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
+  end
+  local s = fmt('%d', l.t)
+  for _ = 1, l.count do
+    j = j + 1
+    items[j] = s
+  end
+  redis.call('DEL', key)
+  for i = 1, j, 256 do
+    local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+    if type(r) == 'table' then
+      -- refused (maxmemory): the string is put back, the call fails
+      if log then redis.pcall('SET', key, log, 'PX', l.ttl) else redis.pcall('DEL', key) end
+      error(r)
+    end
+  end
+  redis.call('PEXPIRE', key, l.ttl)
 end
 end
 end

@@ -2,7 +2,7 @@
 -- limiter with a fixed-window and a sliding-window-log quota and local reservations: the take.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 924a13f0900cd78c6011a53ef149ed7b0fd416dd).
+-- (SCRIPT LOAD, then EVALSHA 02c950f045100c750049f1110d933719c79bb81a).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -147,8 +147,9 @@ local log = redis.pcall('GET', key)
 local list = type(log) == 'table'
 local sunpack = struct.unpack
 -- len: the times logged; c: those in the window (the newest c); head: the
--- newest; tail: the oldest (read for a list)
-local len, c, head, tail = 0, 0, old, nil
+-- newest; tail: the oldest (read for a list); to_list: a string log's
+-- conversion (lua/log_to_list.lua)
+local len, c, head, tail, to_list = 0, 0, old, nil, nil
 if list then
   len = redis.call('LLEN', key)
   if len > 0 then
@@ -197,13 +198,13 @@ if cost > n or c + cost > n then
     -- the (n - cost + 1)-th newest
     if list then
       -- (a full log's oldest or newest time is read already)
-      local t = tail
+      local leaving = tail
       if n - cost == 0 then
-        t = head
+        leaving = head
       elseif n - cost ~= len - 1 then
-        t = tonumber(redis.call('LINDEX', key, n - cost))
+        leaving = tonumber(redis.call('LINDEX', key, n - cost))
       end
-      retry = t + period - now
+      retry = leaving + period - now
     else
       retry = sunpack('<I7', log, (len - 1 - n + cost) * 7 + 1) + period - now
     end
@@ -253,32 +254,42 @@ else
         -- one SET: under maxmemory Redis refuses it whole
         redis.call('SET', key, log, 'PX', ttl)
       else
-        -- the log becomes a list: the times still in the window, then
-        -- this request's, pushed oldest first
-        local items, j = {}, 0
-        for i = len - c, len - 1 do
-          j = j + 1
-          items[j] = fmt('%d', sunpack('<I7', log, i * 7 + 1))
-        end
-        local s = fmt('%d', t)
-        for _ = 1, cost do
-          j = j + 1
-          items[j] = s
-        end
-        redis.call('DEL', key)
-        for i = 1, j, 256 do
-          local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
-          if type(r) == 'table' then
-            -- refused (maxmemory): the string is put back, the call fails
-            if log then redis.pcall('SET', key, log, 'PX', ttl) else redis.pcall('DEL', key) end
-            error(r)
-          end
-        end
-        redis.call('PEXPIRE', key, ttl)
+        -- the log becomes a list (lua/log_to_list.lua, after this): the
+        -- times still in the window, then this request's
+        to_list = { from = len - c, len = len, count = cost, t = t, ttl = ttl }
       end
     end
   end
   ok, rem, retry, delay = 1, n - c - cost, -1, 0
+end
+-- The end of the sliding log's decision and adjust
+-- (lua/sliding_window_log.lua, lua/adjust_sliding_window_log.lua): a string
+-- log that a write would take past 32 times becomes a list. `to_list` (nil:
+-- no change) says what goes in it, oldest first: the times of `log` from
+-- the `from`-th (0-based) of its `len`, then `count` times `t`; `ttl` is
+-- its TTL in ms, as text.
+if to_list then
+  local l = to_list
+  local items, j = {}, 0
+  for i = l.from, l.len - 1 do
+    j = j + 1
+    items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
+  end
+  local s = fmt('%d', l.t)
+  for _ = 1, l.count do
+    j = j + 1
+    items[j] = s
+  end
+  redis.call('DEL', key)
+  for i = 1, j, 256 do
+    local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+    if type(r) == 'table' then
+      -- refused (maxmemory): the string is put back, the call fails
+      if log then redis.pcall('SET', key, log, 'PX', l.ttl) else redis.pcall('DEL', key) end
+      error(r)
+    end
+  end
+  redis.call('PEXPIRE', key, l.ttl)
 end
 end
 return ok, rem, reset, retry, delay

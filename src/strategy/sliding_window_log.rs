@@ -12,7 +12,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     key_tag: 'l',
     lua: Lua {
         id: 2,
-        body: &[include_str!("../../lua/sliding_window_log.lua")],
+        body: &[
+            include_str!("../../lua/sliding_window_log.lua"),
+            include_str!("../../lua/log_to_list.lua"),
+        ],
         fast_path: None,
         zset_helpers: false,
         reads_time: true,
@@ -36,7 +39,10 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
         horizon: until_reset,
     },
     adjust: Adjust::Units {
-        lua: include_str!("../../lua/adjust_sliding_window_log.lua"),
+        lua: concat!(
+            include_str!("../../lua/adjust_sliding_window_log.lua"),
+            include_str!("../../lua/log_to_list.lua")
+        ),
         twin: adjust,
     },
 };
