@@ -299,8 +299,9 @@ impl Bound {
 
 impl Bound {
     /// Checks that the store can run this limiter's scripts (a Redis store:
-    /// its version, then `SCRIPT LOAD` of the decision script and of the
-    /// reservation scripts `reserve`, if any); a memory store always can.
+    /// its version, then `SCRIPT LOAD` of the decision scripts (a fast
+    /// path's too) and of the reservation scripts `reserve`, if any); a
+    /// memory store always can.
     pub(crate) async fn verify(
         &self,
         reserve: Option<&redis::reserve::Scripts>,
@@ -309,7 +310,7 @@ impl Bound {
             p: &'a protocol::Prepared,
             reserve: Option<&'a redis::reserve::Scripts>,
         ) -> Vec<&'a redis::script::LimiterScript> {
-            let mut all = vec![&p.decide];
+            let mut all: Vec<_> = p.scripts().collect();
             all.extend(reserve.iter().flat_map(|r| r.scripts()));
             all
         }

@@ -207,7 +207,9 @@ pub(crate) struct Lua {
     /// The block deciding one quota, in parts concatenated in order (see
     /// `lua/prelude.lua` for what a block reads and sets).
     pub(crate) body: &'static [&'static str],
-    /// Code run first in a one-quota script, before the prelude (may return).
+    /// A script of its own for a lone quota on Redis's clock, run instead of
+    /// the limiter's script, with the quota's numbers written in before it
+    /// (`LimiterScript::fast_path`).
     pub(crate) fast_path: Option<&'static str>,
     /// Whether it calls the sorted-set helpers of `lua/zset.lua`.
     pub(crate) zset_helpers: bool,

@@ -8,7 +8,8 @@
 //! only writes the keys, the clock reading, the cost and the nonce into one
 //! `EVALSHA`, with no script building or number formatting of the quotas.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::conn::{Connections, Owned, Pooled, Request, Undo};
@@ -30,16 +31,21 @@ const SERVER_CLOCK: &str = "T";
 /// be a field beside [`decide`](Self::decide), prepared here as well.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    /// The script every decision of the limiter runs.
+    /// The script every decision of the limiter runs but the fast path's.
     pub(crate) decide: LimiterScript,
     /// `ARGV[3..]` (after the clock reading and the cost), one entry per argument.
     quota_args: Box<[Vec<u8>]>,
-    /// A lone fixed-window quota's numbers for the script's fast path on
-    /// Redis's clock (`lua/fixed_window_fast.lua`).
+    /// A lone fixed-window quota's fast path on Redis's clock: its own
+    /// script, with the quota's numbers written in (`lua/fixed_window_fast.lua`).
     fast_window: Option<FastWindow>,
 }
 
 impl Prepared {
+    /// Every script its decisions may run: the limiter's, then its fast path's.
+    pub(crate) fn scripts(&self) -> impl Iterator<Item = &LimiterScript> {
+        std::iter::once(&self.decide).chain(self.fast_window.as_ref().map(|f| &f.script))
+    }
+
     /// The script and arguments for a limiter with `quotas`, in order.
     /// `block`: see [`LimiterScript::for_quotas`].
     pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
@@ -47,9 +53,7 @@ impl Prepared {
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
         let fast_window = match quotas {
-            [q] if q.strategy == Strategy::FixedWindow && block.is_none() => {
-                Some(FastWindow::new(q))
-            }
+            [q] if block.is_none() => FastWindow::new(q),
             _ => None,
         };
         Prepared {
@@ -100,56 +104,74 @@ pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
 /// The fast path's reply is `p * 2^TTL_BITS + ttl` (see `lua/fixed_window_fast.lua`).
 const TTL_BITS: u32 = 32;
 
+/// At most this many distinct fast-path scripts per process: each is one
+/// more script in Redis's script cache (about 2.5 kB, kept until `SCRIPT
+/// FLUSH` or a restart), so a process that builds limiters of ever new
+/// numbers (plans per customer, limits set at runtime) stops adding them;
+/// quotas beyond take the limiter's general script.
+const MAX_FAST_SCRIPTS: usize = 256;
+
 /// What the fast path of a one-quota fixed window on Redis's clock sends and
-/// how its reply becomes an outcome (`lua/fixed_window_fast.lua`). The script
-/// only counts and reads the key's TTL; the decision's numbers are derived
-/// here from the limit, the cost and the window, which the client knows, so
-/// that Redis parses one number and formats none per call.
+/// how its reply becomes an outcome (`lua/fixed_window_fast.lua`): a script
+/// of its own with the limit and the window written in, so that a call of
+/// cost 1 sends no `ARGV` and Redis parses no number. The script only counts
+/// and reads the key's TTL; the decision's numbers are derived here from the
+/// limit, the cost and the window, which the client knows.
 #[derive(Debug)]
 struct FastWindow {
     limit: u64,
     /// The window in whole milliseconds, rounded up: the key's TTL on its first hit.
     window_ms: u64,
-    window_ms_arg: Vec<u8>,
-    /// The one `ARGV` of a cost-1 call, `(limit - 1) * 2^32 + window_ms`,
-    /// when both fit (below 2^21 and 2^32: the sum stays exact in a Lua number).
-    packed: Option<Vec<u8>>,
+    script: LimiterScript,
+}
+
+/// Whether a fast-path script for `numbers` (limit, window) may be used:
+/// one already `written`, or a new one while fewer than
+/// [`MAX_FAST_SCRIPTS`] are (then it is recorded).
+fn admit(written: &mut BTreeSet<(u64, u64)>, numbers: (u64, u64)) -> bool {
+    written.contains(&numbers) || (written.len() < MAX_FAST_SCRIPTS && written.insert(numbers))
 }
 
 impl FastWindow {
-    fn new(q: &QuotaSpec) -> Self {
+    /// The fast path of a lone quota `q`, if its strategy has one, its window
+    /// fits the reply (below 2^32 ms) and the process has written fewer than
+    /// [`MAX_FAST_SCRIPTS`] other ones.
+    fn new(q: &QuotaSpec) -> Option<Self> {
+        static WRITTEN: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+        q.spec().lua.fast_path?;
         let window_ms = q.period_us.div_ceil(1000);
-        let packed =
-            (q.limit >= 1 && q.limit - 1 < 1 << 21 && window_ms < 1 << TTL_BITS).then(|| {
-                (((q.limit - 1) << TTL_BITS) + window_ms)
-                    .to_string()
-                    .into_bytes()
-            });
-        FastWindow {
+        if window_ms >= 1 << TTL_BITS {
+            return None;
+        }
+        let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !admit(&mut written, (q.limit, window_ms)) {
+            return None;
+        }
+        drop(written);
+        Some(FastWindow {
             limit: q.limit,
             window_ms,
-            window_ms_arg: window_ms.to_string().into_bytes(),
-            packed,
-        }
+            script: LimiterScript::fast_path(q.strategy, q.limit, window_ms)?,
+        })
     }
 
-    /// Writes the fast path's `ARGV` for `cost`, or returns false when the call
-    /// is not the fast path's (a cost of 0, or above the limit).
-    fn args(&self, cmd: &mut redis::Cmd, cost: u64) -> bool {
+    /// The fast path's `EVALSHA` for a call of `cost` on `keys` (one key), or
+    /// `None` when the call is not the fast path's (a cost of 0, or above
+    /// the limit): a cost of 1 sends no `ARGV`, another its cost.
+    fn cmd(&self, keys: &[String], cost: u64) -> Option<redis::Cmd> {
         if cost == 0 || cost > self.limit {
-            return false;
+            return None;
         }
-        match &self.packed {
-            Some(packed) if cost == 1 => {
-                cmd.arg(packed.as_slice());
-            }
-            _ => {
-                cmd.arg(self.limit - cost)
-                    .arg(self.window_ms_arg.as_slice())
-                    .arg(cost);
-            }
+        let bytes = 64 + keys.iter().map(String::len).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(4 + keys.len(), bytes);
+        cmd.arg("EVALSHA")
+            .arg(self.script.sha.as_str())
+            .arg(keys.len())
+            .arg(keys);
+        if cost != 1 {
+            cmd.arg(cost);
         }
-        true
+        Some(cmd)
     }
 
     /// The outcome of a fast-path call of `cost` from the script's reply: the
@@ -212,14 +234,16 @@ impl FastWindow {
     }
 }
 
-/// One decision: one `EVALSHA` of the limiter's script.
+/// One decision: one `EVALSHA` of the limiter's script (or of its fast path).
 ///
 /// `KEYS`: one per quota, all in one hash slot (a key checked in the same
 /// script, such as a penalty box, would follow them). `ARGV`: the clock
 /// reading (the manual time, or `T` for Redis's clock), the cost, the
 /// prepared quota arguments, then the nonce when the call has one. A lone
-/// fixed-window quota on Redis's clock with a cost that can fit sends fewer
-/// than four `ARGV` instead and reads a shorter reply ([`FastWindow`]).
+/// fixed-window quota on Redis's clock with a cost that can fit runs its
+/// fast path's script instead, with its cost as the only `ARGV` (none for a
+/// cost of 1), and reads a shorter reply ([`FastWindow`]); if Redis refuses
+/// its count (nothing written), the limiter's script decides.
 ///
 /// A call that may take a concurrency lease (a lease-holding quota, a cost
 /// above 0) and does not return its outcome to the caller (its future
@@ -243,12 +267,18 @@ pub(crate) async fn decide<P: Pooled>(
         .arg(call.keys);
     if call.now_us.is_none()
         && let Some(fast) = &prepared.fast_window
-        && fast.args(&mut cmd, call.cost)
+        && let Some(fast_cmd) = fast.cmd(call.keys, call.cost)
     {
-        let reply: redis::Value = conns
-            .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
-            .await?;
-        return fast.outcome(reply, call.cost);
+        match conns
+            .query::<redis::Value>(Request::Cmd(&fast_cmd), Some(&fast.script), None)
+            .await
+        {
+            Ok(reply) => return fast.outcome(reply, call.cost),
+            // its count was refused and nothing was written: the general
+            // script decides (on a denial it only reads)
+            Err(e) if count_refused(&e) => {}
+            Err(e) => return Err(e),
+        }
     }
     // ARGV[1]: the manual time (any integer, 0 included), or `T` for
     // Redis's own clock (lua/prelude.lua)
@@ -283,6 +313,18 @@ pub(crate) async fn decide<P: Pooled>(
     let outcome = parse_reply(&reply, call.quotas.len())?;
     undo.disarm();
     Ok(outcome)
+}
+
+/// Whether `e` is Redis's error reply to the fast path's count (its first
+/// command, so nothing was written): Redis out of memory, a count at its
+/// maximum, a key of another type.
+fn count_refused(e: &StoreError) -> bool {
+    let StoreError::Redis(source) = e else {
+        return false;
+    };
+    source
+        .downcast_ref::<redis::RedisError>()
+        .is_some_and(|e| matches!(e.code(), Some("OOM" | "WRONGTYPE" | "ERR")))
 }
 
 /// The release of the lease `call` may have taken, which its caller never saw.
@@ -533,12 +575,11 @@ mod tests {
     fn fast_window_replies_are_count_and_ttl_and_malformed_ones_are_protocol_errors() {
         use redis::Value;
         let ms = Duration::from_millis;
-        let fw = FastWindow {
-            limit: 10,
-            window_ms: 60_000,
-            window_ms_arg: b"60000".to_vec(),
-            packed: None,
-        };
+        let spec = crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_secs(60)))
+            .compile(0)
+            .unwrap();
+        let fw = FastWindow::new(&spec).unwrap();
+        assert_eq!((fw.limit, fw.window_ms), (10, 60_000));
         let one = |o: Outcome| {
             assert_eq!(o.quotas.len(), 1);
             assert_eq!(o.allowed, o.quotas[0].allowed);
@@ -583,16 +624,41 @@ mod tests {
             let e = fw.outcome(bad, 1).unwrap_err();
             assert!(matches!(e, StoreError::Protocol(_)), "{e}");
         }
-        // the packed argument of a cost of 1, and the three of any other cost
+        // the numbers are written into the script: a cost of 1 sends no ARGV,
+        // another cost only itself; a cost the path does not take, nothing
         let spec =
             crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_micros(60_000_001)))
                 .compile(0)
                 .unwrap();
-        let fw = FastWindow::new(&spec);
+        let fw = FastWindow::new(&spec).unwrap();
         assert_eq!(fw.window_ms, 60_001);
-        assert_eq!(
-            fw.packed.as_deref(),
-            Some(format!("{}", (9u64 << 32) + 60_001).as_bytes())
+        assert!(
+            fw.script
+                .source
+                .starts_with("local N, WINDOW_MS, WINDOW = 10, 60001, '60001'\n")
         );
+        let keys = ["{p:k}:f10/60000001us".to_owned()];
+        let args = |cost| {
+            fw.cmd(&keys, cost)
+                .map(|c| c.args_iter().count())
+                .unwrap_or(0)
+        };
+        // EVALSHA sha 1 key [cost]
+        assert_eq!((args(1), args(2), args(10)), (4, 5, 5));
+        assert_eq!((args(0), args(11)), (0, 0));
+        // at most MAX_FAST_SCRIPTS distinct scripts, each as often as needed
+        let mut written = BTreeSet::new();
+        for limit in 0..MAX_FAST_SCRIPTS as u64 {
+            assert!(admit(&mut written, (limit, 1000)));
+        }
+        assert!(!admit(&mut written, (1, 2000)));
+        assert!(admit(&mut written, (1, 1000)) && written.len() == MAX_FAST_SCRIPTS);
+        // a window past the reply's 32 bits, a strategy without a fast path
+        for q in [
+            crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_millis(1 << 32))),
+            crate::Quota::gcra(crate::Rate::new(10, Duration::from_secs(60))),
+        ] {
+            assert!(FastWindow::new(&q.compile(0).unwrap()).is_none());
+        }
     }
 }

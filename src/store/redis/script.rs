@@ -80,8 +80,8 @@ impl LimiterScript {
     }
 
     /// The take script of a limiter with local reservations
-    /// (`src/reserve.rs`): its decision script, without a fast path, that
-    /// always reads the time and ends its reply with the decision's `NOW`.
+    /// (`src/reserve.rs`): its decision script, which always reads the time
+    /// and ends its reply with the decision's `NOW` (a take has no fast path).
     pub(crate) fn for_take(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
         Self::assemble(strategies, shadow, true, block)
     }
@@ -139,15 +139,19 @@ impl LimiterScript {
         LimiterScript { source, sha }
     }
 
+    /// The fast-path script of a lone quota of `strategy` with `limit` units
+    /// per window of `window_ms` milliseconds written in, if the strategy has
+    /// one (a fixed window: `lua/fixed_window_fast.lua`).
+    pub(crate) fn fast_path(strategy: Strategy, limit: u64, window_ms: u64) -> Option<Self> {
+        let body = strategy.spec().lua.fast_path?;
+        let source =
+            format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n{body}");
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Some(LimiterScript { source, sha })
+    }
+
     fn assemble(strategies: &[Strategy], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
         let mut source = String::new();
-        if let [only] = strategies
-            && let Some(fast) = only.spec().lua.fast_path
-            && !take
-            && block.is_none()
-        {
-            source.push_str(fast);
-        }
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua); the penalty box reads it.
         source.push_str(
@@ -330,6 +334,14 @@ mod tests {
             vec![Strategy::Gcra, Strategy::FixedWindow],
         ));
         out.push((
+            "fixed-window-fast".to_owned(),
+            "one fixed-window quota of 100 per minute, on Redis's clock: the fast path,\n\
+             -- which every call of a cost from 1 to the limit runs instead of fixed-window.lua\n\
+             -- (its first line holds the quota's numbers)"
+                .to_owned(),
+            vec![Strategy::FixedWindow],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow; 2],
@@ -361,7 +373,9 @@ mod tests {
         let mut expected = std::collections::BTreeSet::new();
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
-            let script = if stem.starts_with("take-") {
+            let script = if stem.ends_with("-fast") {
+                LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap()
+            } else if stem.starts_with("take-") {
                 LimiterScript::for_take(&strategies, &[], None)
             } else if stem.starts_with("give-back-") {
                 LimiterScript::for_give_back(&strategies)

@@ -1,0 +1,56 @@
+-- GENERATED FILE, do not edit. The script this crate sends to Redis for a
+-- limiter with one fixed-window quota of 100 per minute, on Redis's clock: the fast path,
+-- which every call of a cost from 1 to the limit runs instead of fixed-window.lua
+-- (its first line holds the quota's numbers).
+-- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
+-- files in lua/; everything below this header is sent byte for byte
+-- (SCRIPT LOAD, then EVALSHA 8ccc299c469a003acb96166014bbb60f47e5e529).
+-- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
+local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
+-- FixedWindow fast path: a script of its own for one quota on Redis's clock
+-- and a cost that can fit (0 < cost <= n), with the quota's numbers written
+-- in. The client puts one line before this file:
+--   local N, WINDOW_MS, WINDOW = <n>, <window in ms>, '<window in ms>'
+-- so a call of cost 1 sends no ARGV at all, and a larger cost only itself
+-- (ARGV[1]). Redis builds and fills an ARGV table on every call, and Lua
+-- reads a number from text with strtod: each costs Redis more than this
+-- script's arithmetic does. Each distinct (n, window) is one more script in
+-- Redis's script cache (about 2.5 kB); a process writes at most a few
+-- hundred of them (`FastWindow` in src/store/redis/protocol.rs), other
+-- quotas take the limiter's general script.
+--
+-- The key is the count of the window; its TTL is the rest of the window.
+-- The count goes up first (a denial takes its units back), so the first
+-- command is the only one that can fail: an error (Redis out of memory, a
+-- count at its maximum, a key of another type) has written nothing, and the
+-- client asks the general script instead, which only reads on a denial.
+-- Reply: the count p before this request and the key's TTL in ms (0 on the
+-- window's first hit, p = 0, whose reset is the whole window), as one
+-- integer p * 2^32 + ttl, or as the string "p ttl" when that does not fit in
+-- 2^53; the client, which knows n, cost and the window, derives the
+-- decision (allowed iff p + cost <= n; a denial writes nothing).
+local key, cost = KEYS[1], ARGV[1]
+local p
+if cost then
+  p = redis.call('INCRBY', key, cost) - cost
+else
+  p = redis.call('INCR', key) - 1
+end
+local ttl = 0
+if p == 0 then
+  redis.call('PEXPIRE', key, WINDOW)
+else
+  ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    -- repair a key found without a TTL
+    ttl = WINDOW_MS
+    redis.call('PEXPIRE', key, WINDOW)
+  end
+end
+if p > N - (cost or 1) then
+  if cost then redis.call('DECRBY', key, cost) else redis.call('DECR', key) end
+end
+if p < 2097152 and p > -2097152 and ttl < 4294967296 then
+  return p * 4294967296 + ttl
+end
+return string.format('%d %d', p, ttl)
