@@ -255,16 +255,6 @@ pub(crate) async fn decide<P: Pooled>(
     prepared: &Prepared,
     call: Call<'_>,
 ) -> Result<Outcome, StoreError> {
-    let args = 6 + call.keys.len() + prepared.quota_args.len();
-    let bytes = 96
-        + call.keys.iter().map(String::len).sum::<usize>()
-        + prepared.quota_args.iter().map(Vec::len).sum::<usize>()
-        + call.nonce.len();
-    let mut cmd = redis::Cmd::with_capacity(args, bytes);
-    cmd.arg("EVALSHA")
-        .arg(prepared.decide.sha.as_str())
-        .arg(call.keys.len())
-        .arg(call.keys);
     if call.now_us.is_none()
         && let Some(fast) = &prepared.fast_window
         && let Some(fast_cmd) = fast.cmd(call.keys, call.cost)
@@ -280,6 +270,16 @@ pub(crate) async fn decide<P: Pooled>(
             Err(e) => return Err(e),
         }
     }
+    let args = 6 + call.keys.len() + prepared.quota_args.len();
+    let bytes = 96
+        + call.keys.iter().map(String::len).sum::<usize>()
+        + prepared.quota_args.iter().map(Vec::len).sum::<usize>()
+        + call.nonce.len();
+    let mut cmd = redis::Cmd::with_capacity(args, bytes);
+    cmd.arg("EVALSHA")
+        .arg(prepared.decide.sha.as_str())
+        .arg(call.keys.len())
+        .arg(call.keys);
     // ARGV[1]: the manual time (any integer, 0 included), or `T` for
     // Redis's own clock (lua/prelude.lua)
     match call.now_us {
