@@ -541,6 +541,43 @@ async fn a_fixed_window_on_redis_clock_answers_in_every_fast_path_form() {
     }
 }
 
+/// `verify()` loads every script a lone fixed window's decisions run (its
+/// fast path has a script of its own): the decisions after it meet no
+/// `NOSCRIPT` and load nothing.
+#[tokio::test]
+async fn verify_loads_the_fixed_window_fast_path_script_too() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let lim = redis_limiter(
+        &server,
+        "fwverify",
+        vec![Quota::fixed_window(Rate::per_minute(7))],
+    );
+    lim.verify().await.unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for cost in [1, 3, 3] {
+        assert!(lim.check_n("k", cost).await.unwrap().allowed());
+    }
+    assert!(!lim.check("k").await.unwrap().allowed());
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_evalsha:calls=4,"), "{stats}");
+    assert!(!stats.contains("cmdstat_script|load"), "{stats}");
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!errors.contains("NOSCRIPT"), "{errors}");
+}
+
 /// A Redis out of memory (`noeviction`) refuses the fast path's increment:
 /// a request the count denies is still denied (the general path only reads
 /// on a denial), never turned into a store error that a fail-open policy
