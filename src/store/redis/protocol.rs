@@ -138,20 +138,16 @@ impl FastWindow {
     /// [`MAX_FAST_SCRIPTS`] other ones.
     fn new(q: &QuotaSpec) -> Option<Self> {
         static WRITTEN: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
-        q.spec().lua.fast_path?;
         let window_ms = q.period_us.div_ceil(1000);
         if window_ms >= 1 << TTL_BITS {
             return None;
         }
+        let script = LimiterScript::fast_path(q.strategy, q.limit, window_ms)?;
         let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !admit(&mut written, (q.limit, window_ms)) {
-            return None;
-        }
-        drop(written);
-        Some(FastWindow {
+        admit(&mut written, (q.limit, window_ms)).then_some(FastWindow {
             limit: q.limit,
             window_ms,
-            script: LimiterScript::fast_path(q.strategy, q.limit, window_ms)?,
+            script,
         })
     }
 
