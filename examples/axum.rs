@@ -15,8 +15,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::Router;
 use axum::routing::get;
-use axum::{Extension, Router};
 use http::Method;
 use http::request::Parts;
 use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, RateLimitOutcome};
@@ -24,11 +24,11 @@ use tower_redis_ratelimit::{
     MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
 
-/// The handler sees what the limiter did. Extract `RateLimitOutcome`, not
-/// `Decision`: there is not always a decision (a store failure under
-/// `FailurePolicy::Open`, a bypassed route, a skipped key), and axum answers
-/// 500 when a required `Extension<Decision>` is missing.
-async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+/// The handler sees what the limiter did. Extract `RateLimitOutcome` (or
+/// `Option<Decision>`), not `Decision`: there is not always a decision (a
+/// store failure under `FailurePolicy::Open`, a bypassed route, a skipped
+/// key), and a required `Decision` is answered 500 when there is none.
+async fn hello(outcome: RateLimitOutcome) -> String {
     match outcome.decision() {
         Some(decision) => format!(
             "hello! {} of {} requests left in {:?}\n",

@@ -11,9 +11,9 @@
 
 use std::net::SocketAddr;
 
+use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
-use axum::{Extension, Router};
 use http::request::Parts;
 use http::{HeaderName, Method};
 use tower_redis_ratelimit::key::{Header, KeyExtractor, PeerIp};
@@ -47,9 +47,9 @@ async fn rate_limit(State(limiter): State<RateLimiter>, parts: Parts) -> String 
     }
 }
 
-/// `RateLimitOutcome` is always there (`Extension<Decision>` would answer 500
+/// `RateLimitOutcome` is always there (a required `Decision` would answer 500
 /// whenever no decision was made, e.g. Redis down under the default policy).
-async fn repos(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+async fn repos(outcome: RateLimitOutcome) -> String {
     match outcome.decision() {
         Some(d) => format!(
             "[] (binding quota {:?}: {} left)\n",

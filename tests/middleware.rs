@@ -28,7 +28,7 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_redis_ratelimit::clock::ManualClock;
-use tower_redis_ratelimit::middleware::{HeaderStyle, MissingKey, problem_json};
+use tower_redis_ratelimit::middleware::{HeaderStyle, MissingKey, RateLimitOutcome, problem_json};
 use tower_redis_ratelimit::{Decision, MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 
 /// A limiter on a memory store of its own, under a manual clock.
@@ -351,7 +351,8 @@ async fn a_leaky_bucket_delay_is_waited_in_full_and_a_request_beyond_the_queue_i
         .service_fn(move |req: Request<Body>| {
             let log = log.clone();
             async move {
-                let delay = req.extensions().get::<Decision>().unwrap().delay();
+                let outcome = req.extensions().get::<RateLimitOutcome>().unwrap();
+                let delay = outcome.decision().unwrap().delay();
                 log.lock()
                     .unwrap()
                     .push((tokio::time::Instant::now(), delay));

@@ -47,16 +47,9 @@ fn limiter(redis: &RedisServer, prefix: &str) -> RateLimiter {
 }
 
 /// The handler: extracts the outcome (never a 500) and says what it was.
-async fn show(
-    Extension(outcome): Extension<RateLimitOutcome>,
-    decision: Option<Extension<Decision>>,
-) -> String {
-    // The Decision is there exactly when the outcome holds one.
-    assert_eq!(
-        outcome.decision(),
-        decision.as_ref().map(|Extension(d)| d),
-        "{outcome:?}"
-    );
+async fn show(outcome: RateLimitOutcome, decision: Option<Decision>) -> String {
+    // The Decision extractor finds one exactly when the outcome holds one.
+    assert_eq!(outcome.decision(), decision.as_ref(), "{outcome:?}");
     match &outcome {
         RateLimitOutcome::Allowed(d) => format!("allowed remaining={}", d.remaining()),
         RateLimitOutcome::Fallback {
@@ -176,25 +169,70 @@ async fn a_store_failure_under_the_fallback_policy_is_a_fallback_outcome_with_it
 }
 
 #[tokio::test]
-async fn a_handler_extracting_the_decision_alone_still_fails_without_one_as_documented() {
-    // `Extension<Decision>` is axum's required extractor: 500 without a
-    // decision. The outcome (above) is the extractor that always works.
+async fn a_handler_extracting_the_decision_alone_fails_without_one_as_documented() {
+    // `Decision` is a required extractor: 500 without a decision (a bypassed
+    // route here), with a body that says what to take instead. The outcome
+    // (above) is the extractor that always works.
     let app = Router::new()
         .route(
             "/health",
-            get(|Extension(d): Extension<Decision>| async move { d.remaining().to_string() }),
+            get(|d: Decision| async move { d.remaining().to_string() }),
         )
         .route(
             "/",
-            get(|Extension(d): Extension<Decision>| async move { d.remaining().to_string() }),
+            get(|d: Decision| async move { d.remaining().to_string() }),
         )
         .layer(layer(memory_limiter(
             &MemoryStore::new(),
             "outcome-decision",
         )));
     assert_eq!(get_text(&app, "/").await, (StatusCode::OK, "4".to_owned()));
+    let (status, body) = get_text(&app, "/health").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("Option<Decision>"), "{body}");
+}
+
+#[tokio::test]
+async fn the_decision_is_not_an_extension_of_its_own() {
+    // One extension per request: `Extension<Decision>` finds nothing (the
+    // decision is inside the outcome), and a route without the layer has
+    // neither, which the extractors answer with 500 or `None`.
+    let app = Router::new()
+        .route(
+            "/",
+            get(|d: Option<Extension<Decision>>| async move { d.is_some().to_string() }),
+        )
+        .route(
+            "/outcome",
+            get(|o: RateLimitOutcome| async move { o.decision().is_some().to_string() }),
+        )
+        .layer(layer(memory_limiter(&MemoryStore::new(), "outcome-one")));
     assert_eq!(
-        get_text(&app, "/health").await.0,
-        StatusCode::INTERNAL_SERVER_ERROR
+        get_text(&app, "/").await,
+        (StatusCode::OK, "false".to_owned())
+    );
+    assert_eq!(
+        get_text(&app, "/outcome").await,
+        (StatusCode::OK, "true".to_owned())
+    );
+    let bare = Router::new()
+        .route(
+            "/",
+            get(|o: RateLimitOutcome| async move { format!("{o:?}") }),
+        )
+        .route(
+            "/optional",
+            get(
+                |o: Option<RateLimitOutcome>, d: Option<Decision>| async move {
+                    format!("{} {}", o.is_some(), d.is_some())
+                },
+            ),
+        );
+    let (status, body) = get_text(&bare, "/").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("RateLimitLayer"), "{body}");
+    assert_eq!(
+        get_text(&bare, "/optional").await,
+        (StatusCode::OK, "false false".to_owned())
     );
 }

@@ -121,21 +121,27 @@ const KEY_BUFFER_KEPT: usize = 1024;
 /// needed, else starts the store call.
 #[inline]
 pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
-    let with_buffer = |cell: &RefCell<Vec<u8>>| {
-        // (taken already: an extractor checking a request of its own)
-        let mut key = cell.try_borrow_mut().ok()?;
-        key.clear();
-        let check = check_with(config, parts, &mut key);
-        if key.capacity() > KEY_BUFFER_KEPT {
-            *key = Vec::new();
-        }
-        Some(check)
-    };
-    match KEY.try_with(with_buffer) {
-        Ok(Some(check)) => check,
-        // the buffer is taken, or the thread is being torn down
-        _ => check_with(config, parts, &mut Vec::new()),
+    // The buffer is taken out for the check (an extractor checking a request
+    // of its own finds it empty and uses a new one) and put back after: the
+    // check is returned straight to the caller, never moved out of a closure.
+    let mut key = KEY
+        .try_with(|cell| cell.try_borrow_mut().map(|mut k| std::mem::take(&mut *k)))
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    key.clear();
+    let check = check_with(config, parts, &mut key);
+    if key.capacity() <= KEY_BUFFER_KEPT {
+        // (the thread is being torn down, or a nested check put one back: dropped)
+        let _ = KEY.try_with(|cell| {
+            if let Ok(mut k) = cell.try_borrow_mut()
+                && k.capacity() == 0
+            {
+                *k = key;
+            }
+        });
     }
+    check
 }
 
 /// [`check`], with `key` (empty) to write the request's key into.
@@ -149,41 +155,21 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
     {
         return Check::Unlimited(p.clone());
     }
-    if !config.extractor.extract_into(parts, key) {
-        key.clear();
-        match config.missing.resolve(parts) {
-            Resolved::Key(k) => *key = k,
-            Resolved::Skip => return Check::Skip,
-            Resolved::Reject(status) => {
-                return Check::Answer(response::rejected(config, parts, status));
-            }
-        }
+    if !config.extractor.extract_into(parts, key)
+        && let Some(check) = missing_key(config, parts, key)
+    {
+        return check;
     }
     let key: &Vec<u8> = key;
     let estimate = config.settle.as_ref().and_then(|s| s.estimate(parts));
     let cost = estimate.unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)));
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
     let limiter = limiter_of(config, plan.as_deref());
-    let plan_name = plan.as_deref().map_or("", ActivePlan::name);
     if !shadow
         && let Some(cache) = &config.deny_cache
         && let Some(decision) = cache.lookup(limiter, &cache_key(plan.as_deref(), key), cost)
     {
-        Counters::bump(&config.counters.deny_cache_hits);
-        metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
-        metrics::decision(
-            config.name,
-            plan_name,
-            decision.quota().as_str(),
-            Outcome::Denied,
-        );
-        event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
-        let policy = match plan.as_deref().and_then(|p| p.policy.as_deref()) {
-            Some(policy) => policy,
-            None => &config.policy,
-        };
-        let headers = RateHeaders::new(config.style, &decision, policy);
-        return Check::Answer(response::denied(config, parts, &decision, headers));
+        return cached_denial(config, parts, plan.as_deref(), decision);
     }
     // A memory store decides at once: no future, no store error.
     let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
@@ -209,7 +195,61 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
             reservation: None,
         });
     }
-    let key = key.clone();
+    store_call(config, plan, key, cost, shadow)
+}
+
+/// A request without a key: the key [`MissingKey`](super::MissingKey)
+/// gives it (written into `key`, `None` returned), or its answer.
+#[cold]
+#[inline(never)]
+fn missing_key(config: &Config, parts: &Parts, key: &mut Vec<u8>) -> Option<Check> {
+    key.clear();
+    match config.missing.resolve(parts) {
+        Resolved::Key(k) => {
+            *key = k;
+            None
+        }
+        Resolved::Skip => Some(Check::Skip),
+        Resolved::Reject(status) => Some(Check::Answer(response::rejected(config, parts, status))),
+    }
+}
+
+/// The answer to a request the deny cache denies.
+#[inline(never)]
+fn cached_denial(
+    config: &Config,
+    parts: &Parts,
+    plan: Option<&ActivePlan>,
+    decision: Decision,
+) -> Check {
+    let plan_name = plan.map_or("", ActivePlan::name);
+    Counters::bump(&config.counters.deny_cache_hits);
+    metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
+    metrics::decision(
+        config.name,
+        plan_name,
+        decision.quota().as_str(),
+        Outcome::Denied,
+    );
+    event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
+    let policy = match plan.and_then(|p| p.policy.as_deref()) {
+        Some(policy) => policy,
+        None => &config.policy,
+    };
+    let headers = RateHeaders::new(config.style, &decision, policy);
+    Check::Answer(response::denied(config, parts, &decision, headers))
+}
+
+/// The store call of a request the store decides.
+#[inline(never)]
+fn store_call(
+    config: &Arc<Config>,
+    plan: Option<Arc<ActivePlan>>,
+    key: &[u8],
+    cost: u64,
+    shadow: bool,
+) -> Check {
+    let key = key.to_vec();
     Check::Store(boxed_in_place(|| {
         decide(config.clone(), plan, key, cost, shadow)
     }))

@@ -60,6 +60,14 @@ struct Extra {
     settle: Option<Box<SettleGuard>>,
 }
 
+/// What a delayed request waits with.
+struct Delayed<S, ReqBody> {
+    sleep: Pin<Box<Sleep>>,
+    inner: Option<S>,
+    request: Option<Request<ReqBody>>,
+    extra: Option<Extra>,
+}
+
 pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F, B>
@@ -75,13 +83,10 @@ pin_project! {
             request: Option<Request<ReqBody>>,
             config: Arc<Config>,
         },
-        /// An admitted LeakyBucket request waiting for its slot.
-        Delaying {
-            sleep: Pin<Box<Sleep>>,
-            inner: Option<S>,
-            request: Option<Request<ReqBody>>,
-            extra: Option<Extra>,
-        },
+        /// An admitted LeakyBucket request waiting for its slot (boxed: the
+        /// largest state, and a rare one; the future, moved several times
+        /// per request, is the size of its largest state).
+        Delaying { delayed: Box<Delayed<S, ReqBody>> },
         /// The inner service is handling the request.
         Calling { #[pin] future: F, extra: Option<Extra> },
         /// The response's body is over (empty, or whole in its first frame,
@@ -119,6 +124,10 @@ where
     /// A verdict already made (a memory store's): applied now, the ready
     /// `inner` service called now unless the request waits for its slot
     /// (then a clone of `inner` is kept for it).
+    ///
+    /// (inlined into the service's `call`: the request's head and the
+    /// future, hundreds of bytes each, are then not copied once more)
+    #[inline(always)]
     pub(crate) fn decided(
         verdict: Checked,
         inner: &mut S,
@@ -199,12 +208,13 @@ where
                         Option::take,
                     ));
                 }
-                StateProj::Delaying {
-                    sleep,
-                    inner,
-                    request,
-                    extra,
-                } => {
+                StateProj::Delaying { delayed } => {
+                    let Delayed {
+                        sleep,
+                        inner,
+                        request,
+                        extra,
+                    } = &mut **delayed;
                     ready!(sleep.as_mut().poll(cx));
                     let (Some(mut inner), Some(request)) = (inner.take(), request.take()) else {
                         panic!("ResponseFuture polled after completion");
@@ -225,6 +235,11 @@ where
                     };
                     if let Some(h) = extra.headers {
                         h.apply(res.headers_mut());
+                    }
+                    // (most requests hold neither: the response is not moved again)
+                    if extra.settle.is_none() && extra.lease.is_none() {
+                        state.set(State::Done);
+                        return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b))));
                     }
                     // The head is known: what the reservation settles to
                     // (settled with the lease's release, when the body ends).
@@ -312,21 +327,54 @@ impl Next {
                 response: Some(response),
             },
             Next::Delay(sleep, extra) => State::Delaying {
-                sleep,
-                inner: delayed(ready),
-                request: Some(request),
-                extra: Some(extra),
+                delayed: Box::new(Delayed {
+                    sleep,
+                    inner: delayed(ready),
+                    request: Some(request),
+                    extra: Some(extra),
+                }),
             },
         }
     }
 }
 
 /// Applies `verdict` to the request of `parts`: answers it, or lets it on
-/// to the inner service (at once, or after a delay), the decision and
-/// outcome in its extensions, with the headers for its response.
+/// to the inner service (at once, or after a delay), its outcome (and
+/// decision) in its extensions, with the headers for its response.
 ///
 /// (The request's head is borrowed, not moved: it is hundreds of bytes.)
-fn after(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
+fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
+    // The usual request, allowed by a decision with nothing else to do, takes
+    // a short path; the rest is out of line (the code a request runs through
+    // stays small: it competes for the instruction cache with the server's).
+    match checked {
+        Checked {
+            verdict: Verdict::Decided(decision),
+            plan: None,
+            reservation: None,
+            ..
+        } if decision.allowed()
+            && decision.delay_us == 0
+            && decision.lease.is_none()
+            && config.near_limit.is_none()
+            && !decision.shadow_denied() =>
+        {
+            metrics::decision(config.name, "", decision.quota().as_str(), Outcome::Allowed);
+            let headers = RateHeaders::new(config.style, &decision, &config.policy);
+            parts.extensions.insert(RateLimitOutcome::Allowed(decision));
+            Next::Call(Extra {
+                headers: Some(headers),
+                lease: None,
+                settle: None,
+            })
+        }
+        checked => after_in_full(checked, parts, config),
+    }
+}
+
+/// [`after`], for any verdict.
+#[inline(never)]
+fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
     let reservation = checked.reservation.take();
     let plan = checked.plan_name();
     if let Some(p) = &checked.plan {
@@ -364,9 +412,9 @@ fn after(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next 
         // Shadow mode: would have denied; let through, with the headers it
         // would have had (configurable), never a Retry-After.
         metrics::decision(config.name, plan, quota, Outcome::ShadowDenied);
-        let extensions = &mut parts.extensions;
-        extensions.insert(RateLimitOutcome::ShadowDenied(decision.clone()));
-        extensions.insert(decision);
+        parts
+            .extensions
+            .insert(RateLimitOutcome::ShadowDenied(decision));
         let extra = Extra {
             headers: config.shadow_headers.then(|| headers.without_retry_after()),
             lease: None,
@@ -400,14 +448,6 @@ fn after(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next 
         let limiter = limiter.unwrap_or_else(|| checked.limiter(config).clone());
         Box::new(LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan)))
     });
-    let outcome = match store_error {
-        _ if shadow_denied => RateLimitOutcome::ShadowDenied(decision.clone()),
-        None => RateLimitOutcome::Allowed(decision.clone()),
-        Some(error) => RateLimitOutcome::Fallback {
-            decision: decision.clone(),
-            error,
-        },
-    };
     let settle = match (reservation, &config.settle) {
         (Some(reservation), Some(settle)) => {
             let limiter = checked.limiter(config).clone();
@@ -422,8 +462,12 @@ fn after(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next 
         }
         _ => None,
     };
-    parts.extensions.insert(decision);
-    parts.extensions.insert(outcome);
+    // One extension, the decision inside: each is an allocation of every request.
+    parts.extensions.insert(match store_error {
+        _ if shadow_denied => RateLimitOutcome::ShadowDenied(decision),
+        None => RateLimitOutcome::Allowed(decision),
+        Some(error) => RateLimitOutcome::Fallback { decision, error },
+    });
     let extra = Extra {
         headers: Some(headers),
         lease,

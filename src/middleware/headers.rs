@@ -169,11 +169,7 @@ impl RateHeaders {
             h.ratelimit = ratelimit_value(decision, timed, item.map(|i| &**i));
         }
         if style.legacy() {
-            let reset = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .saturating_add(decision.reset_after());
-            h.legacy = Some((decision.limit(), decision.remaining(), ceil_secs(reset)));
+            h.legacy = Some(legacy(decision));
         }
         if !decision.allowed() {
             h.retry_after = Some(retry_after_secs(decision));
@@ -266,6 +262,17 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
         .retry_after()
         .unwrap_or_else(|| decision.binding_window());
     ceil_secs(wait).max(1)
+}
+
+/// The `X-RateLimit-*` values of `decision`: limit, remaining, reset (UTC
+/// epoch seconds).
+#[inline(never)]
+fn legacy(decision: &Decision) -> (u64, u64, u64) {
+    let reset = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(decision.reset_after());
+    (decision.limit(), decision.remaining(), ceil_secs(reset))
 }
 
 /// `"minute";r=59;t=1`; on a denial `t` is the `Retry-After`; no `t` when

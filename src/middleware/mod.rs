@@ -8,8 +8,8 @@
 //!
 //! - **allowed**: the inner service is called (after the
 //!   [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket) `delay`, if any, waited in
-//!   full), with a [`RateLimitOutcome`] and the [`Decision`](crate::Decision)
-//!   in the request extensions;
+//!   full), with a [`RateLimitOutcome`] (the [`Decision`](crate::Decision)
+//!   inside) in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
 //!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`](crate::RateLimitLayer::deny_response)
 //!   replaces; gRPC calls (HTTP/2 with `content-type: application/grpc*`, or
@@ -19,8 +19,10 @@
 //!
 //! Every request the inner service sees carries one [`RateLimitOutcome`]
 //! (allowed with a decision, decided by the fallback store, bypassed, key
-//! skipped, store unavailable); extract it rather than the `Decision`, which
-//! is absent when no decision was made.
+//! skipped, store unavailable), its only extension: take the `Decision`
+//! from it ([`RateLimitOutcome::decision`]). With the `axum` feature,
+//! `RateLimitOutcome`, `Decision` and `Option<Decision>` are extractors (a
+//! required `Decision` answers 500 when no decision was made).
 //!
 //! Responses that went through the limiter, allowed or denied, carry the
 //! rate-limit headers of the chosen [`HeaderStyle`]. The middleware keeps the

@@ -9,14 +9,18 @@ use crate::error::StoreError;
 ///
 /// [`RateLimit`](crate::middleware::RateLimit) inserts exactly one `RateLimitOutcome`
 /// into the extensions of every request it passes on, whatever happened:
-/// handlers can always extract it. When a [`Decision`] was made (the
-/// [`Allowed`](Self::Allowed) and [`Fallback`](Self::Fallback) outcomes) the
-/// `Decision` itself is inserted too, as before; but a handler taking
-/// `axum::Extension<Decision>` is answered **500** by axum whenever no
-/// decision was made (a store failure under [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open),
+/// handlers can always extract it. The [`Decision`], when one was made (the
+/// [`Allowed`](Self::Allowed), [`Fallback`](Self::Fallback) and
+/// [`ShadowDenied`](Self::ShadowDenied) outcomes), is inside it: take it with
+/// [`decision`](Self::decision). It is not a request extension of its own
+/// (every extension is an allocation of every request), so
+/// `axum::Extension<Decision>` finds nothing; with the `axum` feature,
+/// `RateLimitOutcome`, `Decision` and `Option<Decision>` are extractors. A
+/// handler taking `Decision` is answered **500** whenever no decision was
+/// made (a store failure under [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open),
 /// a [bypassed](crate::RateLimitLayer::bypass) request, a missing key under
-/// [`MissingKey::skip`](crate::middleware::MissingKey::skip)). Take
-/// `Extension<RateLimitOutcome>` instead (or `Option<Extension<Decision>>`).
+/// [`MissingKey::skip`](crate::middleware::MissingKey::skip)); take
+/// `RateLimitOutcome` or `Option<Decision>` instead.
 ///
 /// Denied requests never reach the inner service: a
 /// [`deny_response`](crate::RateLimitLayer::deny_response) closure gets the
@@ -31,14 +35,14 @@ use crate::error::StoreError;
 ///
 /// use axum::extract::connect_info::MockConnectInfo;
 /// use axum::routing::get;
-/// use axum::{Extension, Router};
+/// use axum::Router;
 /// use http::{Request, StatusCode};
 /// use http_body_util::BodyExt;
 /// use tower::ServiceExt;
 /// use tower_redis_ratelimit::middleware::RateLimitOutcome;
 /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
 ///
-/// async fn hello(Extension(outcome): Extension<RateLimitOutcome>) -> String {
+/// async fn hello(outcome: RateLimitOutcome) -> String {
 ///     match &outcome {
 ///         RateLimitOutcome::Bypassed => "not rate limited here".to_owned(),
 ///         RateLimitOutcome::StoreUnavailable { .. } => "limits are off for now".to_owned(),
@@ -163,3 +167,93 @@ impl RateLimitOutcome {
         }
     }
 }
+
+/// The handler's [`RateLimitOutcome`]: answers **500** when the request did
+/// not go through a [`RateLimitLayer`](crate::RateLimitLayer) (the layer is
+/// missing from that route).
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RateLimitOutcome {
+    type Rejection = (http::StatusCode, &'static str);
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<RateLimitOutcome>()
+            .cloned()
+            .ok_or((http::StatusCode::INTERNAL_SERVER_ERROR, NO_OUTCOME))
+    }
+}
+
+/// `Option<RateLimitOutcome>`: `None` for a request that did not go through
+/// a [`RateLimitLayer`](crate::RateLimitLayer).
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for RateLimitOutcome {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<RateLimitOutcome>().cloned())
+    }
+}
+
+/// The [`Decision`] that let the request through (the one inside its
+/// [`RateLimitOutcome`]): answers **500** when no decision was made (a
+/// bypassed or skipped request, a store failure under
+/// [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open), an
+/// unlimited plan) or the route has no [`RateLimitLayer`](crate::RateLimitLayer).
+/// Take `Option<Decision>` or [`RateLimitOutcome`] where that can happen.
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Decision {
+    type Rejection = (http::StatusCode, &'static str);
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match parts.extensions.get::<RateLimitOutcome>() {
+            Some(outcome) => outcome
+                .decision()
+                .cloned()
+                .ok_or((http::StatusCode::INTERNAL_SERVER_ERROR, NO_DECISION)),
+            None => Err((http::StatusCode::INTERNAL_SERVER_ERROR, NO_OUTCOME)),
+        }
+    }
+}
+
+/// `Option<Decision>`: `None` when no decision was made or the route has no
+/// [`RateLimitLayer`](crate::RateLimitLayer).
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for Decision {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<RateLimitOutcome>()
+            .and_then(RateLimitOutcome::decision)
+            .cloned())
+    }
+}
+
+/// The 500's body when the outcome is missing.
+#[cfg(feature = "axum")]
+const NO_OUTCOME: &str = "no RateLimitOutcome in the request extensions: \
+     is the route behind a RateLimitLayer?";
+
+/// The 500's body when no decision was made.
+#[cfg(feature = "axum")]
+const NO_DECISION: &str = "no rate-limit Decision was made for this request \
+     (bypassed, skipped, unlimited, or the store was unavailable): \
+     extract Option<Decision> or RateLimitOutcome";

@@ -31,9 +31,9 @@ pub(crate) fn make_app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route(
             "/",
-            get(|decision: Option<axum::Extension<Decision>>| async move {
+            get(|decision: Option<Decision>| async move {
                 match decision {
-                    Some(axum::Extension(d)) => format!("remaining={}", d.remaining()),
+                    Some(d) => format!("remaining={}", d.remaining()),
                     None => "no decision".to_owned(),
                 }
             }),
