@@ -786,15 +786,30 @@ where
 }
 
 /// The user key as it appears inside the hash tag: UTF-8, always.
+#[inline]
 pub(crate) fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
     if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') && verbatim(key) {
         return Cow::Borrowed(key);
     }
-    Cow::Owned(format!("~{}", hash_hex(key)).into_bytes())
+    Cow::Owned(hashed_key(key))
+}
+
+/// A key that may not be stored as is, as it is stored: `~` and its hash.
+#[cold]
+#[inline(never)]
+fn hashed_key(key: &[u8]) -> Vec<u8> {
+    format!("~{}", hash_hex(key)).into_bytes()
 }
 
 /// Whether all eight bytes of `w` are printable ASCII but braces.
 fn plain_word(w: u64) -> bool {
+    not_plain(w) == 0
+}
+
+/// The high bit of each byte of `w` that is not printable ASCII, or a brace
+/// (and maybe of bytes above one that is).
+#[inline(always)]
+fn not_plain(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // a byte below `n` (n <= 128), or equal to zero
@@ -804,11 +819,12 @@ fn plain_word(w: u64) -> bool {
     // a byte above 0x7e: 0x7f (DEL) or not ASCII
     let above = (w.wrapping_add(ONES) | w) & HIGH;
     let braces = zero(w ^ (ONES * u64::from(b'{'))) | zero(w ^ (ONES * u64::from(b'}')));
-    controls | above | braces == 0
+    controls | above | braces
 }
 
 /// Whether a key may be stored as is: UTF-8 without braces or control
 /// characters.
+#[inline]
 fn verbatim(key: &[u8]) -> bool {
     // printable ASCII but braces: the usual keys, eight bytes at a time (the
     // last word overlaps the one before it; a short key is padded with spaces)
@@ -826,11 +842,22 @@ fn verbatim(key: &[u8]) -> bool {
             let half = |w: &[u8]| <[u8; 4]>::try_from(w).map_or(0, u32::from_le_bytes);
             plain_word(u64::from(half(&key[..4])) | u64::from(half(&key[n - 4..])) << 32)
         }
+        // (the usual key: two overlapping words, checked at once)
+        8..=16 => match (key.first_chunk::<8>(), key.last_chunk::<8>()) {
+            (Some(a), Some(b)) => {
+                not_plain(u64::from_le_bytes(*a)) | not_plain(u64::from_le_bytes(*b)) == 0
+            }
+            _ => false,
+        },
         n => key.chunks_exact(8).all(word) && word(&key[n - 8..]),
     };
-    if plain {
-        return true;
-    }
+    plain || verbatim_utf8(key)
+}
+
+/// [`verbatim`] for a key that is not all printable ASCII.
+#[cold]
+#[inline(never)]
+fn verbatim_utf8(key: &[u8]) -> bool {
     std::str::from_utf8(key)
         .is_ok_and(|s| !s.chars().any(|c| c == '{' || c == '}' || c.is_control()))
 }
