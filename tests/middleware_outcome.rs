@@ -1,5 +1,5 @@
 //! Every request the inner service sees carries a `RateLimitOutcome`: a
-//! handler extracting `Extension<RateLimitOutcome>` answers 200 whatever the
+//! handler extracting it answers 200 whatever the
 //! limiter did (decided, fell back, was bypassed, skipped the key, or could
 //! not reach its store). On the memory store under a manual clock, except a
 //! store that fails, which is a private redis-server, killed.

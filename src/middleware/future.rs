@@ -339,8 +339,8 @@ impl Next {
 }
 
 /// Applies `verdict` to the request of `parts`: answers it, or lets it on
-/// to the inner service (at once, or after a delay), its outcome (and
-/// decision) in its extensions, with the headers for its response.
+/// to the inner service (at once, or after a delay), its outcome (the
+/// decision inside) in its extensions, with the headers for its response.
 ///
 /// (The request's head is borrowed, not moved: it is hundreds of bytes.)
 fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {

@@ -19,8 +19,7 @@
 //!
 //! Every request the inner service sees carries one [`RateLimitOutcome`]
 //! (allowed with a decision, decided by the fallback store, bypassed, key
-//! skipped, store unavailable), its only extension: take the `Decision`
-//! from it ([`RateLimitOutcome::decision`]). With the `axum` feature,
+//! skipped, store unavailable): take the `Decision` from it ([`RateLimitOutcome::decision`]). With the `axum` feature,
 //! `RateLimitOutcome`, `Decision` and `Option<Decision>` are extractors (a
 //! required `Decision` answers 500 when no decision was made).
 //!

@@ -19,8 +19,8 @@ use crate::error::StoreError;
 /// handler taking `Decision` is answered **500** whenever no decision was
 /// made (a store failure under [`FailurePolicy::Open`](crate::middleware::FailurePolicy::Open),
 /// a [bypassed](crate::RateLimitLayer::bypass) request, a missing key under
-/// [`MissingKey::skip`](crate::middleware::MissingKey::skip)); take
-/// `RateLimitOutcome` or `Option<Decision>` instead.
+/// [`MissingKey::skip`](crate::middleware::MissingKey::skip), an unlimited
+/// plan); take `RateLimitOutcome` or `Option<Decision>` instead.
 ///
 /// Denied requests never reach the inner service: a
 /// [`deny_response`](crate::RateLimitLayer::deny_response) closure gets the
