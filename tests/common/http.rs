@@ -12,7 +12,8 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
-use tower_redis_ratelimit::{Decision, RateLimitLayer};
+use tower_redis_ratelimit::RateLimitLayer;
+use tower_redis_ratelimit::middleware::RateLimitOutcome;
 
 /// The peer address `make_app` mocks.
 pub(crate) const PEER: ([u8; 4], u16) = ([203, 0, 113, 7], 40_000);
@@ -31,12 +32,16 @@ pub(crate) fn make_app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route(
             "/",
-            get(|decision: Option<Decision>| async move {
-                match decision {
-                    Some(d) => format!("remaining={}", d.remaining()),
-                    None => "no decision".to_owned(),
-                }
-            }),
+            // (the outcome's extension, not the crate's extractors: this app
+            // is built without the `axum` feature too, by the benches)
+            get(
+                |outcome: Option<axum::Extension<RateLimitOutcome>>| async move {
+                    match outcome.as_ref().and_then(|o| o.decision()) {
+                        Some(d) => format!("remaining={}", d.remaining()),
+                        None => "no decision".to_owned(),
+                    }
+                },
+            ),
         )
         .route("/health", get(|| async { "ok" }))
         .layer(layer)
