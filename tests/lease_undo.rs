@@ -1,7 +1,8 @@
 //! A concurrency lease whose decision never reached its caller is given back:
-//! a `check` dropped while Redis is paused (a client that went away), or a
-//! call that timed out and was applied when Redis woke, leaves no lease behind
-//! (against a real Redis; the key's `ZCARD` is read straight from Redis).
+//! a `check` or a reservation dropped while Redis is paused (a client that
+//! went away), or a call that timed out and was applied when Redis woke,
+//! leaves no lease behind (against a real Redis; the key's `ZCARD` is read
+//! straight from Redis).
 //! The memory store decides synchronously: its call cannot be cut short.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -70,6 +71,30 @@ async fn a_check_dropped_while_redis_is_paused_leaves_no_lease() {
     // its EVALSHA already sent
     let r = tokio::time::timeout(Duration::from_millis(30), lim.check("k")).await;
     assert!(r.is_err(), "a paused Redis answered: {r:?}");
+    server.resume();
+    slot_is_free(&server, &lim, "k").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_dropped_while_redis_is_paused_leaves_no_lease() {
+    let server = RedisServer::start();
+    let lim = limiter(&server, "undo-reserve", GENEROUS);
+    let warm = warm_up(&lim, "warm").await;
+    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
+    // the take script is loaded before Redis is paused
+    let r = lim.reserve_n("warm", 1).await.unwrap();
+    assert!(r.decision().allowed(), "{:?}", r.decision());
+    lim.settle(&r, 1).await.unwrap();
+    lim.release(r.decision().lease().as_ref().unwrap())
+        .await
+        .unwrap();
+    until_no_lease(&server, &lim, "warm").await;
+
+    server.pause();
+    // a reservation's take (another script than check's) is dropped
+    // mid-call, its EVALSHA already sent
+    let r = tokio::time::timeout(Duration::from_millis(30), lim.reserve_n("k", 1)).await;
+    assert!(r.is_err(), "a paused Redis answered");
     server.resume();
     slot_is_free(&server, &lim, "k").await;
 }

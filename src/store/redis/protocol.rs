@@ -289,16 +289,13 @@ pub(crate) async fn decide<P: Pooled>(
     if !call.nonce.is_empty() {
         cmd.arg(call.nonce);
     }
-    let takes_lease = call.cost > 0
-        && !call.nonce.is_empty()
-        && call.quotas.iter().any(|q| q.spec().holds_leases);
-    if !takes_lease {
+    if !takes_lease(&call) {
         let reply: Vec<u8> = conns
             .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
             .await?;
         return parse_reply(&reply, call.quotas.len());
     }
-    let mut undo = Undo::new(conns, || give_back(&call));
+    let mut undo = Undo::new(conns, || give_back_lease(&call));
     let reply: Vec<u8> = conns
         .query(
             Request::Cmd(&cmd),
@@ -323,8 +320,14 @@ fn count_refused(e: &StoreError) -> bool {
         .is_some_and(|e| matches!(e.code(), Some("OOM" | "WRONGTYPE" | "ERR")))
 }
 
+/// Whether `call` may take a concurrency lease: a lease-holding quota, a
+/// cost above 0 (and so a lease id).
+pub(super) fn takes_lease(call: &Call<'_>) -> bool {
+    call.cost > 0 && !call.nonce.is_empty() && call.quotas.iter().any(|q| q.spec().holds_leases)
+}
+
 /// The release of the lease `call` may have taken, which its caller never saw.
-fn give_back(call: &Call<'_>) -> Owned {
+pub(super) fn give_back_lease(call: &Call<'_>) -> Owned {
     let lease = Lease::new(LeaseParts {
         base: call.base.to_owned(),
         keys: call

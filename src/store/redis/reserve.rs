@@ -4,8 +4,10 @@
 //! unspent units. Each is one `EVALSHA` of a script prepared once per
 //! limiter ([`Scripts`]), atomic.
 
-use super::conn::{Connections, Pooled, Request};
-use super::protocol::parse_reply;
+use std::sync::Arc;
+
+use super::conn::{Connections, Pooled, Request, Undo};
+use super::protocol::{give_back_lease, parse_reply, takes_lease};
 use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
@@ -67,7 +69,7 @@ impl Scripts {
 /// A reservation's take: the decision of `call` (its cost the reserved
 /// units), and the time Redis decided at (`TIME`, or the manual time).
 pub(crate) async fn take<P: Pooled>(
-    conns: &Connections<P>,
+    conns: &Arc<Connections<P>>,
     scripts: &Scripts,
     call: Call<'_>,
 ) -> Result<(Outcome, i64), StoreError> {
@@ -87,13 +89,29 @@ pub(crate) async fn take<P: Pooled>(
     if !call.nonce.is_empty() {
         cmd.arg(call.nonce);
     }
+    // a take that may hold a concurrency lease gives it back if its decision
+    // never reaches the caller (see `protocol::decide`)
+    let mut undo = takes_lease(&call).then(|| Undo::new(conns, || give_back_lease(&call)));
     let reply: Vec<u8> = conns
-        .query(Request::Cmd(&cmd), Some(&scripts.take), None)
+        .query(
+            Request::Cmd(&cmd),
+            Some(&scripts.take),
+            undo.as_mut().map(Undo::sent_on),
+        )
         .await?;
+    let taken = parse_take(&reply, call.quotas.len())?;
+    if let Some(undo) = undo {
+        undo.disarm();
+    }
+    Ok(taken)
+}
+
+/// The take script's reply: the decision of `quotas` quotas, then its time.
+fn parse_take(reply: &[u8], quotas: usize) -> Result<(Outcome, i64), StoreError> {
     let bad = || {
         StoreError::Protocol(format!(
             "expected a decision and its time from the take script, got {:?}",
-            String::from_utf8_lossy(&reply)
+            String::from_utf8_lossy(reply)
         ))
     };
     let space = reply.iter().rposition(|b| *b == b' ').ok_or_else(bad)?;
@@ -102,7 +120,7 @@ pub(crate) async fn take<P: Pooled>(
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
         .ok_or_else(bad)?;
-    Ok((parse_reply(decision, call.quotas.len())?, now))
+    Ok((parse_reply(decision, quotas)?, now))
 }
 
 /// What a give-back returns, and to which keys.
