@@ -24,6 +24,16 @@ fn limiter(server: &RedisServer, prefix: &str, timeout: Duration) -> RateLimiter
         .unwrap()
 }
 
+/// A private Redis and a limiter on it whose connection is up and whose
+/// decide script is loaded (its warm-up lease given back).
+async fn warmed(prefix: &str, timeout: Duration) -> (RedisServer, RateLimiter) {
+    let server = RedisServer::start();
+    let lim = limiter(&server, prefix, timeout);
+    let warm = warm_up(&lim, "warm").await;
+    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
+    (server, lim)
+}
+
 /// The leases held in `key`'s concurrency set, read from Redis directly.
 async fn zcard(server: &RedisServer, lim: &RateLimiter, key: &str) -> u64 {
     redis::cmd("ZCARD")
@@ -61,10 +71,7 @@ async fn slot_is_free(server: &RedisServer, lim: &RateLimiter, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_dropped_while_redis_is_paused_leaves_no_lease() {
-    let server = RedisServer::start();
-    let lim = limiter(&server, "undo-drop", GENEROUS);
-    let warm = warm_up(&lim, "warm").await;
-    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
+    let (server, lim) = warmed("undo-drop", GENEROUS).await;
 
     server.pause();
     // the caller stops waiting: the check's future is dropped mid-call,
@@ -77,10 +84,7 @@ async fn a_check_dropped_while_redis_is_paused_leaves_no_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_dropped_while_redis_is_paused_leaves_no_lease() {
-    let server = RedisServer::start();
-    let lim = limiter(&server, "undo-reserve", GENEROUS);
-    let warm = warm_up(&lim, "warm").await;
-    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
+    let (server, lim) = warmed("undo-reserve", GENEROUS).await;
     // the take script is loaded before Redis is paused
     let r = lim.reserve_n("warm", 1).await.unwrap();
     assert!(r.decision().allowed(), "{:?}", r.decision());
@@ -101,10 +105,7 @@ async fn a_reservation_dropped_while_redis_is_paused_leaves_no_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_that_timed_out_leaves_no_lease_when_redis_wakes() {
-    let server = RedisServer::start();
-    let lim = limiter(&server, "undo-timeout", Duration::from_millis(200));
-    let warm = warm_up(&lim, "warm").await;
-    lim.release(warm.lease().as_ref().unwrap()).await.unwrap();
+    let (server, lim) = warmed("undo-timeout", Duration::from_millis(200)).await;
 
     server.pause();
     let started = Instant::now();
