@@ -191,6 +191,23 @@ impl ClientIp {
         self
     }
 
+    /// The key this extractor gives a client at `ip` (`ip:<address>`, IPv6
+    /// grouped by [`ipv6_prefix`](Self::ipv6_prefix)): what to pass to the
+    /// limiter's [`block`](crate::RateLimiter::block),
+    /// [`reset`](crate::RateLimiter::reset) or
+    /// [`storage_keys`](crate::RateLimiter::storage_keys) for that client.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::key::ClientIp;
+    ///
+    /// let ip = "2001:db8:1:2::7".parse()?;
+    /// assert_eq!(ClientIp::new().key_of(ip), b"ip:2001:db8:1:2::/64");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_of(&self, ip: std::net::IpAddr) -> Vec<u8> {
+        ip_key(ip, self.ipv6_prefix)
+    }
+
     /// Examines at most this many entries of a forwarding chain (default 32).
     /// `0` never reads a header: the key is the trusted peer.
     pub fn max_hops(mut self, max: usize) -> Self {

@@ -106,6 +106,23 @@ impl PeerIp {
         self.ipv6_prefix = clamp_prefix(len);
         self
     }
+
+    /// The key this extractor gives a peer at `ip` (`ip:<address>`, IPv6
+    /// grouped by [`ipv6_prefix`](Self::ipv6_prefix)): what to pass to the
+    /// limiter's [`block`](crate::RateLimiter::block),
+    /// [`reset`](crate::RateLimiter::reset) or
+    /// [`storage_keys`](crate::RateLimiter::storage_keys) for that client.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::key::PeerIp;
+    ///
+    /// assert_eq!(PeerIp.key_of("192.0.2.1".parse()?), b"ip:192.0.2.1");
+    /// assert_eq!(PeerIp.key_of("::ffff:192.0.2.1".parse()?), b"ip:192.0.2.1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_of(&self, ip: IpAddr) -> Vec<u8> {
+        ip_key(ip, self.ipv6_prefix)
+    }
 }
 
 impl Default for PeerIp {
