@@ -516,9 +516,10 @@ impl RateLimiter {
     /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
     pub fn with_store(&self, store: impl Store) -> RateLimiter {
         let i = &*self.inner;
-        let store = store
-            .into_backend()
-            .bind(&i.quotas, &i.prefix, &i.key_suffixes, i.block);
+        let store =
+            store
+                .into_backend()
+                .bind(&i.quotas, &i.prefix, &i.key_suffixes, i.block, &i.clock);
         let reserve = i.reserve.as_ref().map(|r| {
             let (n, hold) = r.config();
             Reserver::new(n, hold, &store, &i.quotas, i.block)
@@ -1136,7 +1137,7 @@ impl RateLimiterBuilder {
             }
         }
         let reserve = validate_reservations(self.reservations, self.hold, &specs)?;
-        let store = store.bind(&specs, &prefix, &key_suffixes, block);
+        let store = store.bind(&specs, &prefix, &key_suffixes, block, &self.clock);
         let reserve = reserve.map(|(n, hold)| Reserver::new(n, hold, &store, &specs, block));
         let settle = store.reserve_scripts(&specs, block);
         let direct = direct(&store, &specs, reserve.is_some(), block, &self.clock);

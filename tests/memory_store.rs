@@ -1,4 +1,5 @@
-//! MemoryStore-specific behaviour: memory is given back once keys expire.
+//! MemoryStore-specific behaviour: memory is given back once keys expire,
+//! and limiters on different clocks sharing a store keep each other's state.
 //! What every store shares is in `tests/suite`, run by `tests/suite_memory.rs`.
 
 use std::time::Duration;
@@ -68,4 +69,74 @@ async fn use_alone_gives_the_memory_of_expired_keys_back() {
         after <= peak / 16,
         "capacity {after} after use, peak {peak}"
     );
+}
+
+/// A limiter of `prefix` on `store`, 3 per hour in fixed windows, on `clock`
+/// (`None`: the store's own clock).
+fn three_per_hour(store: &MemoryStore, clock: Option<&ManualClock>, prefix: &str) -> RateLimiter {
+    let builder = RateLimiter::builder()
+        .store(store.clone())
+        .prefix(prefix)
+        .quota(Quota::fixed_window(Rate::per_hour(3)));
+    match clock {
+        Some(c) => builder.clock(c.clone()),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Uses up `key` (3 allowed, the 4th denied).
+async fn use_up(lim: &RateLimiter, key: &str) {
+    for i in 0..3 {
+        assert!(lim.check(key).await.unwrap().allowed(), "request {i}");
+    }
+    assert!(!lim.check(key).await.unwrap().allowed());
+}
+
+#[tokio::test]
+async fn a_manual_clock_behind_the_stores_does_not_lose_its_state_to_sweeps() {
+    // one shard: every key is swept by the same sweeps
+    let store = MemoryStore::with_shards(1);
+    let early = ManualClock::new(Duration::from_secs(3_600));
+    let sim = three_per_hour(&store, Some(&early), "sim");
+    use_up(&sim, "k").await;
+    // enough decisions on the store's clock (Unix time: decades past the
+    // manual time) for the shard to sweep as it is used
+    let api = three_per_hour(&store, None, "api");
+    for i in 0..1_000 {
+        api.check(format!("u{i}")).await.unwrap();
+    }
+    store.sweep();
+    assert!(
+        !sim.check("k").await.unwrap().allowed(),
+        "the manual-clock window was swept"
+    );
+    // and the store's own keys are still there too
+    assert_eq!(api.peek("u1").await.unwrap().remaining(), 2);
+}
+
+#[tokio::test]
+async fn a_manual_clock_ahead_of_the_stores_does_not_sweep_its_keys() {
+    let store = MemoryStore::with_shards(1);
+    let api = three_per_hour(&store, None, "api");
+    use_up(&api, "k").await;
+    // a simulation a century ahead of Unix time, on the same store
+    let late = ManualClock::new(Duration::from_secs(100 * 365 * 86_400));
+    let sim = three_per_hour(&store, Some(&late), "sim");
+    for i in 0..1_000 {
+        sim.check(format!("s{i}")).await.unwrap();
+    }
+    store.sweep();
+    assert!(
+        !api.check("k").await.unwrap().allowed(),
+        "the store-clock window was swept"
+    );
+    // each clock's keys expire on that clock: an hour on, the simulation's
+    // windows are over and swept, the store's are not
+    late.advance(Duration::from_secs(3_601));
+    store.sweep();
+    assert!(!api.check("k").await.unwrap().allowed());
+    assert_eq!(sim.peek("s1").await.unwrap().remaining(), 3);
+    assert!(store.len() < 10, "{} keys left", store.len());
 }

@@ -14,12 +14,12 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
 use hashbrown::HashTable;
 
+use crate::clock::{Clock as LimiterClock, ManualClock};
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
 use crate::store::Adjustment;
@@ -74,15 +74,36 @@ pub struct MemoryStore {
 struct Inner {
     shards: Box<[Padded]>,
     hasher: foldhash::fast::RandomState,
-    /// Scopes (`<prefix>:<quota id>`) and their ids.
-    scopes: Mutex<HashMap<Box<str>, u32>>,
-    /// The latest manual-clock time a decision was made at (`i64::MIN`:
-    /// none): an explicit [`MemoryStore::sweep`] sweeps at that time, since
-    /// entries written on a manual clock expire in manual time.
-    manual_now: AtomicI64,
+    /// The scopes of the limiters bound to this store, and their clocks.
+    scopes: Mutex<Scopes>,
     /// Shared documents by name (a [`Plans`](crate::plans::Plans)' current
     /// limits), what Redis holds under the prefix for a Redis store.
     documents: Mutex<HashMap<Box<str>, Arc<str>>>,
+}
+
+/// The scopes limiters bound to a store use: one per quota of a limiter
+/// (and one for its blocks), by name (`<prefix><suffix>`) and clock. Limiters
+/// on different clocks never share a scope, even under one prefix: a key's
+/// state expires in its own clock's time, so each scope is swept at the
+/// time of its own clock.
+#[derive(Debug, Default)]
+struct Scopes {
+    /// Ids by name and clock (0: the store's clock; else [`ManualClock::id`]).
+    ids: HashMap<(Box<str>, usize), u32>,
+    /// By id: the name, and the manual clock (`None`: the store's). Holding
+    /// the clock keeps its id from being reused while the store lives.
+    of: Vec<(Box<str>, Option<ManualClock>)>,
+}
+
+impl Scopes {
+    /// Each scope's time for a sweep: its manual clock's reading, or
+    /// `store_now`.
+    fn times(&self, store_now: i64) -> Vec<i64> {
+        self.of
+            .iter()
+            .map(|(_, clock)| clock.as_ref().map_or(store_now, |c| c.now_us() as i64))
+            .collect()
+    }
 }
 
 /// A shard on cache lines of its own: two cores locking neighbouring
@@ -261,7 +282,7 @@ pub(crate) struct LocalCall<'a> {
 }
 
 impl Shard {
-    /// Drops the keys expired at `now`; shrinks the map if it is mostly empty
+    /// Drops the keys expired at their scope's time in `times`; shrinks the map if it is mostly empty
     /// (a burst of distinct keys must not hold its peak memory for ever).
     /// Sweeps are at least a second apart, or a fourfold growth (see
     /// [`sweep_if_due`](Self::sweep_if_due)), so a map is not shrunk and grown
@@ -270,9 +291,14 @@ impl Shard {
     /// that expire before they are seen again (a steady flow of them) would
     /// otherwise be shrunk away and grown again at every sweep.
     #[inline(never)]
-    fn sweep(&mut self, now: i64, hasher: &foldhash::fast::RandomState, regrow: bool) {
-        self.table
-            .retain(|s| s.entry.as_ref().is_some_and(|e| e.expires_at > now));
+    fn sweep(&mut self, times: &[i64], hasher: &foldhash::fast::RandomState, regrow: bool) {
+        // (a scope bound after the times were read keeps its keys)
+        self.table.retain(|s| {
+            let now = times.get(s.key.scope() as usize).copied();
+            s.entry
+                .as_ref()
+                .is_some_and(|e| e.expires_at > now.unwrap_or(i64::MIN))
+        });
         let len = self.table.len();
         let capacity = self.table.capacity();
         let keep = if regrow { (4 * len).max(GROWN) } else { 0 };
@@ -299,7 +325,7 @@ impl Shard {
     /// [`SWEEP_INTERVAL_US`] has passed (in either direction: a manual clock
     /// may be behind the store's), or the map has grown fourfold.
     #[inline]
-    fn sweep_if_due(&mut self, now: i64, hasher: &foldhash::fast::RandomState) {
+    fn sweep_if_due(&mut self, now: i64, inner: &Inner) {
         if self.ops < SWEEP_EVERY {
             return;
         }
@@ -310,8 +336,18 @@ impl Shard {
         }
         self.ops = 0;
         self.swept_at = now;
-        self.sweep(now, hasher, early);
+        self.sweep_now(inner, early);
         self.left = u32::try_from(self.table.len()).unwrap_or(u32::MAX);
+    }
+
+    /// Sweeps at the time of each key's clock (the store's no earlier than
+    /// this shard's latest decision).
+    #[cold]
+    #[inline(never)]
+    fn sweep_now(&mut self, inner: &Inner, regrow: bool) {
+        let store_now = Clock::get().now_us().max(self.latest);
+        let times = lock_scopes(&inner.scopes).times(store_now);
+        self.sweep(&times, &inner.hasher, regrow);
     }
 
     /// Runs `f` on the state of (`scope`, `tag`) (`None`: no state), in
@@ -403,8 +439,7 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 shards: (0..shards.max(1)).map(|_| Padded::default()).collect(),
                 hasher: foldhash::fast::RandomState::default(),
-                scopes: Mutex::new(HashMap::new()),
-                manual_now: AtomicI64::new(i64::MIN),
+                scopes: Mutex::new(Scopes::default()),
                 documents: Mutex::new(HashMap::new()),
             }),
         }
@@ -435,18 +470,13 @@ impl MemoryStore {
     /// Removes every expired key now (it also happens as the store is used),
     /// and gives back the memory of shards left mostly empty.
     ///
-    /// "Now" is the store's clock, or, once a limiter on a
-    /// [`ManualClock`](crate::clock::ManualClock) has decided with this store, the
-    /// latest manual time it decided at (its entries expire in manual time).
+    /// Each key expires on the clock of the limiter that wrote it: the
+    /// store's, or its [`ManualClock`]'s current reading. Limiters on
+    /// different clocks can share a store (each keeps its own state, even
+    /// under one prefix).
     pub fn sweep(&self) {
-        let manual = self.inner.manual_now.load(Ordering::Relaxed);
-        let now = if manual == i64::MIN {
-            self.now_us()
-        } else {
-            manual
-        };
         for s in self.inner.shards.iter() {
-            lock(s).sweep(now, &self.inner.hasher, false);
+            lock(s).sweep_now(&self.inner, false);
         }
     }
 
@@ -455,26 +485,33 @@ impl MemoryStore {
         Clock::get().now_us()
     }
 
-    /// The scopes of a limiter of `prefix` (which holds no `:`) whose
-    /// quotas' storage keys end in `suffixes`, interned on first use.
-    pub(crate) fn bind(&self, prefix: &str, suffixes: &[String]) -> Box<[u32]> {
-        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+    /// The scopes of a limiter of `prefix` (which holds no `:`) on `clock`
+    /// whose quotas' storage keys end in `suffixes`, interned on first use.
+    pub(crate) fn bind(
+        &self,
+        prefix: &str,
+        suffixes: &[String],
+        clock: &LimiterClock,
+    ) -> Box<[u32]> {
+        let manual = match clock {
+            LimiterClock::Store => None,
+            LimiterClock::Manual(m) => Some(m),
+        };
+        let id = manual.map_or(0, ManualClock::id);
+        let mut scopes = lock_scopes(&self.inner.scopes);
         suffixes
             .iter()
             .map(|suffix| {
-                let next = scopes.len() as u32;
-                *scopes
-                    .entry(format!("{prefix}{suffix}").into())
-                    .or_insert(next)
+                let name: Box<str> = format!("{prefix}{suffix}").into();
+                if let Some(&scope) = scopes.ids.get(&(name.clone(), id)) {
+                    return scope;
+                }
+                let scope = scopes.of.len() as u32;
+                scopes.of.push((name.clone(), manual.cloned()));
+                scopes.ids.insert((name, id), scope);
+                scope
             })
             .collect()
-    }
-
-    /// The id of a scope already interned; `None`: no limiter of this
-    /// store uses it, so no key of it holds state.
-    fn known_scope(&self, head: &str, suffix: &str) -> Option<u32> {
-        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        scopes.get(format!("{head}{suffix}").as_str()).copied()
     }
 
     /// The hash of a tag's rest and the shard it lives in.
@@ -564,25 +601,9 @@ impl MemoryStore {
         });
     }
 
-    /// The manual clock's reading, else the store's clock (a call that
-    /// decides nothing: the reading is not remembered for a sweep).
+    /// The manual clock's reading, else the store's clock.
     fn time_of(&self, manual: Option<u64>) -> i64 {
         manual.map_or_else(|| self.now_us(), |m| m as i64)
-    }
-
-    /// The time of a decision: the manual clock's reading (remembered for
-    /// [`sweep`](Self::sweep)), else the store's clock.
-    fn decision_time(&self, manual: Option<u64>) -> i64 {
-        match manual {
-            Some(manual) => {
-                let manual = manual as i64;
-                if manual > self.inner.manual_now.load(Ordering::Relaxed) {
-                    self.inner.manual_now.fetch_max(manual, Ordering::Relaxed);
-                }
-                manual
-            }
-            None => self.now_us(),
-        }
     }
 
     /// [`decide`](Self::decide) for a limiter of one quota (the common case,
@@ -632,11 +653,11 @@ impl MemoryStore {
     ) -> Raw {
         let hasher = &self.inner.hasher;
         // (the clock is read before the lock: not while holding it)
-        let at = self.decision_time(now_us);
+        let at = self.time_of(now_us);
         let (hash, mut shard) = self.locate(user);
         let now = shard.time(at, now_us.is_some());
         shard.ops = shard.ops.saturating_add(1);
-        shard.sweep_if_due(now, hasher);
+        shard.sweep_if_due(now, &self.inner);
         shard.with_entry(hasher, hash, scope, user, |slot| step(slot, now))
     }
 
@@ -647,9 +668,9 @@ impl MemoryStore {
         let cost = call.cost as i64;
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
-        let now = shard.time(self.decision_time(call.now_us), call.now_us.is_some());
+        let now = shard.time(self.time_of(call.now_us), call.now_us.is_some());
         shard.ops = shard.ops.saturating_add(1);
-        shard.sweep_if_due(now, hasher);
+        shard.sweep_if_due(now, &self.inner);
         let block = call
             .block_us
             .and_then(|b| Some((call.scopes.get(call.quotas.len()).copied()?, b as i64)));
@@ -744,20 +765,32 @@ impl MemoryStore {
     }
 
     /// The rest and scopes of storage keys `{<tag>}<suffix>` under one tag
-    /// (`base`: `{<tag>}`); keys of unknown scopes hold no state and are
-    /// left out.
-    fn parse<'k>(&self, base: &'k str, keys: &'k [String]) -> Option<(&'k [u8], Vec<u32>)> {
+    /// (`base`: `{<tag>}`), among `bound` (the scopes of the limiter asking);
+    /// keys of other scopes are left out.
+    fn parse<'k>(
+        &self,
+        base: &'k str,
+        keys: &'k [String],
+        bound: &[u32],
+    ) -> Option<(&'k [u8], Vec<u32>)> {
         let tag = base.strip_prefix('{')?.strip_suffix('}')?;
         let (head, rest) = split_tag(tag)?;
-        let scopes = keys
-            .iter()
-            .filter_map(|k| self.known_scope(head, k.strip_prefix(base)?))
-            .collect();
-        Some((rest.as_bytes(), scopes))
+        let scopes = lock_scopes(&self.inner.scopes);
+        let named = |key: &str| {
+            let suffix = key.strip_prefix(base)?;
+            bound.iter().copied().find(|&id| {
+                scopes
+                    .of
+                    .get(id as usize)
+                    .is_some_and(|(name, _)| name.strip_prefix(head) == Some(suffix))
+            })
+        };
+        let found = keys.iter().filter_map(|k| named(k)).collect();
+        Some((rest.as_bytes(), found))
     }
 
-    pub(crate) fn release(&self, lease: &Lease) {
-        let Some((rest, scopes)) = self.parse(lease.base(), lease.keys()) else {
+    pub(crate) fn release(&self, lease: &Lease, bound: &[u32]) {
+        let Some((rest, scopes)) = self.parse(lease.base(), lease.keys(), bound) else {
             return;
         };
         let members: Vec<String> = lease.members().collect();
@@ -770,8 +803,8 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) fn reset(&self, base: &str, keys: &[String]) {
-        let Some((rest, scopes)) = self.parse(base, keys) else {
+    pub(crate) fn reset(&self, base: &str, keys: &[String], bound: &[u32]) {
+        let Some((rest, scopes)) = self.parse(base, keys, bound) else {
             return;
         };
         let hasher = &self.inner.hasher;
@@ -780,6 +813,11 @@ impl MemoryStore {
             shard.with_entry(hasher, hash, scope, rest, |slot| *slot = None);
         }
     }
+}
+
+/// Locks the scopes (a poisoned lock is used as is: plain data).
+fn lock_scopes(m: &Mutex<Scopes>) -> MutexGuard<'_, Scopes> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Locks a shard; a panic elsewhere while it was held leaves plain data, so

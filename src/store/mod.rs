@@ -186,6 +186,7 @@ impl Backend {
         prefix: &str,
         suffixes: &[String],
         block: Option<u64>,
+        clock: &crate::clock::Clock,
     ) -> Bound {
         let redis = || Arc::new(protocol::Prepared::new(quotas, block));
         match self {
@@ -195,7 +196,7 @@ impl Backend {
             #[cfg(feature = "sentinel")]
             Backend::Sentinel(s) => Bound::Sentinel(s, redis()),
             Backend::Memory(s) => {
-                let scopes = s.bind(prefix, suffixes);
+                let scopes = s.bind(prefix, suffixes, clock);
                 Bound::Memory(s, scopes)
             }
         }
@@ -275,8 +276,8 @@ impl Bound {
             Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
             #[cfg(feature = "sentinel")]
             Bound::Sentinel(s, _) => protocol::release(&s.inner, lease).await,
-            Bound::Memory(s, ..) => {
-                s.release(lease);
+            Bound::Memory(s, scopes) => {
+                s.release(lease, scopes);
                 Ok(())
             }
         }
@@ -289,8 +290,8 @@ impl Bound {
             Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
             #[cfg(feature = "sentinel")]
             Bound::Sentinel(s, _) => protocol::reset(&s.inner, keys).await,
-            Bound::Memory(s, ..) => {
-                s.reset(base, keys);
+            Bound::Memory(s, scopes) => {
+                s.reset(base, keys, scopes);
                 Ok(())
             }
         }
