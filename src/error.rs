@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A rate string that could not be parsed, with what is wrong and where.
@@ -169,6 +170,56 @@ impl StoreError {
     pub(crate) fn pool(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         StoreError::Pool(Box::new(e))
     }
+
+    /// An error of the same kind and message as `e`, for each of the
+    /// callers one failed call answers (several tasks waiting on one local
+    /// reservation's take): what `e` wraps is shared, so a caller matching
+    /// on [`Refused`](Self::Refused) or [`Redis`](Self::Redis) sees the
+    /// same as the caller of the call itself.
+    pub(crate) fn shared(e: &Arc<StoreError>) -> Self {
+        let wrapped = || -> Source { Box::new(Shared(e.clone())) };
+        match &**e {
+            StoreError::Timeout(d) => StoreError::Timeout(*d),
+            StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+            StoreError::Redis(_) => StoreError::Redis(wrapped()),
+            StoreError::Pool(_) => StoreError::Pool(wrapped()),
+            StoreError::Refused(r) => StoreError::Refused(Refusal {
+                kind: r.kind,
+                message: r.message.clone(),
+                source: r.source.is_some().then(wrapped),
+            }),
+        }
+    }
+}
+
+/// What a [`StoreError`] wraps (its source), shared by the copies
+/// [`StoreError::shared`] makes: shown as that source, with its causes.
+#[derive(Debug)]
+struct Shared(Arc<StoreError>);
+
+impl Shared {
+    fn inner(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.0).and_then(|s| match &*self.0 {
+            // a refusal's source is the client's error, one level down
+            StoreError::Refused(_) => s.source(),
+            _ => Some(s),
+        })
+    }
+}
+
+impl fmt::Display for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.inner() {
+            Some(e) => fmt::Display::fmt(e, f),
+            None => fmt::Display::fmt(&*self.0, f),
+        }
+    }
+}
+
+impl std::error::Error for Shared {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner().and_then(std::error::Error::source)
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -334,6 +385,42 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+
+    #[test]
+    fn a_shared_error_is_the_same_kind_message_and_causes() {
+        let io = || std::io::Error::other("Connection refused");
+        let chain = |e: &StoreError| {
+            let mut out = vec![e.to_string()];
+            let mut next = e.source();
+            while let Some(s) = next {
+                out.push(s.to_string());
+                next = s.source();
+            }
+            out
+        };
+        let refusal = |source: Option<Source>| Refusal {
+            kind: RefusalKind::NoPermission,
+            message: "NOPERM no permissions".to_owned(),
+            source,
+        };
+        for e in [
+            StoreError::redis(io()),
+            StoreError::pool(io()),
+            StoreError::Timeout(Duration::from_millis(100)),
+            StoreError::Protocol("odd".to_owned()),
+            StoreError::Refused(refusal(Some(Box::new(io())))),
+            StoreError::Refused(refusal(None)),
+        ] {
+            let want = chain(&e);
+            let e = Arc::new(e);
+            let copy = StoreError::shared(&e);
+            assert_eq!(chain(&copy), want);
+            assert_eq!(std::mem::discriminant(&copy), std::mem::discriminant(&*e));
+            if let (StoreError::Refused(a), StoreError::Refused(b)) = (&copy, &*e) {
+                assert_eq!(a.kind(), b.kind());
+            }
+        }
+    }
 
     #[test]
     fn store_error_keeps_the_client_error_as_its_source_only() {

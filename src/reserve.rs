@@ -93,33 +93,9 @@ struct Refilling {
     /// Tasks waiting for it (at most `n - 1`: more could not be served by it).
     waiting: std::sync::atomic::AtomicU64,
     /// Set when the take failed: what its waiters answer (each would
-    /// otherwise make its own call, one store timeout after another).
-    failed: std::sync::OnceLock<Failure>,
-}
-
-/// A failed take, as its waiters report it.
-#[derive(Debug, Clone)]
-enum Failure {
-    Timeout(Duration),
-    Other(String),
-}
-
-impl Failure {
-    fn of(e: &StoreError) -> Self {
-        match e {
-            StoreError::Timeout(d) => Failure::Timeout(*d),
-            e => Failure::Other(e.to_string()),
-        }
-    }
-
-    fn error(&self) -> StoreError {
-        match self {
-            Failure::Timeout(d) => StoreError::Timeout(*d),
-            Failure::Other(m) => StoreError::redis(std::io::Error::other(format!(
-                "a concurrent reservation take for this key failed: {m}"
-            ))),
-        }
-    }
+    /// otherwise make its own call, one store timeout after another), as
+    /// errors of the same kind ([`StoreError::shared`]).
+    failed: std::sync::OnceLock<Arc<StoreError>>,
 }
 
 /// A reservation.
@@ -249,7 +225,7 @@ impl Reserver {
                     if let Some(failure) = slot.failed.get() {
                         // the store just failed this key's take: answer as it
                         // did rather than queue one more timeout behind it
-                        return Err(failure.error());
+                        return Err(StoreError::shared(failure));
                     }
                 }
                 Step::Refill(old, slot) => {
@@ -321,10 +297,16 @@ impl Reserver {
             user,
             slot: slot.clone(),
         };
-        let decision = self.refill(lim, user, cost, old).await;
-        if let Err(e) = &decision {
-            let _ = slot.failed.set(Failure::of(e));
-        }
+        let decision = match self.refill(lim, user, cost, old).await {
+            Err(e) => {
+                // its waiters answer the same error
+                let e = Arc::new(e);
+                let answer = StoreError::shared(&e);
+                let _ = slot.failed.set(e);
+                Err(answer)
+            }
+            decided => decided,
+        };
         drop(guard);
         decision
     }

@@ -272,6 +272,50 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&url(&server))
+        .unwrap()
+        .timeout(GENEROUS);
+    let lim = RateLimiter::builder()
+        .store(store)
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(1_000)))
+        .local_reservations(50)
+        .build()
+        .unwrap();
+    let rules: Vec<String> = readme_acl()
+        .into_iter()
+        .filter(|r| r != "+evalsha")
+        .collect();
+    set_user(&server, &rules).await;
+    // one task takes for the hot key, the others wait on its take
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let lim = lim.clone();
+            tokio::spawn(async move { lim.check("hot").await })
+        })
+        .collect();
+    for t in tasks {
+        let e = t.await.unwrap().expect_err("EVALSHA is refused");
+        assert!(no_permission(&e), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("rate limit store refused: no ACL permission (NOPERM)"),
+            "{text}"
+        );
+        let cause = std::error::Error::source(&e)
+            .and_then(std::error::Error::source)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(
+            cause.contains("NOPERM") || cause.contains("permission"),
+            "{cause}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn verify_passes_on_a_plain_server_and_the_memory_store() {
     let server = RedisServer::start();
