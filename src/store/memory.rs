@@ -282,8 +282,9 @@ pub(crate) struct LocalCall<'a> {
 }
 
 impl Shard {
-    /// Drops the keys expired at their scope's time in `times`; shrinks the map if it is mostly empty
-    /// (a burst of distinct keys must not hold its peak memory for ever).
+    /// Drops the keys expired at their scope's time in `times`; shrinks the
+    /// map if it is mostly empty (a burst of distinct keys must not hold its
+    /// peak memory for ever).
     /// Sweeps are at least a second apart, or a fourfold growth (see
     /// [`sweep_if_due`](Self::sweep_if_due)), so a map is not shrunk and grown
     /// again at every operation. With `regrow` (a sweep due to growth alone)
