@@ -43,6 +43,13 @@ fn url(server: &RedisServer) -> String {
     format!("redis://limiter:{PASSWORD}@127.0.0.1:{}/", server.port())
 }
 
+/// A store connecting as the user `limiter`.
+fn limiter_store(server: &RedisServer) -> RedisStore {
+    RedisStore::from_url(&url(server))
+        .unwrap()
+        .timeout(GENEROUS)
+}
+
 /// Every strategy alone and all together, a manual clock, local
 /// reservations (take and give-back), long sliding logs.
 type Exercised = (RateLimiter, bool, Option<ManualClock>, u64);
@@ -168,9 +175,7 @@ async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_comm
     let server = RedisServer::start();
     let acl = readme_acl();
     set_user(&server, &acl).await;
-    let store = RedisStore::from_url(&url(&server))
-        .unwrap()
-        .timeout(GENEROUS);
+    let store = limiter_store(&server);
     let lims = limiters(&store);
     let given_back = exercise(&lims, None).await.unwrap();
     // (what the reservations had left when the give-backs ran, checked below)
@@ -237,9 +242,7 @@ fn the_readme_acl_allows_every_command_the_scripts_call() {
 #[tokio::test]
 async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
     let server = RedisServer::start();
-    let store = RedisStore::from_url(&url(&server))
-        .unwrap()
-        .timeout(GENEROUS);
+    let store = limiter_store(&server);
     let lim = RateLimiter::builder()
         .store(store.clone())
         .prefix("api")
@@ -275,9 +278,7 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
     let server = RedisServer::start();
-    let store = RedisStore::from_url(&url(&server))
-        .unwrap()
-        .timeout(GENEROUS);
+    let store = limiter_store(&server);
     let lim = RateLimiter::builder()
         .store(store)
         .prefix("api")
@@ -359,11 +360,7 @@ async fn verify_names_what_the_server_refuses() {
         let rules: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
         set_user(&server, &rules).await;
         let user = RateLimiter::builder()
-            .store(
-                RedisStore::from_url(&url(&server))
-                    .unwrap()
-                    .timeout(GENEROUS),
-            )
+            .store(limiter_store(&server))
             .prefix("api")
             .quota(Quota::gcra(Rate::per_minute(3)))
             .build()
@@ -385,11 +382,7 @@ async fn verify_names_what_the_server_refuses() {
         let rules: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
         set_user(&server, &rules).await;
         let mut builder = RateLimiter::builder()
-            .store(
-                RedisStore::from_url(&url(&server))
-                    .unwrap()
-                    .timeout(GENEROUS),
-            )
+            .store(limiter_store(&server))
             .prefix("api")
             .quota(Quota::new(strategy, Rate::per_minute(100)));
         if reserve {
@@ -442,11 +435,7 @@ async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and
     let rules: Vec<String> = acl.iter().filter(|r| *r != "+evalsha").cloned().collect();
     set_user(&server, &rules).await;
     let lim = RateLimiter::builder()
-        .store(
-            RedisStore::from_url(&url(&server))
-                .unwrap()
-                .timeout(GENEROUS),
-        )
+        .store(limiter_store(&server))
         .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(10)))
         .build()

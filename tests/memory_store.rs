@@ -94,6 +94,14 @@ async fn use_up(lim: &RateLimiter, key: &str) {
     assert!(!lim.check(key).await.unwrap().allowed());
 }
 
+/// A thousand decisions on keys `<tag>0`, `<tag>1`, ...: enough for every
+/// shard of a small store to sweep as it is used.
+async fn traffic(lim: &RateLimiter, tag: &str) {
+    for i in 0..1_000 {
+        lim.check(format!("{tag}{i}")).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_manual_clock_behind_the_stores_does_not_lose_its_state_to_sweeps() {
     // one shard: every key is swept by the same sweeps
@@ -104,9 +112,7 @@ async fn a_manual_clock_behind_the_stores_does_not_lose_its_state_to_sweeps() {
     // enough decisions on the store's clock (Unix time: decades past the
     // manual time) for the shard to sweep as it is used
     let api = three_per_hour(&store, None, "api");
-    for i in 0..1_000 {
-        api.check(format!("u{i}")).await.unwrap();
-    }
+    traffic(&api, "u").await;
     store.sweep();
     assert!(
         !sim.check("k").await.unwrap().allowed(),
@@ -124,9 +130,7 @@ async fn a_manual_clock_ahead_of_the_stores_does_not_sweep_its_keys() {
     // a simulation a century ahead of Unix time, on the same store
     let late = ManualClock::new(Duration::from_secs(100 * 365 * 86_400));
     let sim = three_per_hour(&store, Some(&late), "sim");
-    for i in 0..1_000 {
-        sim.check(format!("s{i}")).await.unwrap();
-    }
+    traffic(&sim, "s").await;
     store.sweep();
     assert!(
         !api.check("k").await.unwrap().allowed(),
