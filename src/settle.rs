@@ -59,7 +59,8 @@ impl Reservation {
         &self.decision
     }
 
-    /// The reserved units (0 when the decision denied: nothing to settle).
+    /// The reserved units (0 when the decision denied: nothing was
+    /// reserved, and a settle charges all it is told was used).
     pub fn units(&self) -> u64 {
         if self.decision.allowed() {
             self.units
@@ -99,6 +100,13 @@ impl RateLimiter {
     /// Nothing can overshoot under concurrency: every request's estimate is
     /// counted at admission, and a request whose real cost is larger is
     /// charged the excess (a debt) when it settles.
+    ///
+    /// An estimate of 0 asks for nothing, like a [`peek`](Self::peek): it
+    /// is admitted whenever the key is neither blocked nor in debt, even
+    /// with nothing left, so any number of concurrent requests pass at
+    /// once; what they use is still charged when they settle (a debt), but
+    /// only afterwards. Reserve at least 1, and never an estimate the
+    /// client chooses unchecked (`examples/token_budget.rs` bounds it).
     pub async fn reserve_n(
         &self,
         key: impl AsRef<[u8]>,
@@ -121,8 +129,13 @@ impl RateLimiter {
     /// above the limit, and only where the reserved units still count, see
     /// the strategies' table in the README's "Settling after the response"),
     /// the excess is charged even past the limit, so that the key waits
-    /// until the debt is repaid at the quota's rate. A denied reservation
-    /// settles nothing. A refund to 0 is "do not count this request".
+    /// until the debt is repaid at the quota's rate. A refund to 0 is "do
+    /// not count this request".
+    ///
+    /// What was used is always charged, whatever was reserved: a
+    /// reservation of 0 units (an estimate of 0) settled to 500 charges 500,
+    /// and so does a denied reservation (it reserved nothing: settle it only
+    /// if the work was done anyway; settled to 0 it charges nothing).
     ///
     /// A reservation settles once: settling it (or a clone) again does
     /// nothing. Settling another limiter's reservation is an error.
@@ -135,8 +148,10 @@ impl RateLimiter {
         if reservation.settled.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // (0 for a denied reservation: it reserved nothing, so whatever
+        // was used is charged in full; an allowed one of 0 units alike)
         let units = reservation.units();
-        if units == 0 || actual == units {
+        if actual == units {
             return Ok(());
         }
         let quotas = self.quota_specs();

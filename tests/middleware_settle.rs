@@ -429,3 +429,62 @@ async fn a_stream_dropped_before_any_report_keeps_the_estimate() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(remaining(&limiter).await, 80);
 }
+
+/// An estimate of 0 reserves nothing, but what the response reports (a
+/// header, the `UsageReporter` of a stream) is charged all the same, past
+/// the limit as a debt.
+async fn zero_estimates_are_charged(limiter: RateLimiter) {
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 0).header(TOKENS));
+    let (tx, rx) = mpsc::channel(8);
+    let (_open, gate) = watch::channel(true);
+    let app = app(layer.clone(), gate, Arc::new(Mutex::new(Some(rx))));
+    let res = send(&app, get_req("/tokens/30")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await, "done");
+    assert_eq!(
+        remaining(&limiter).await,
+        70,
+        "a header's 30 on an estimate of 0"
+    );
+    // nothing reported: the estimate, 0, stands
+    let res = send(&app, get_req("/ok")).await;
+    assert_eq!(text(res).await, "ok");
+    assert_eq!(remaining(&limiter).await, 70);
+    // a stream reporting 50 on an estimate of 0
+    let res = send(&app, get_req("/stream")).await;
+    tx.send((20, "a")).await.unwrap();
+    tx.send((30, "b")).await.unwrap();
+    drop(tx);
+    assert_eq!(text(res).await, "ab");
+    assert_eq!(
+        remaining(&limiter).await,
+        20,
+        "a stream's 50 on an estimate of 0"
+    );
+    // past the limit: a debt, and the next request (even of estimate 0) waits
+    let res = send(&app, get_req("/tokens/500")).await;
+    assert_eq!(text(res).await, "done");
+    let res = send(&app, get_req("/tokens/1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(layer.stats().settle_errors, 0);
+}
+
+#[tokio::test]
+async fn an_estimate_of_zero_is_charged_what_was_used_on_memory() {
+    let clock = clock();
+    zero_estimates_are_charged(window(&clock, "zero", 100)).await;
+}
+
+#[tokio::test]
+async fn an_estimate_of_zero_is_charged_what_was_used_on_redis() {
+    let redis = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+        .prefix("zero")
+        .clock(clock())
+        .quota(Quota::fixed_window(Rate::per_minute(100)).name("minute"))
+        .build()
+        .unwrap();
+    zero_estimates_are_charged(limiter).await;
+}

@@ -786,6 +786,50 @@ store_suite! {
         }
     }
 
+    async fn a_reservation_of_zero_units_is_still_charged_what_it_used(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, _clock) = manual(h, &format!("zero{i}"), quota(s, 100, ms(60_000)));
+            // an estimate of 0 is admitted (it asks for nothing) ...
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            assert!(r.decision().allowed(), "{s}");
+            assert_eq!(r.units(), 0, "{s}");
+            // ... and settles to what was used: 30 charged
+            lim.settle(&r, 30).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 70, "{s}: 0 then 30");
+            // a settle to 0 of it charges nothing
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 70, "{s}: 0 then 0");
+            // past the limit: a debt, as for any reservation
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            lim.settle(&r, 500).await.unwrap();
+            let d = lim.check("u").await.unwrap();
+            assert!(!d.allowed(), "{s}: 0 then 500 must leave a debt: {d:?}");
+            assert_eq!(d.remaining(), 0, "{s}");
+            // a denied reservation reserved nothing: settling it charges
+            // in full what the caller says was used (0: nothing)
+            let (lim, _clock) = manual(h, &format!("zero-denied{i}"), quota(s, 10, ms(60_000)));
+            assert!(lim.check_n("u", 8).await.unwrap().allowed(), "{s}");
+            let r = lim.reserve_n("u", 5).await.unwrap();
+            assert!(!r.decision().allowed(), "{s}");
+            assert_eq!(r.units(), 0, "{s}");
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}: denied, then 0");
+            let r = lim.reserve_n("u", 5).await.unwrap();
+            lim.settle(&r, 1).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 1, "{s}: denied, then 1");
+        }
+    }
+
     async fn concurrent_reservations_never_admit_more_than_the_budget(h: &impl Harness) {
         for (i, s) in [Strategy::FixedWindow, Strategy::SlidingWindowLog, Strategy::Gcra]
             .into_iter()
