@@ -8,6 +8,10 @@
 
 mod common;
 
+#[allow(dead_code)] // (its `main` and demo items)
+#[path = "../examples/token_budget.rs"]
+mod token_budget;
+
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -487,4 +491,140 @@ async fn an_estimate_of_zero_is_charged_what_was_used_on_redis() {
         .build()
         .unwrap();
     zero_estimates_are_charged(limiter).await;
+}
+
+/// `examples/token_budget.rs`'s app on a memory store under a manual clock
+/// (no refill), streaming without pause.
+fn token_budget_app() -> (Router, RateLimiter) {
+    let clock = clock();
+    let limiter = token_budget::budget_limiter(
+        RateLimiter::builder()
+            .store(tower_redis_ratelimit::MemoryStore::new())
+            .clock(clock),
+    )
+    .unwrap();
+    let app = token_budget::app(
+        limiter.clone(),
+        token_budget::demo_tenants(),
+        Duration::ZERO,
+    );
+    (app, limiter)
+}
+
+fn as_alice(path: &str) -> http::Request<Body> {
+    http::Request::get(path)
+        .header("x-api-key", "alice-key")
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn tokens_left(limiter: &RateLimiter) -> u64 {
+    limiter.get("alice").await.unwrap().remaining()
+}
+
+#[tokio::test]
+async fn the_token_budget_example_lets_no_client_choose_a_free_or_absurd_estimate() {
+    let (app, limiter) = token_budget_app();
+    for query in [
+        "max_tokens=0",
+        "max_tokens=-1",
+        "max_tokens=-500",
+        "max_tokens=2001",
+        "max_tokens=18446744073709551615",
+        "max_tokens=99999999999999999999999",
+        "max_tokens=abc",
+        "max_tokens=",
+        "max_tokens",
+        "max_tokens=1.5",
+        "max_tokens=%30",
+        "max_tokens=1&max_tokens=0",
+        "max_tokens=10&words=-1",
+        "max_tokens=10&words=x",
+        "max_tokens=10&words=2001",
+    ] {
+        let res = send(&app, as_alice(&format!("/v1/complete?{query}&words=5"))).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{query}");
+    }
+    assert_eq!(
+        tokens_left(&limiter).await,
+        2_000,
+        "a rejected request costs nothing"
+    );
+    // no key, or a made-up one: 401, no budget of its own
+    let res = send(&app, get_req("/v1/complete?max_tokens=10")).await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let made_up = http::Request::get("/v1/complete?max_tokens=10")
+        .header("x-api-key", "mallory")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, made_up).await.status(), StatusCode::UNAUTHORIZED);
+    // the default estimate (100), settled to the 12 words streamed
+    let res = send(&app, as_alice("/v1/complete?words=12")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await.split_whitespace().count(), 12);
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 12);
+    // a completion stops at max_tokens, and what it streamed is charged
+    let res = send(&app, as_alice("/v1/complete?max_tokens=10&words=2000")).await;
+    assert_eq!(text(res).await.split_whitespace().count(), 10);
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 22);
+    let res = send(&app, as_alice("/v1/budget")).await;
+    assert_eq!(text(res).await, "1978 of 2000 tokens left\n");
+}
+
+#[tokio::test]
+async fn the_token_budget_example_charges_a_race_of_parallel_completions() {
+    let (app, limiter) = token_budget_app();
+    // six at once asking for nothing: all refused before the limiter
+    let zeros: Vec<_> = (0..6)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                send(&app, as_alice("/v1/complete?max_tokens=0&words=500"))
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    for t in zeros {
+        assert_eq!(t.await.unwrap(), StatusCode::BAD_REQUEST);
+    }
+    // six at once asking for 500 each: four fit the 2 000, all four charged
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let res = send(&app, as_alice("/v1/complete?max_tokens=500&words=500")).await;
+                let status = res.status();
+                (status, text(res).await.split_whitespace().count())
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut words = 0;
+    for t in tasks {
+        let (status, n) = t.await.unwrap();
+        if status == StatusCode::OK {
+            ok += 1;
+            words += n;
+        } else {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        }
+    }
+    assert_eq!((ok, words), (4, 2_000));
+    eventually(&limiter, 0).await;
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Waits (10 s at most) until alice has `expected` tokens left.
+async fn eventually(limiter: &RateLimiter, expected: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokens_left(limiter).await != expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} left",
+            tokens_left(limiter).await
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
