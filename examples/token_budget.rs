@@ -178,7 +178,11 @@ fn tenant_of(tenants: &HashMap<String, String>, headers: &HeaderMap) -> Option<S
 /// The app: `GET /v1/complete?max_tokens=..&words=..` (a streamed fake
 /// completion, one word every `pace`) behind the budget, and
 /// `GET /v1/budget` (what is left). `tenants`: API key → tenant.
-pub(crate) fn app(limiter: RateLimiter, tenants: HashMap<String, String>, pace: Duration) -> Router {
+pub(crate) fn app(
+    limiter: RateLimiter,
+    tenants: HashMap<String, String>,
+    pace: Duration,
+) -> Router {
     let tenants = Arc::new(tenants);
     let layer = {
         let tenants = tenants.clone();

@@ -18,9 +18,15 @@
 //! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms) | the current window, past the limit; a debt ends with the window |
 //! | sliding window log | exact: the reservation's entries, while in the window | entries at now (at most `n`: more would leave together) |
 //! | sliding window counter | exact while in the reservation's aligned window | the current window's count; weighs on the next window, no further |
-//! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large |
+//! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large, up to [`MAX_DEBT`](RateLimiter::MAX_DEBT) (35.7 years) |
 //! | leaky bucket | none: admitted requests hold their slots in the queue | none |
 //! | concurrency | none: the lease is the cost, released when the response ends | none |
+//!
+//! One charge or give-back moves each quota by at most what its rate repays
+//! in [`RateLimiter::MAX_DEBT`] (2^50 µs), and no key holds a longer debt: a
+//! window's count stays at most its limit plus that many units. The bound
+//! is the store's arithmetic (Lua numbers are doubles, exact below 2^53),
+//! not a policy: a debt of a year on a 10-per-hour bucket is a year.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,23 +81,23 @@ impl Reservation {
     }
 }
 
-/// The largest number of units one adjust moves (a charge larger than a
-/// thousand capacities is that many: the arithmetic stays exact).
-fn clamp_units(lim: &RateLimiter, units: u64) -> i64 {
-    let cap = lim
-        .quota_specs()
-        .iter()
-        .map(|q| {
-            q.capacity()
-                .saturating_mul(1024)
-                .min((1 << 50) / q.interval_us.max(1))
-        })
-        .min()
-        .unwrap_or(0);
-    units.min(cap).min(i64::MAX as u64) as i64
+/// `units` as an adjust's argument: at most 2^50, what any quota's cap
+/// allows (each quota then moves by at most what its rate repays in 2^50
+/// µs, in the store: see [`MAX_DEBT`](RateLimiter::MAX_DEBT)).
+fn clamp_units(units: u64) -> i64 {
+    units.min(crate::strategy::state::MAX_DEBT_US as u64) as i64
 }
 
 impl RateLimiter {
+    /// The longest debt a charge leaves (2^50 µs, about 35.7 years): one
+    /// [`settle`](Self::settle), [`penalize`](Self::penalize) or
+    /// [`reward`](Self::reward) moves each quota by at most what its rate
+    /// repays in this time, and no key holds a longer debt (a larger charge
+    /// is charged this much). The store's arithmetic needs the bound: Lua
+    /// numbers are doubles, exact below 2^53, and its times are µs since
+    /// 1970 (about 2^50.6).
+    pub const MAX_DEBT: Duration = Duration::from_micros(1 << 50);
+
     /// Reserves an `estimate` of a request's cost before the work is done
     /// (one atomic call, denied if it does not fit), to
     /// [`settle`](Self::settle) to the real cost afterwards: usage-based
@@ -158,7 +164,7 @@ impl RateLimiter {
         let keys = &reservation.keys[..quotas.len().min(reservation.keys.len())];
         let now_us = self.manual_now_us();
         if actual > units {
-            let excess = clamp_units(self, actual - units);
+            let excess = clamp_units(actual - units);
             return self
                 .bound_store()
                 .adjust(
@@ -198,18 +204,20 @@ impl RateLimiter {
 
     /// Charges `units` to every quota of `key` for an application event
     /// (a failed login costs 5), past the limit if need be: the key is then
-    /// denied until the debt is repaid at the quota's rate. One atomic call;
+    /// denied until the debt is repaid at the quota's rate (at most
+    /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        let units = clamp_units(self, units);
+        let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(units)).await
     }
 
     /// Gives `units` back to every quota of `key` (a successful login
-    /// forgives failed ones), never above the limit. One atomic call;
+    /// forgives failed ones), never above the limit (at most what the
+    /// quota's rate repays in [`MAX_DEBT`](Self::MAX_DEBT)). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        let units = clamp_units(self, units);
+        let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(-units)).await
     }
 

@@ -830,6 +830,81 @@ store_suite! {
         }
     }
 
+    async fn a_debt_is_repaid_at_the_rate_up_to_max_debt(h: &impl Harness) {
+        const MAX: Duration = RateLimiter::MAX_DEBT;
+        assert_eq!(MAX, us(1 << 50));
+        // 10 per hour: a unit every 6 minutes; what the rate repays in MAX
+        let interval = ms(360_000);
+        let cap: u64 = (1 << 50) / 360_000_000;
+        for s in [Strategy::TokenBucket, Strategy::Gcra] {
+            let (lim, clock) = manual(h, &format!("maxdebt-{s}"), quota(s, 10, ms(3_600_000)));
+            let retry = |k: &'static str| {
+                let lim = lim.clone();
+                async move { lim.check(k).await.unwrap().retry_after() }
+            };
+            // reserve 1, settle 100,000: 99,991 intervals until one fits
+            let r = lim.reserve_n("big", 1).await.unwrap();
+            lim.settle(&r, 100_000).await.unwrap();
+            assert_eq!(retry("big").await, Some(interval * 99_991), "{s}");
+            // at the cap, past it, and far past it: the same debt
+            lim.penalize("at", cap).await.unwrap();
+            lim.penalize("past", cap + 1).await.unwrap();
+            lim.penalize("far", u64::MAX).await.unwrap();
+            let at_cap = Some(interval * (cap as u32 - 9));
+            for k in ["at", "past", "far"] {
+                assert_eq!(retry(k).await, at_cap, "{s}: {k}");
+            }
+            // more debt on a key at the cap: no further than MAX from now
+            lim.penalize("at", 1).await.unwrap();
+            lim.penalize("far", u64::MAX).await.unwrap();
+            let full = MAX - interval * 9;
+            assert_eq!(retry("at").await, Some(full), "{s}");
+            assert_eq!(retry("far").await, Some(full), "{s}");
+            // a reward of any size gives back, never above the limit
+            lim.reward("past", u64::MAX).await.unwrap();
+            assert_eq!(lim.get("past").await.unwrap().remaining(), 10, "{s}");
+            // and the debt is repaid at the rate, to the microsecond
+            clock.advance(full - us(1));
+            assert!(!lim.check("at").await.unwrap().allowed(), "{s}");
+            clock.advance(us(1));
+            assert!(lim.check("at").await.unwrap().allowed(), "{s}");
+        }
+        // a window's count: at most its limit plus what the rate repays in
+        // MAX (10 per 10 s: a unit a second)
+        let cap: u64 = (1 << 50) / 1_000_000;
+        for s in [Strategy::FixedWindow, Strategy::SlidingWindowCounter] {
+            let (lim, clock) = manual(h, &format!("maxcount-{s}"), quota(s, 10, ms(10_000)));
+            lim.penalize("u", u64::MAX).await.unwrap();
+            lim.penalize("u", u64::MAX).await.unwrap();
+            assert!(!lim.check("u").await.unwrap().allowed(), "{s}");
+            lim.reward("u", cap).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 0, "{s}: 10 + cap - cap");
+            lim.reward("u", 1).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 1, "{s}");
+            clock.advance(ms(20_000));
+            assert!(lim.check("u").await.unwrap().allowed(), "{s}");
+        }
+        // on the store's clock too (the fixed window's INCRBY, a TAT of now)
+        let lim = h.limiter(
+            "maxdebt-store",
+            vec![Quota::fixed_window(Rate::new(10, ms(60_000)))],
+            Clock::Store,
+        );
+        let cap: u64 = (1 << 50) / 6_000_000;
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.reward("u", cap).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 0);
+        lim.reward("u", 1).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 1);
+        let lim = h.limiter("maxdebt-store-tat", vec![Quota::gcra(Rate::per_hour(10))], Clock::Store);
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.penalize("u", u64::MAX).await.unwrap();
+        let retry = lim.check("u").await.unwrap().retry_after().unwrap();
+        let full = MAX - interval * 9;
+        assert!(retry <= full && retry > full - ms(10_000), "{retry:?}");
+    }
+
     async fn concurrent_reservations_never_admit_more_than_the_budget(h: &impl Harness) {
         for (i, s) in [Strategy::FixedWindow, Strategy::SlidingWindowLog, Strategy::Gcra]
             .into_iter()
