@@ -15,7 +15,7 @@
 //!
 //! | strategy | give back (refund) | charge (excess, penalize) |
 //! |---|---|---|
-//! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms) | the current window, past the limit; a debt ends with the window |
+//! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms); a window given back to a count of 0 is deleted, so the next request opens a new window of a full period (no more admitted: nothing of the old one counts) | the current window, past the limit; a debt ends with the window |
 //! | sliding window log | exact: the reservation's entries, while in the window | entries at now (at most `n`: more would leave together) |
 //! | sliding window counter | exact while in the reservation's aligned window | the current window's count; weighs on the next window, no further |
 //! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large, up to [`MAX_DEBT`](RateLimiter::MAX_DEBT) (35.7 years) |
@@ -98,6 +98,10 @@ impl RateLimiter {
     /// 1970 (about 2^50.6).
     pub const MAX_DEBT: Duration = Duration::from_micros(1 << 50);
 
+    /// The longest [`block`](Self::block): 366 days (a longer one is an
+    /// error; to keep a key out for good, do not admit it at all).
+    pub const MAX_BLOCK: Duration = Duration::from_secs(366 * 86_400);
+
     /// Reserves an `estimate` of a request's cost before the work is done
     /// (one atomic call, denied if it does not fit), to
     /// [`settle`](Self::settle) to the real cost afterwards: usage-based
@@ -147,7 +151,7 @@ impl RateLimiter {
     /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
         if reservation.limiter != self.instance() {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "this reservation was made by another limiter: settle it with that one".to_owned(),
             ));
         }
@@ -196,8 +200,14 @@ impl RateLimiter {
 
     /// The current state of every quota of `key`, without consuming
     /// anything: what the headers of a request would show (a
-    /// [`peek`](Self::peek)). A blocked key reports `allowed: false` and
-    /// the block's end as `retry_after`.
+    /// [`peek`](Self::peek), cost 0).
+    ///
+    /// It is `allowed()` unless even a cost of 0 does not fit: a blocked
+    /// key is denied with the block's end as `retry_after`, and so is a key
+    /// in debt (charged past its limit by a settle or
+    /// [`penalize`](Self::penalize)), with the time the debt is repaid. A
+    /// key with exactly nothing left is allowed with `remaining() == 0`:
+    /// `remaining()` is what says whether a request of cost 1 would pass.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
         self.peek(key).await
     }
@@ -265,14 +275,25 @@ impl RateLimiter {
     /// [`blocking`](crate::limiter::RateLimiterBuilder::blocking) or
     /// [`block_for`](crate::limiter::RateLimiterBuilder::block_for): other
     /// limiters never read blocks, and this returns an error. A zero
-    /// duration lifts the block.
+    /// duration lifts the block; a duration under a microsecond blocks for
+    /// one.
+    ///
+    /// A duration longer than [`MAX_BLOCK`](Self::MAX_BLOCK) (366 days) is
+    /// a [`StoreError::Invalid`] naming the maximum, and nothing is changed
+    /// (an admin endpoint answers it with a 400).
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        if duration > Self::MAX_BLOCK {
+            return Err(StoreError::Invalid(format!(
+                "a block lasts at most {} s (366 days); {} s asked for",
+                Self::MAX_BLOCK.as_secs(),
+                duration.as_secs()
+            )));
+        }
         // (a block shorter than a microsecond is one: zero would lift it)
         let us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
             .max(u64::from(!duration.is_zero()));
-        self.set_block(key.as_ref(), us.min(366 * 86_400 * 1_000_000))
-            .await
+        self.set_block(key.as_ref(), us).await
     }
 
     /// Lifts a block of `key` (one call); a key not blocked is left as it is.
@@ -282,7 +303,7 @@ impl RateLimiter {
 
     async fn set_block(&self, key: &[u8], us: u64) -> Result<(), StoreError> {
         if self.block_us().is_none() {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "blocking is not enabled for this limiter: build it with .blocking() or .block_for(..)"
                     .to_owned(),
             ));
