@@ -64,7 +64,8 @@ impl http_body::Body for Chunks {
 type Streams = Arc<Mutex<Option<mpsc::Receiver<(u64, &'static str)>>>>;
 
 /// `/ok`, `/fail` (500), `/teapot` (418), `/hang` (never answers),
-/// `/tokens/{n}` (the cost in a header), `/ext/{n}` (in an extension),
+/// `/tokens/{n}` (the cost in a header), `/huge` (a header's cost too large
+/// for a u64), `/ext/{n}` (in an extension),
 /// `/gate/{n}` (waits for the gate, then `/tokens/{n}`), `/stream` (streams
 /// what the test sends on the channel put in `streams`).
 fn app(layer: RateLimitLayer, gate: watch::Receiver<bool>, streams: Streams) -> Router {
@@ -95,6 +96,10 @@ fn app_counting(
         .route(
             "/tokens/{n}",
             get(|Path(n): Path<u64>| async move { ([(TOKENS, n.to_string())], "done") }),
+        )
+        .route(
+            "/huge",
+            get(|| async { ([(TOKENS, "99999999999999999999999999")], "done") }),
         )
         .route(
             "/ext/{n}",
@@ -627,4 +632,41 @@ async fn eventually(limiter: &RateLimiter, expected: u64) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A usage header too large for a u64 is charged in full: the longest debt
+/// there is, `RateLimiter::MAX_DEBT`, never an error or a free request.
+async fn a_huge_usage_is_the_longest_debt(limiter: RateLimiter) {
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 1).header(TOKENS));
+    let app = plain_app(layer.clone());
+    let res = send(&app, get_req("/huge")).await;
+    assert_eq!(text(res).await, "done");
+    assert_eq!(layer.stats().settle_errors, 0);
+    // 60 per minute: a unit a second, a burst of 60
+    let d = limiter.check("global").await.unwrap();
+    assert_eq!(
+        d.retry_after(),
+        Some(RateLimiter::MAX_DEBT - Duration::from_secs(59))
+    );
+}
+
+#[tokio::test]
+async fn a_huge_usage_is_the_longest_debt_on_memory() {
+    let clock = clock();
+    a_huge_usage_is_the_longest_debt(limiter(&clock, "huge", [Quota::gcra(Rate::per_minute(60))]))
+        .await;
+}
+
+#[tokio::test]
+async fn a_huge_usage_is_the_longest_debt_on_redis() {
+    let redis = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+        .prefix("huge")
+        .clock(clock())
+        .quota(Quota::gcra(Rate::per_minute(60)))
+        .build()
+        .unwrap();
+    a_huge_usage_is_the_longest_debt(limiter).await;
 }
