@@ -1,4 +1,4 @@
-//! A token budget for a language-model endpoint: each API key may spend
+//! A token budget for a language-model endpoint: each tenant may spend
 //! 2 000 tokens per minute. A request reserves its `max_tokens` estimate
 //! before the completion starts (denied if the budget cannot hold it), the
 //! handler reports the tokens it streams, and the layer settles the
@@ -9,35 +9,128 @@
 //!
 //! Then:
 //!
-//!     curl -N -H 'x-api-key: alice' 'http://127.0.0.1:3000/v1/complete?max_tokens=500&words=12'
-//!     curl -H 'x-api-key: alice' http://127.0.0.1:3000/v1/budget
+//!     curl -N -H 'x-api-key: alice-key' 'http://127.0.0.1:3000/v1/complete?max_tokens=500&words=12'
+//!     curl -H 'x-api-key: alice-key' http://127.0.0.1:3000/v1/budget
 //!
 //! The budget shows about 2 000 − 12 left (the bucket refills 33 tokens a
-//! second), not 2 000 − 500: the unused part of the estimate went back. A completion longer than its estimate is charged
-//! the excess as a debt (`words=3000`): the key is then denied until it is
-//! repaid.
+//! second), not 2 000 − 500: the unused part of the estimate went back.
+//!
+//! What a copy of it must keep, since the client sends the estimate:
+//!
+//! - `max_tokens` is checked before the limiter sees it: missing, it is
+//!   100; anything but an integer from 1 to 2 000 (the whole budget: a
+//!   larger estimate could never fit) is a 400. An estimate of 0 would be
+//!   admitted like a peek, even with the budget spent, so it never reaches
+//!   the limiter;
+//! - the completion stops at `max_tokens`, as a model does, so the
+//!   reservation bounds what one request can use; whatever is streamed is
+//!   charged (a settle charges what was used, whatever was reserved);
+//! - an API key is a credential, not a limiter key: unknown keys get a 401
+//!   (a made-up key would otherwise get a fresh budget), and the limiter
+//!   keys its state by the tenant the key belongs to, so the secret is
+//!   never written to the store.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::Extension;
+use axum::extract::{Extension, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Router, body::Body};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, StatusCode, Uri};
+use http::{HeaderMap, StatusCode};
 use http_body::Frame;
 use tokio::sync::mpsc;
 use tower_redis_ratelimit::middleware::{MissingKey, ResponseCost, UsageReporter};
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter};
 
-/// The integer parameter `name` of a query, if any.
-fn param(query: Option<&str>, name: &str) -> Option<u64> {
-    query?
-        .split('&')
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
+/// Tokens a tenant may spend per minute.
+pub(crate) const BUDGET: u64 = 2_000;
+/// The largest `max_tokens` a request may ask for: the whole budget.
+pub(crate) const MAX_TOKENS: u64 = BUDGET;
+/// The estimate of a request that does not say.
+pub(crate) const DEFAULT_MAX_TOKENS: u64 = 100;
+
+/// The known API keys and their tenants (a real app reads them from its
+/// credential store, hashed; two demo keys here).
+pub(crate) fn demo_tenants() -> HashMap<String, String> {
+    HashMap::from([
+        ("alice-key".to_owned(), "alice".to_owned()),
+        ("bob-key".to_owned(), "bob".to_owned()),
+    ])
+}
+
+/// The limiter of the budget, over `store`.
+pub(crate) fn budget_limiter(
+    builder: tower_redis_ratelimit::limiter::RateLimiterBuilder,
+) -> Result<RateLimiter, tower_redis_ratelimit::error::ConfigError> {
+    builder
+        .prefix("tokens")
+        .quota(Quota::token_bucket(Rate::per_minute(BUDGET)).name("tokens"))
+        .build()
+}
+
+/// The request's checked `max_tokens` (1 to [`MAX_TOKENS`]), put in its
+/// extensions before the limiter runs.
+#[derive(Debug, Clone, Copy)]
+struct MaxTokens(u64);
+
+/// The request's checked `words` (how long the fake completion would be).
+#[derive(Debug, Clone, Copy)]
+struct Words(u64);
+
+/// The value of the query parameter `name`: `Ok(None)` if absent, an error
+/// if given twice.
+fn param<'q>(query: Option<&'q str>, name: &str) -> Result<Option<&'q str>, String> {
+    let mut found = None;
+    for kv in query.unwrap_or("").split('&') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        if k == name {
+            if found.is_some() {
+                return Err(format!("{name} given twice"));
+            }
+            found = Some(v);
+        }
+    }
+    Ok(found)
+}
+
+/// An integer from `min` to `max`, or why not.
+fn bounded(name: &str, value: &str, min: u64, max: u64) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{name} must be an integer from {min} to {max}")),
+    }
+}
+
+/// Checks the query before the limiter: a 400 for a bad `max_tokens` or
+/// `words`, else both, checked, in the request's extensions.
+async fn check_query(mut req: Request, next: Next) -> Response {
+    let query = req.uri().query().map(str::to_owned);
+    let checked = (|| {
+        let max_tokens = match param(query.as_deref(), "max_tokens")? {
+            None => DEFAULT_MAX_TOKENS,
+            Some(v) => bounded("max_tokens", v, 1, MAX_TOKENS)?,
+        };
+        let words = match param(query.as_deref(), "words")? {
+            None => 40,
+            Some(v) => bounded("words", v, 0, MAX_TOKENS)?,
+        };
+        Ok::<_, String>((max_tokens, words))
+    })();
+    match checked {
+        Ok((max_tokens, words)) => {
+            req.extensions_mut().insert(MaxTokens(max_tokens));
+            req.extensions_mut().insert(Words(words));
+            next.run(req).await
+        }
+        Err(why) => (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+    }
 }
 
 /// A body streaming what a task sends.
@@ -57,61 +150,64 @@ impl http_body::Body for Stream {
     }
 }
 
-/// Streams a fake completion, one word (one token) every 20 ms, reporting
-/// each to the layer.
-async fn complete(Extension(usage): Extension<UsageReporter>, uri: Uri) -> Body {
-    // (how many words, tokens, the fake completion streams)
-    let words = param(uri.query(), "words").unwrap_or(40);
+/// Streams a fake completion of `words` words (one token each), stopping
+/// at `max_tokens` as a model does, one word every `pace`, reporting each
+/// to the layer.
+fn complete(usage: UsageReporter, max_tokens: u64, words: u64, pace: Duration) -> Body {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
-        for i in 0..words {
+        for i in 0..words.min(max_tokens) {
             let word = Bytes::from(format!("word{i} "));
             if tx.send(word).await.is_err() {
                 return; // the client went away: stop generating
             }
             usage.add(1);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(pace).await;
         }
         let _ = tx.send(Bytes::from_static(b"\n")).await;
     });
     Body::new(Stream(rx))
 }
 
-fn api_key(parts: &Parts) -> Option<String> {
-    parts
-        .headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+/// The tenant of the request's API key, if the key is known.
+fn tenant_of(tenants: &HashMap<String, String>, headers: &HeaderMap) -> Option<String> {
+    let key = headers.get("x-api-key")?.to_str().ok()?;
+    tenants.get(key).cloned()
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
-        .init();
-
-    let limiter = RateLimiter::builder()
-        .store(MemoryStore::new())
-        .prefix("tokens")
-        .quota(Quota::token_bucket(Rate::per_minute(2_000)).name("tokens"))
-        .build()?;
-
-    let layer = RateLimitLayer::new(limiter.clone(), api_key)
+/// The app: `GET /v1/complete?max_tokens=..&words=..` (a streamed fake
+/// completion, one word every `pace`) behind the budget, and
+/// `GET /v1/budget` (what is left). `tenants`: API key → tenant.
+pub(crate) fn app(
+    limiter: RateLimiter,
+    tenants: HashMap<String, String>,
+    pace: Duration,
+) -> Router {
+    let tenants = Arc::new(tenants);
+    let layer = {
+        let tenants = tenants.clone();
+        RateLimitLayer::new(limiter.clone(), move |parts: &Parts| {
+            tenant_of(&tenants, &parts.headers)
+        })
         .on_missing_key(MissingKey::reject(StatusCode::UNAUTHORIZED))
         .cost_from_response(
-            // the estimate: the request's max_tokens (default 100)
-            ResponseCost::new()
-                .estimate(|req: &Parts| param(req.uri.query(), "max_tokens").unwrap_or(100)),
-        );
-
-    let budget = {
+            // the estimate: the request's checked max_tokens (never 0; the
+            // largest if the check did not run)
+            ResponseCost::new().estimate(|req: &Parts| {
+                req.extensions
+                    .get::<MaxTokens>()
+                    .map_or(MAX_TOKENS, |m| m.0)
+            }),
+        )
+    };
+    let budget = move |headers: HeaderMap| {
         let limiter = limiter.clone();
-        move |headers: HeaderMap| async move {
-            let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
-                return (StatusCode::UNAUTHORIZED, "x-api-key missing\n".to_owned());
+        let tenant = tenant_of(&tenants, &headers);
+        async move {
+            let Some(tenant) = tenant else {
+                return (StatusCode::UNAUTHORIZED, "unknown x-api-key\n".to_owned());
             };
-            match limiter.get(key).await {
+            match limiter.get(&tenant).await {
                 Ok(d) => (
                     StatusCode::OK,
                     format!("{} of {} tokens left\n", d.remaining(), d.limit()),
@@ -120,10 +216,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
+    Router::new()
+        .route(
+            "/v1/complete",
+            get(
+                move |Extension(usage): Extension<UsageReporter>,
+                      Extension(MaxTokens(max_tokens)): Extension<MaxTokens>,
+                      Extension(Words(words)): Extension<Words>| async move {
+                    complete(usage, max_tokens, words, pace)
+                },
+            )
+            .layer(layer)
+            // (outermost: checked before the limiter reserves)
+            .layer(middleware::from_fn(check_query)),
+        )
+        .route("/v1/budget", get(budget))
+}
 
-    let app = Router::new()
-        .route("/v1/complete", get(complete).layer(layer))
-        .route("/v1/budget", get(budget));
+#[allow(dead_code)] // (a test includes this file as a module)
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
+        .init();
+
+    let limiter = budget_limiter(RateLimiter::builder().store(MemoryStore::new()))?;
+    let app = app(limiter, demo_tenants(), Duration::from_millis(20));
 
     let port: u16 = std::env::var("PORT")
         .ok()
@@ -133,7 +251,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     println!(
-        "try: curl -N -H 'x-api-key: alice' 'http://{addr}/v1/complete?max_tokens=500&words=12'"
+        "try: curl -N -H 'x-api-key: alice-key' 'http://{addr}/v1/complete?max_tokens=500&words=12'"
     );
     axum::serve(listener, app).await?;
     Ok(())

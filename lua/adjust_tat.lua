@@ -1,10 +1,13 @@
 -- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
 -- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- is back within the burst, repaid at the quota's rate, up to 2^50 us past
+-- now); units < 0 takes it
 -- back, never below now (never more than the burst left).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
 if t <= now then
   redis.call('DEL', key)
 else

@@ -11,7 +11,8 @@
 -- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
--- never above the limit) and now; no fins follow. A strategy without a block
+-- never above the limit; at most 2^50 us of the quota's rate either way,
+-- and no state holds a debt longer than that) and now; no fins follow. A strategy without a block
 -- of the kind asked is left as it is.
 --
 -- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
@@ -33,8 +34,16 @@ for i = 1, nq do
         tonumber(ARGV[o + 5]), last)
     end
   elseif f then
+    local u = units
+    if not at then
+      -- an adjust moves a quota by at most what its rate repays in 2^50 us
+      -- (about 35.7 years; src/settle.rs, MAX_DEBT): Lua numbers are
+      -- doubles, exact below 2^53, and times are us since 1970 (2^50.6)
+      local cap = math.floor(1125899906842624 / tonumber(ARGV[o + 5]))
+      if u > cap then u = cap elseif u < -cap then u = -cap end
+    end
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-      tonumber(ARGV[o + 5]), units, at, last)
+      tonumber(ARGV[o + 5]), u, at, last)
   end
 end
 return 'OK'

@@ -138,6 +138,12 @@ pub enum StoreError {
     /// disabled, a server too old. Retrying does not help;
     /// [`RateLimiter::verify`](crate::RateLimiter::verify) finds it at startup.
     Refused(Refusal),
+    /// The call asked for what the limiter does not do, and nothing was
+    /// sent to the store: a block longer than
+    /// [`RateLimiter::MAX_BLOCK`](crate::RateLimiter::MAX_BLOCK), a block on
+    /// a limiter built without blocking, settling another limiter's
+    /// reservation. Retrying does not help; the message says what to change.
+    Invalid(String),
 }
 
 impl StoreError {
@@ -181,6 +187,7 @@ impl StoreError {
         match &**e {
             StoreError::Timeout(d) => StoreError::Timeout(*d),
             StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+            StoreError::Invalid(m) => StoreError::Invalid(m.clone()),
             StoreError::Redis(_) => StoreError::Redis(wrapped()),
             StoreError::Pool(_) => StoreError::Pool(wrapped()),
             StoreError::Refused(r) => StoreError::Refused(Refusal {
@@ -230,6 +237,7 @@ impl fmt::Display for StoreError {
             StoreError::Pool(e) => write!(f, "rate limit store pool error: {e}"),
             StoreError::Protocol(e) => write!(f, "unexpected reply from rate limit store: {e}"),
             StoreError::Refused(r) => write!(f, "rate limit store refused: {r}"),
+            StoreError::Invalid(m) => write!(f, "invalid rate limiter call: {m}"),
         }
     }
 }
@@ -239,7 +247,7 @@ impl std::error::Error for StoreError {
         match self {
             StoreError::Redis(e) | StoreError::Pool(e) => Some(&**e),
             StoreError::Refused(r) => Some(r),
-            StoreError::Timeout(_) | StoreError::Protocol(_) => None,
+            StoreError::Timeout(_) | StoreError::Protocol(_) | StoreError::Invalid(_) => None,
         }
     }
 }

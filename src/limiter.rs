@@ -485,8 +485,11 @@ impl RateLimiter {
 
     /// Reports the state of `key` without consuming anything (cost 0).
     ///
-    /// `allowed` is always true (nothing was asked for); `remaining` tells
-    /// whether a request would pass now.
+    /// It is `allowed` unless even a cost of 0 does not fit: a blocked key,
+    /// or one in debt (charged past its limit by a settle or
+    /// [`penalize`](Self::penalize)), is denied with its `retry_after`. At
+    /// the limit exactly it is allowed: `remaining` tells whether a request
+    /// would pass now.
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
         self.check_n(key, 0).await
     }

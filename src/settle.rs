@@ -15,12 +15,18 @@
 //!
 //! | strategy | give back (refund) | charge (excess, penalize) |
 //! |---|---|---|
-//! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms) | the current window, past the limit; a debt ends with the window |
+//! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms); a window given back to a count of 0 is deleted, so the next request opens a new window of a full period (no more admitted: nothing of the old one counts) | the current window, past the limit; a debt ends with the window |
 //! | sliding window log | exact: the reservation's entries, while in the window | entries at now (at most `n`: more would leave together) |
 //! | sliding window counter | exact while in the reservation's aligned window | the current window's count; weighs on the next window, no further |
-//! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large |
+//! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large, up to [`MAX_DEBT`](RateLimiter::MAX_DEBT) (35.7 years) |
 //! | leaky bucket | none: admitted requests hold their slots in the queue | none |
 //! | concurrency | none: the lease is the cost, released when the response ends | none |
+//!
+//! One charge or give-back moves each quota by at most what its rate repays
+//! in [`RateLimiter::MAX_DEBT`] (2^50 µs), and no key holds a longer debt: a
+//! window's count stays at most its limit plus that many units. The bound
+//! is the store's arithmetic (Lua numbers are doubles, exact below 2^53),
+//! not a policy: a debt of a year on a 10-per-hour bucket is a year.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +65,8 @@ impl Reservation {
         &self.decision
     }
 
-    /// The reserved units (0 when the decision denied: nothing to settle).
+    /// The reserved units (0 when the decision denied: nothing was
+    /// reserved, and a settle charges all it is told was used).
     pub fn units(&self) -> u64 {
         if self.decision.allowed() {
             self.units
@@ -74,23 +81,27 @@ impl Reservation {
     }
 }
 
-/// The largest number of units one adjust moves (a charge larger than a
-/// thousand capacities is that many: the arithmetic stays exact).
-fn clamp_units(lim: &RateLimiter, units: u64) -> i64 {
-    let cap = lim
-        .quota_specs()
-        .iter()
-        .map(|q| {
-            q.capacity()
-                .saturating_mul(1024)
-                .min((1 << 50) / q.interval_us.max(1))
-        })
-        .min()
-        .unwrap_or(0);
-    units.min(cap).min(i64::MAX as u64) as i64
+/// `units` as an adjust's argument: at most 2^50, what any quota's cap
+/// allows (each quota then moves by at most what its rate repays in 2^50
+/// µs, in the store: see [`MAX_DEBT`](RateLimiter::MAX_DEBT)).
+fn clamp_units(units: u64) -> i64 {
+    units.min(crate::strategy::state::MAX_DEBT_US as u64) as i64
 }
 
 impl RateLimiter {
+    /// The longest debt a charge leaves (2^50 µs, about 35.7 years): one
+    /// [`settle`](Self::settle), [`penalize`](Self::penalize) or
+    /// [`reward`](Self::reward) moves each quota by at most what its rate
+    /// repays in this time, and no key holds a longer debt (a larger charge
+    /// is charged this much). The store's arithmetic needs the bound: Lua
+    /// numbers are doubles, exact below 2^53, and its times are µs since
+    /// 1970 (about 2^50.6).
+    pub const MAX_DEBT: Duration = Duration::from_micros(1 << 50);
+
+    /// The longest [`block`](Self::block): 366 days (a longer one is an
+    /// error; to keep a key out for good, do not admit it at all).
+    pub const MAX_BLOCK: Duration = Duration::from_secs(366 * 86_400);
+
     /// Reserves an `estimate` of a request's cost before the work is done
     /// (one atomic call, denied if it does not fit), to
     /// [`settle`](Self::settle) to the real cost afterwards: usage-based
@@ -99,6 +110,13 @@ impl RateLimiter {
     /// Nothing can overshoot under concurrency: every request's estimate is
     /// counted at admission, and a request whose real cost is larger is
     /// charged the excess (a debt) when it settles.
+    ///
+    /// An estimate of 0 asks for nothing, like a [`peek`](Self::peek): it
+    /// is admitted whenever the key is neither blocked nor in debt, even
+    /// with nothing left, so any number of concurrent requests pass at
+    /// once; what they use is still charged when they settle (a debt), but
+    /// only afterwards. Reserve at least 1, and never an estimate the
+    /// client chooses unchecked (`examples/token_budget.rs` bounds it).
     pub async fn reserve_n(
         &self,
         key: impl AsRef<[u8]>,
@@ -121,29 +139,36 @@ impl RateLimiter {
     /// above the limit, and only where the reserved units still count, see
     /// the strategies' table in the README's "Settling after the response"),
     /// the excess is charged even past the limit, so that the key waits
-    /// until the debt is repaid at the quota's rate. A denied reservation
-    /// settles nothing. A refund to 0 is "do not count this request".
+    /// until the debt is repaid at the quota's rate. A refund to 0 is "do
+    /// not count this request".
+    ///
+    /// What was used is always charged, whatever was reserved: a
+    /// reservation of 0 units (an estimate of 0) settled to 500 charges 500,
+    /// and so does a denied reservation (it reserved nothing: settle it only
+    /// if the work was done anyway; settled to 0 it charges nothing).
     ///
     /// A reservation settles once: settling it (or a clone) again does
     /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
         if reservation.limiter != self.instance() {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "this reservation was made by another limiter: settle it with that one".to_owned(),
             ));
         }
         if reservation.settled.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // (0 for a denied reservation: it reserved nothing, so whatever
+        // was used is charged in full; an allowed one of 0 units alike)
         let units = reservation.units();
-        if units == 0 || actual == units {
+        if actual == units {
             return Ok(());
         }
         let quotas = self.quota_specs();
         let keys = &reservation.keys[..quotas.len().min(reservation.keys.len())];
         let now_us = self.manual_now_us();
         if actual > units {
-            let excess = clamp_units(self, actual - units);
+            let excess = clamp_units(actual - units);
             return self
                 .bound_store()
                 .adjust(
@@ -175,26 +200,34 @@ impl RateLimiter {
 
     /// The current state of every quota of `key`, without consuming
     /// anything: what the headers of a request would show (a
-    /// [`peek`](Self::peek)). A blocked key reports `allowed: false` and
-    /// the block's end as `retry_after`.
+    /// [`peek`](Self::peek), cost 0).
+    ///
+    /// It is `allowed()` unless even a cost of 0 does not fit: a blocked
+    /// key is denied with the block's end as `retry_after`, and so is a key
+    /// in debt (charged past its limit by a settle or
+    /// [`penalize`](Self::penalize)), with the time the debt is repaid. A
+    /// key with exactly nothing left is allowed with `remaining() == 0`:
+    /// `remaining()` is what says whether a request of cost 1 would pass.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
         self.peek(key).await
     }
 
     /// Charges `units` to every quota of `key` for an application event
     /// (a failed login costs 5), past the limit if need be: the key is then
-    /// denied until the debt is repaid at the quota's rate. One atomic call;
+    /// denied until the debt is repaid at the quota's rate (at most
+    /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        let units = clamp_units(self, units);
+        let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(units)).await
     }
 
     /// Gives `units` back to every quota of `key` (a successful login
-    /// forgives failed ones), never above the limit. One atomic call;
+    /// forgives failed ones), never above the limit (at most what the
+    /// quota's rate repays in [`MAX_DEBT`](Self::MAX_DEBT)). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        let units = clamp_units(self, units);
+        let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(-units)).await
     }
 
@@ -242,14 +275,25 @@ impl RateLimiter {
     /// [`blocking`](crate::limiter::RateLimiterBuilder::blocking) or
     /// [`block_for`](crate::limiter::RateLimiterBuilder::block_for): other
     /// limiters never read blocks, and this returns an error. A zero
-    /// duration lifts the block.
+    /// duration lifts the block; a duration under a microsecond blocks for
+    /// one.
+    ///
+    /// A duration longer than [`MAX_BLOCK`](Self::MAX_BLOCK) (366 days) is
+    /// a [`StoreError::Invalid`] naming the maximum, and nothing is changed
+    /// (an admin endpoint answers it with a 400).
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        if duration > Self::MAX_BLOCK {
+            return Err(StoreError::Invalid(format!(
+                "a block lasts at most {} s (366 days); {} s asked for",
+                Self::MAX_BLOCK.as_secs(),
+                duration.as_secs()
+            )));
+        }
         // (a block shorter than a microsecond is one: zero would lift it)
         let us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
             .max(u64::from(!duration.is_zero()));
-        self.set_block(key.as_ref(), us.min(366 * 86_400 * 1_000_000))
-            .await
+        self.set_block(key.as_ref(), us).await
     }
 
     /// Lifts a block of `key` (one call); a key not blocked is left as it is.
@@ -259,7 +303,7 @@ impl RateLimiter {
 
     async fn set_block(&self, key: &[u8], us: u64) -> Result<(), StoreError> {
         if self.block_us().is_none() {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "blocking is not enabled for this limiter: build it with .blocking() or .block_for(..)"
                     .to_owned(),
             ));

@@ -8,6 +8,10 @@
 
 mod common;
 
+#[allow(dead_code)] // (its `main` and demo items)
+#[path = "../examples/token_budget.rs"]
+mod token_budget;
+
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,7 +64,8 @@ impl http_body::Body for Chunks {
 type Streams = Arc<Mutex<Option<mpsc::Receiver<(u64, &'static str)>>>>;
 
 /// `/ok`, `/fail` (500), `/teapot` (418), `/hang` (never answers),
-/// `/tokens/{n}` (the cost in a header), `/ext/{n}` (in an extension),
+/// `/tokens/{n}` (the cost in a header), `/huge` (a header's cost too large
+/// for a u64), `/ext/{n}` (in an extension),
 /// `/gate/{n}` (waits for the gate, then `/tokens/{n}`), `/stream` (streams
 /// what the test sends on the channel put in `streams`).
 fn app(layer: RateLimitLayer, gate: watch::Receiver<bool>, streams: Streams) -> Router {
@@ -91,6 +96,10 @@ fn app_counting(
         .route(
             "/tokens/{n}",
             get(|Path(n): Path<u64>| async move { ([(TOKENS, n.to_string())], "done") }),
+        )
+        .route(
+            "/huge",
+            get(|| async { ([(TOKENS, "99999999999999999999999999")], "done") }),
         )
         .route(
             "/ext/{n}",
@@ -428,4 +437,236 @@ async fn a_stream_dropped_before_any_report_keeps_the_estimate() {
     drop(res);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(remaining(&limiter).await, 80);
+}
+
+/// An estimate of 0 reserves nothing, but what the response reports (a
+/// header, the `UsageReporter` of a stream) is charged all the same, past
+/// the limit as a debt.
+async fn zero_estimates_are_charged(limiter: RateLimiter) {
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 0).header(TOKENS));
+    let (tx, rx) = mpsc::channel(8);
+    let (_open, gate) = watch::channel(true);
+    let app = app(layer.clone(), gate, Arc::new(Mutex::new(Some(rx))));
+    let res = send(&app, get_req("/tokens/30")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await, "done");
+    assert_eq!(
+        remaining(&limiter).await,
+        70,
+        "a header's 30 on an estimate of 0"
+    );
+    // nothing reported: the estimate, 0, stands
+    let res = send(&app, get_req("/ok")).await;
+    assert_eq!(text(res).await, "ok");
+    assert_eq!(remaining(&limiter).await, 70);
+    // a stream reporting 50 on an estimate of 0
+    let res = send(&app, get_req("/stream")).await;
+    tx.send((20, "a")).await.unwrap();
+    tx.send((30, "b")).await.unwrap();
+    drop(tx);
+    assert_eq!(text(res).await, "ab");
+    assert_eq!(
+        remaining(&limiter).await,
+        20,
+        "a stream's 50 on an estimate of 0"
+    );
+    // past the limit: a debt, and the next request (even of estimate 0) waits
+    let res = send(&app, get_req("/tokens/500")).await;
+    assert_eq!(text(res).await, "done");
+    let res = send(&app, get_req("/tokens/1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(layer.stats().settle_errors, 0);
+}
+
+#[tokio::test]
+async fn an_estimate_of_zero_is_charged_what_was_used_on_memory() {
+    let clock = clock();
+    zero_estimates_are_charged(window(&clock, "zero", 100)).await;
+}
+
+#[tokio::test]
+async fn an_estimate_of_zero_is_charged_what_was_used_on_redis() {
+    let redis = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+        .prefix("zero")
+        .clock(clock())
+        .quota(Quota::fixed_window(Rate::per_minute(100)).name("minute"))
+        .build()
+        .unwrap();
+    zero_estimates_are_charged(limiter).await;
+}
+
+/// `examples/token_budget.rs`'s app on a memory store under a manual clock
+/// (no refill), streaming without pause.
+fn token_budget_app() -> (Router, RateLimiter) {
+    let clock = clock();
+    let limiter = token_budget::budget_limiter(
+        RateLimiter::builder()
+            .store(tower_redis_ratelimit::MemoryStore::new())
+            .clock(clock),
+    )
+    .unwrap();
+    let app = token_budget::app(
+        limiter.clone(),
+        token_budget::demo_tenants(),
+        Duration::ZERO,
+    );
+    (app, limiter)
+}
+
+fn as_alice(path: &str) -> http::Request<Body> {
+    http::Request::get(path)
+        .header("x-api-key", "alice-key")
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn tokens_left(limiter: &RateLimiter) -> u64 {
+    limiter.get("alice").await.unwrap().remaining()
+}
+
+#[tokio::test]
+async fn the_token_budget_example_lets_no_client_choose_a_free_or_absurd_estimate() {
+    let (app, limiter) = token_budget_app();
+    for query in [
+        "max_tokens=0",
+        "max_tokens=-1",
+        "max_tokens=-500",
+        "max_tokens=2001",
+        "max_tokens=18446744073709551615",
+        "max_tokens=99999999999999999999999",
+        "max_tokens=abc",
+        "max_tokens=",
+        "max_tokens",
+        "max_tokens=1.5",
+        "max_tokens=%30",
+        "max_tokens=1&max_tokens=0",
+        "max_tokens=10&words=-1",
+        "max_tokens=10&words=x",
+        "max_tokens=10&words=2001",
+    ] {
+        let res = send(&app, as_alice(&format!("/v1/complete?{query}&words=5"))).await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{query}");
+    }
+    assert_eq!(
+        tokens_left(&limiter).await,
+        2_000,
+        "a rejected request costs nothing"
+    );
+    // no key, or a made-up one: 401, no budget of its own
+    let res = send(&app, get_req("/v1/complete?max_tokens=10")).await;
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let made_up = http::Request::get("/v1/complete?max_tokens=10")
+        .header("x-api-key", "mallory")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, made_up).await.status(), StatusCode::UNAUTHORIZED);
+    // the default estimate (100), settled to the 12 words streamed
+    let res = send(&app, as_alice("/v1/complete?words=12")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await.split_whitespace().count(), 12);
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 12);
+    // a completion stops at max_tokens, and what it streamed is charged
+    let res = send(&app, as_alice("/v1/complete?max_tokens=10&words=2000")).await;
+    assert_eq!(text(res).await.split_whitespace().count(), 10);
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 22);
+    let res = send(&app, as_alice("/v1/budget")).await;
+    assert_eq!(text(res).await, "1978 of 2000 tokens left\n");
+}
+
+#[tokio::test]
+async fn the_token_budget_example_charges_a_race_of_parallel_completions() {
+    let (app, limiter) = token_budget_app();
+    // six at once asking for nothing: all refused before the limiter
+    let zeros: Vec<_> = (0..6)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                send(&app, as_alice("/v1/complete?max_tokens=0&words=500"))
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    for t in zeros {
+        assert_eq!(t.await.unwrap(), StatusCode::BAD_REQUEST);
+    }
+    // six at once asking for 500 each: four fit the 2 000, all four charged
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let res = send(&app, as_alice("/v1/complete?max_tokens=500&words=500")).await;
+                let status = res.status();
+                (status, text(res).await.split_whitespace().count())
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut words = 0;
+    for t in tasks {
+        let (status, n) = t.await.unwrap();
+        if status == StatusCode::OK {
+            ok += 1;
+            words += n;
+        } else {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        }
+    }
+    assert_eq!((ok, words), (4, 2_000));
+    eventually(&limiter, 0).await;
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Waits (10 s at most) until alice has `expected` tokens left.
+async fn eventually(limiter: &RateLimiter, expected: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokens_left(limiter).await != expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} left",
+            tokens_left(limiter).await
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A usage header too large for a u64 is charged in full: the longest debt
+/// there is, `RateLimiter::MAX_DEBT`, never an error or a free request.
+async fn a_huge_usage_is_the_longest_debt(limiter: RateLimiter) {
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 1).header(TOKENS));
+    let app = plain_app(layer.clone());
+    let res = send(&app, get_req("/huge")).await;
+    assert_eq!(text(res).await, "done");
+    assert_eq!(layer.stats().settle_errors, 0);
+    // 60 per minute: a unit a second, a burst of 60
+    let d = limiter.check("global").await.unwrap();
+    assert_eq!(
+        d.retry_after(),
+        Some(RateLimiter::MAX_DEBT - Duration::from_secs(59))
+    );
+}
+
+#[tokio::test]
+async fn a_huge_usage_is_the_longest_debt_on_memory() {
+    let clock = clock();
+    a_huge_usage_is_the_longest_debt(limiter(&clock, "huge", [Quota::gcra(Rate::per_minute(60))]))
+        .await;
+}
+
+#[tokio::test]
+async fn a_huge_usage_is_the_longest_debt_on_redis() {
+    let redis = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+        .prefix("huge")
+        .clock(clock())
+        .quota(Quota::gcra(Rate::per_minute(60)))
+        .build()
+        .unwrap();
+    a_huge_usage_is_the_longest_debt(limiter).await;
 }

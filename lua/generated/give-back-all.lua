@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 19f71862e733ad5ed83f57d18147ab6b18f2e613).
+-- (SCRIPT LOAD, then EVALSHA 8a43ff04f90dba934d5b9aa7452b62fad8d20f95).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -227,12 +227,17 @@ do
 -- charges the current window, past n if need be (a debt: the window denies
 -- until it ends; a debt is not carried past the window's end), starting a
 -- window if there is none; units < 0 gives back, never below 0 (a count of 0
--- is no state). The key's TTL is kept, or set for a window it starts.
+-- is no state). The key's TTL is kept, or set for a window it starts. A
+-- count stays at most n plus what the rate repays in 2^50 us (top).
+local top = n + math.floor(1125899906842624 / interval)
 if not MANUAL then
   local c = tonumber(redis.call('GET', key) or '0')
   if units > 0 then
-    redis.call('INCRBY', key, fmt('%d', units))
-    if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ceil(period / 1000))) end
+    if c + units > top then units = top - c end
+    if units > 0 then
+      redis.call('INCRBY', key, fmt('%d', units))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ceil(period / 1000))) end
+    end
   elseif c > 0 then
     if c + units <= 0 then
       redis.call('DEL', key)
@@ -245,6 +250,7 @@ else
   local s, c = tonumber(st[1]), tonumber(st[2])
   if not s or not c or now >= s + period then s, c = now, 0 end
   if units > 0 then
+    if c + units > top then units = math.max(top - c, 0) end
     redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', c + units))
     redis.call('PEXPIRE', key, fmt('%d', ceil((s + period - now) / 1000) + GRACE))
   elseif c > 0 then
@@ -382,6 +388,9 @@ elseif sw ~= w then
 end
 local c2 = c + units
 if c2 < 0 then c2 = 0 end
+-- (at most n plus what the rate repays in 2^50 us: lua/give_back.lua)
+local top = n + math.floor(1125899906842624 / interval)
+if c2 > top then c2 = math.max(c, top) end
 local reset = 0
 if c2 > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
 if reset <= 0 then
@@ -401,11 +410,14 @@ local now = NOW
 do
 -- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
 -- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- is back within the burst, repaid at the quota's rate, up to 2^50 us past
+-- now); units < 0 takes it
 -- back, never below now (never more than the burst left).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
 if t <= now then
   redis.call('DEL', key)
 else
@@ -418,11 +430,14 @@ local now = NOW
 do
 -- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
 -- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate); units < 0 takes it
+-- is back within the burst, repaid at the quota's rate, up to 2^50 us past
+-- now); units < 0 takes it
 -- back, never below now (never more than the burst left).
 local tat = tonumber(redis.call('GET', key))
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
 if t <= now then
   redis.call('DEL', key)
 else
@@ -443,7 +458,8 @@ end
 -- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
--- never above the limit) and now; no fins follow. A strategy without a block
+-- never above the limit; at most 2^50 us of the quota's rate either way,
+-- and no state holds a debt longer than that) and now; no fins follow. A strategy without a block
 -- of the kind asked is left as it is.
 --
 -- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
@@ -465,8 +481,16 @@ for i = 1, nq do
         tonumber(ARGV[o + 5]), last)
     end
   elseif f then
+    local u = units
+    if not at then
+      -- an adjust moves a quota by at most what its rate repays in 2^50 us
+      -- (about 35.7 years; src/settle.rs, MAX_DEBT): Lua numbers are
+      -- doubles, exact below 2^53, and times are us since 1970 (2^50.6)
+      local cap = math.floor(1125899906842624 / tonumber(ARGV[o + 5]))
+      if u > cap then u = cap elseif u < -cap then u = -cap end
+    end
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
-      tonumber(ARGV[o + 5]), units, at, last)
+      tonumber(ARGV[o + 5]), u, at, last)
   end
 end
 return 'OK'

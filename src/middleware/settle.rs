@@ -64,6 +64,14 @@ impl SettleConfig {
 ///
 /// A body dropped before its end (the client went away mid-stream) settles
 /// what was reported so far, or keeps the estimate if nothing was.
+///
+/// What is reported is charged whatever the estimate was, past the limit
+/// if need be (a debt): an estimate of 0 settled to 500 charges 500. But an
+/// estimate of 0 is admitted whenever the key is not in debt, even with
+/// nothing left (see [`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n)):
+/// make the estimate at least 1 and bound it on the server's side, never
+/// the client's unchecked word (`examples/token_budget.rs`). A request a
+/// shadow layer would have denied is not settled.
 #[derive(Clone, Default)]
 pub struct ResponseCost {
     estimate: Option<Arc<CostFn>>,
@@ -235,10 +243,15 @@ impl SettleGuard {
     /// The response head is known: what to settle to. `None`: nothing to
     /// settle (the reservation stands as it is).
     pub(crate) fn at_head(mut self, head: &http::response::Parts) -> Option<Self> {
-        let units = self.reservation.as_ref().map_or(0, Reservation::units);
-        if units == 0 {
-            return None;
-        }
+        let units = match self.reservation.as_ref() {
+            Some(r) if r.decision().allowed() => r.units(),
+            // (a shadow layer's denied request: not charged, as an
+            // enforcing layer would not have served it)
+            _ => {
+                self.reservation = None;
+                return None;
+            }
+        };
         if self.config.refund.iter().any(|refund| refund(head)) {
             self.actual = Actual::Fixed(0);
             return Some(self);
@@ -267,12 +280,16 @@ impl SettleGuard {
 
     fn take(&mut self) -> Option<SettleFuture> {
         let reservation = self.reservation.take()?;
+        if !reservation.decision().allowed() {
+            return None;
+        }
+        // (an estimate of 0 settles too: what was used is charged)
         let units = reservation.units();
         let actual = match &self.actual {
             Actual::Fixed(n) => *n,
             Actual::Reported(reporter) => reporter.reported().unwrap_or(units),
         };
-        if actual == units || units == 0 {
+        if actual == units {
             return None;
         }
         let limiter = self.limiter.clone();

@@ -107,8 +107,16 @@ fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
         _ => (now, 0),
     };
     if units > 0 {
+        let top = q.n + super::state::max_debt_units(q.interval);
         *slot = Some(Entry {
-            value: Value::Window { s, c: c + units },
+            value: Value::Window {
+                s,
+                c: if c + units > top {
+                    c.max(top)
+                } else {
+                    c + units
+                },
+            },
             expires_at: now + ttl_us(s + q.period - now),
         });
     } else if c > 0 {

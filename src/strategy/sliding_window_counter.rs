@@ -150,7 +150,11 @@ fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
         }
         _ => (0, 0),
     };
-    let c2 = (c + units).max(0);
+    let top = q.n + super::state::max_debt_units(q.interval);
+    let c2 = match (c + units).max(0) {
+        c2 if c2 > top => c.max(top),
+        c2 => c2,
+    };
     let reset = if c2 > 0 {
         (w + 2) * period - now
     } else if p > 0 {

@@ -288,12 +288,25 @@ pub(crate) fn give_back(
 /// block does.
 pub(crate) type AdjustFn = fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64);
 
-/// Adjusts one quota's key by `units`, as the settle script's adjust block
-/// does; a strategy without adjust changes nothing.
+/// The longest debt an adjust leaves, in µs (about 35.7 years): one adjust
+/// moves a quota by at most what its rate repays in this time, and no state
+/// holds more. The store's arithmetic needs it: Lua numbers are doubles,
+/// exact below 2^53, and times are µs since 1970 (about 2^50.6).
+pub(crate) const MAX_DEBT_US: i64 = 1 << 50;
+
+/// The units a quota of `interval` µs per unit repays in [`MAX_DEBT_US`].
+pub(crate) fn max_debt_units(interval: i64) -> i64 {
+    MAX_DEBT_US / interval.max(1)
+}
+
+/// Adjusts one quota's key by `units` (at most [`max_debt_units`] either
+/// way), as the settle script's adjust block does; a strategy without
+/// adjust changes nothing.
 pub(crate) fn adjust(slot: &mut Option<Entry>, q: &QuotaSpec, now: i64, units: i64) {
     expire(slot, now);
     if let crate::strategy::Adjust::Units { twin, .. } = q.spec().adjust {
         let params = Params::of(q);
-        twin(slot, params, now, units);
+        let cap = max_debt_units(params.interval);
+        twin(slot, params, now, units.clamp(-cap, cap));
     }
 }

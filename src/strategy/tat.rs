@@ -106,7 +106,8 @@ pub(super) fn give_back(
 pub(super) const ADJUST_LUA: &str = include_str!("../../lua/adjust_tat.lua");
 
 /// The twin of `lua/adjust_tat.lua`: moves the TAT (at least now) by
-/// `units * interval`, past the burst for a charge, never below now.
+/// `units * interval`, past the burst for a charge (at most
+/// `MAX_DEBT_US` past now), never below now.
 pub(super) fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
     let tat = match slot {
         Some(Entry {
@@ -115,7 +116,8 @@ pub(super) fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) 
         }) => (*t).max(now),
         _ => now,
     };
-    let t = tat + units * q.interval;
+    // (`units * interval` is at most MAX_DEBT_US either way: state::adjust)
+    let t = (tat + units * q.interval).min(now + super::state::MAX_DEBT_US);
     *slot = (t > now).then(|| Entry {
         value: Value::Tat(t),
         expires_at: now + ttl_us(t - now),

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tower_redis_ratelimit::clock::{Clock, ManualClock};
+use tower_redis_ratelimit::error::StoreError;
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{Quota, Rate, RateLimiter};
 
@@ -640,6 +641,120 @@ store_suite! {
         assert!(plain.block("cust", ms(1_000)).await.is_err());
     }
 
+    async fn get_is_allowed_at_the_limit_and_denied_in_debt_or_blocked(h: &impl Harness) {
+        for (i, s) in Strategy::ALL.into_iter().enumerate() {
+            let (lim, _clock) = manual(h, &format!("getdebt{i}"), quota(s, 3, ms(60_000)));
+            let mut leases = Vec::new();
+            for _ in 0..3 {
+                let d = lim.check("u").await.unwrap();
+                assert!(d.allowed(), "{s}");
+                leases.extend(d.lease().cloned());
+            }
+            assert!(!lim.check("u").await.unwrap().allowed(), "{s}");
+            // exactly nothing left: a cost of 0 still fits
+            let g = lim.get("u").await.unwrap();
+            assert!(g.allowed(), "{s}: {g:?}");
+            assert_eq!(g.remaining(), 0, "{s}");
+            if matches!(s, Strategy::LeakyBucket | Strategy::Concurrency) {
+                continue; // (no debt: they cannot be charged)
+            }
+            // in debt: even a cost of 0 does not fit until it is repaid
+            lim.penalize("u", 5).await.unwrap();
+            let g = lim.get("u").await.unwrap();
+            assert!(!g.allowed(), "{s}: {g:?}");
+            assert_eq!(g.remaining(), 0, "{s}");
+            assert!(g.retry_after().is_some_and(|r| !r.is_zero()), "{s}: {g:?}");
+        }
+        // blocked: denied until the block's end
+        let clock = ManualClock::new(T0);
+        let lim = h
+            .builder("getblocked")
+            .quota(Quota::gcra(Rate::new(5, ms(10_000))))
+            .blocking()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        lim.block("u", ms(5_000)).await.unwrap();
+        let g = lim.get("u").await.unwrap();
+        assert!(!g.allowed());
+        assert_eq!((g.remaining(), g.retry_after()), (0, Some(ms(5_000))));
+    }
+
+    async fn a_block_past_the_maximum_is_an_error_and_changes_nothing(h: &impl Harness) {
+        let clock = ManualClock::new(T0);
+        let lim = h
+            .builder("maxblock")
+            .quota(Quota::gcra(Rate::new(5, ms(10_000))))
+            .blocking()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        const MAX: Duration = RateLimiter::MAX_BLOCK;
+        assert_eq!(MAX, Duration::from_secs(366 * 86_400));
+        // at the maximum: applied in full
+        lim.block("at", MAX).await.unwrap();
+        assert_eq!(lim.check("at").await.unwrap().retry_after(), Some(MAX));
+        // past it: an error naming the maximum, nothing changed
+        for asked in [MAX + us(1), Duration::from_secs(99_999_999_999), Duration::MAX] {
+            let e = lim.block("past", asked).await.unwrap_err();
+            assert!(matches!(e, StoreError::Invalid(_)), "{e:?}");
+            assert!(e.to_string().contains("31622400 s (366 days)"), "{e}");
+            assert!(lim.check("past").await.unwrap().allowed(), "{asked:?}");
+            // and a block in place is kept as it was
+            let e = lim.block("at", asked).await.unwrap_err();
+            assert!(matches!(e, StoreError::Invalid(_)), "{e:?}");
+            assert_eq!(lim.check("at").await.unwrap().retry_after(), Some(MAX));
+        }
+        // a duration under a microsecond blocks for one; zero lifts
+        lim.block("tiny", Duration::from_nanos(1)).await.unwrap();
+        assert_eq!(lim.check("tiny").await.unwrap().retry_after(), Some(us(1)));
+        lim.block("at", Duration::ZERO).await.unwrap();
+        assert!(lim.check("at").await.unwrap().allowed());
+    }
+
+    async fn a_fixed_window_refunded_to_zero_is_gone_and_admits_no_more_than_its_limit(h: &impl Harness) {
+        // 3 per minute
+        let (lim, clock) = manual(h, "refund0", Quota::fixed_window(Rate::new(3, ms(60_000))));
+        let r = lim.reserve_n("u", 1).await.unwrap();
+        assert_eq!(r.decision().reset_after(), ms(60_000));
+        lim.settle(&r, 0).await.unwrap();
+        // the window's count went back to 0: the window is gone
+        assert_eq!(h.key_count("refund0").await, 0, "a window refunded to 0 is deleted");
+        // 50 s later a request opens a new window, of its own minute
+        clock.advance(ms(50_000));
+        for left in [2, 1, 0] {
+            allowed(&lim.check("u").await.unwrap(), left, ms(60_000));
+        }
+        assert!(!lim.check("u").await.unwrap().allowed());
+        // the old window's end frees nothing: 3 in any window, never more
+        clock.advance(ms(10_000));
+        let d = lim.check("u").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(ms(50_000)));
+        clock.advance(ms(50_000));
+        assert!(lim.check("u").await.unwrap().allowed());
+        // refunds racing checks: never more than 3 counted at once
+        let (lim, _clock) = manual(h, "refund0-race", Quota::fixed_window(Rate::new(3, ms(60_000))));
+        let mut tasks = Vec::new();
+        for j in 0..40 {
+            let lim = lim.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = lim.reserve_n("u", 1).await.unwrap();
+                let ok = r.decision().allowed();
+                if ok && j % 2 == 0 {
+                    lim.settle(&r, 0).await.unwrap(); // refunded
+                }
+                ok && j % 2 == 1
+            }));
+        }
+        let mut kept = 0;
+        for t in tasks {
+            kept += u64::from(t.await.unwrap());
+        }
+        assert!(kept <= 3, "{kept}");
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 3 - kept);
+    }
+
     async fn penalize_and_reward_move_remaining_on_every_adjustable_strategy(h: &impl Harness) {
         for (i, s) in [
             Strategy::FixedWindow,
@@ -784,6 +899,125 @@ store_suite! {
             lim.settle(&r, 0).await.unwrap();
             assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}");
         }
+    }
+
+    async fn a_reservation_of_zero_units_is_still_charged_what_it_used(h: &impl Harness) {
+        for (i, s) in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindowLog,
+            Strategy::SlidingWindowCounter,
+            Strategy::TokenBucket,
+            Strategy::Gcra,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (lim, _clock) = manual(h, &format!("zero{i}"), quota(s, 100, ms(60_000)));
+            // an estimate of 0 is admitted (it asks for nothing) ...
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            assert!(r.decision().allowed(), "{s}");
+            assert_eq!(r.units(), 0, "{s}");
+            // ... and settles to what was used: 30 charged
+            lim.settle(&r, 30).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 70, "{s}: 0 then 30");
+            // a settle to 0 of it charges nothing
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 70, "{s}: 0 then 0");
+            // past the limit: a debt, as for any reservation
+            let r = lim.reserve_n("u", 0).await.unwrap();
+            lim.settle(&r, 500).await.unwrap();
+            let d = lim.check("u").await.unwrap();
+            assert!(!d.allowed(), "{s}: 0 then 500 must leave a debt: {d:?}");
+            assert_eq!(d.remaining(), 0, "{s}");
+            // a denied reservation reserved nothing: settling it charges
+            // in full what the caller says was used (0: nothing)
+            let (lim, _clock) = manual(h, &format!("zero-denied{i}"), quota(s, 10, ms(60_000)));
+            assert!(lim.check_n("u", 8).await.unwrap().allowed(), "{s}");
+            let r = lim.reserve_n("u", 5).await.unwrap();
+            assert!(!r.decision().allowed(), "{s}");
+            assert_eq!(r.units(), 0, "{s}");
+            lim.settle(&r, 0).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 2, "{s}: denied, then 0");
+            let r = lim.reserve_n("u", 5).await.unwrap();
+            lim.settle(&r, 1).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 1, "{s}: denied, then 1");
+        }
+    }
+
+    async fn a_debt_is_repaid_at_the_rate_up_to_max_debt(h: &impl Harness) {
+        const MAX: Duration = RateLimiter::MAX_DEBT;
+        assert_eq!(MAX, us(1 << 50));
+        // 10 per hour: a unit every 6 minutes; what the rate repays in MAX
+        let interval = ms(360_000);
+        let cap: u64 = (1 << 50) / 360_000_000;
+        for s in [Strategy::TokenBucket, Strategy::Gcra] {
+            let (lim, clock) = manual(h, &format!("maxdebt-{s}"), quota(s, 10, ms(3_600_000)));
+            let retry = |k: &'static str| {
+                let lim = lim.clone();
+                async move { lim.check(k).await.unwrap().retry_after() }
+            };
+            // reserve 1, settle 100,000: 99,991 intervals until one fits
+            let r = lim.reserve_n("big", 1).await.unwrap();
+            lim.settle(&r, 100_000).await.unwrap();
+            assert_eq!(retry("big").await, Some(interval * 99_991), "{s}");
+            // at the cap, past it, and far past it: the same debt
+            lim.penalize("at", cap).await.unwrap();
+            lim.penalize("past", cap + 1).await.unwrap();
+            lim.penalize("far", u64::MAX).await.unwrap();
+            let at_cap = Some(interval * (cap as u32 - 9));
+            for k in ["at", "past", "far"] {
+                assert_eq!(retry(k).await, at_cap, "{s}: {k}");
+            }
+            // more debt on a key at the cap: no further than MAX from now
+            lim.penalize("at", 1).await.unwrap();
+            lim.penalize("far", u64::MAX).await.unwrap();
+            let full = MAX - interval * 9;
+            assert_eq!(retry("at").await, Some(full), "{s}");
+            assert_eq!(retry("far").await, Some(full), "{s}");
+            // a reward of any size gives back, never above the limit
+            lim.reward("past", u64::MAX).await.unwrap();
+            assert_eq!(lim.get("past").await.unwrap().remaining(), 10, "{s}");
+            // and the debt is repaid at the rate, to the microsecond
+            clock.advance(full - us(1));
+            assert!(!lim.check("at").await.unwrap().allowed(), "{s}");
+            clock.advance(us(1));
+            assert!(lim.check("at").await.unwrap().allowed(), "{s}");
+        }
+        // a window's count: at most its limit plus what the rate repays in
+        // MAX (10 per 10 s: a unit a second)
+        let cap: u64 = (1 << 50) / 1_000_000;
+        for s in [Strategy::FixedWindow, Strategy::SlidingWindowCounter] {
+            let (lim, clock) = manual(h, &format!("maxcount-{s}"), quota(s, 10, ms(10_000)));
+            lim.penalize("u", u64::MAX).await.unwrap();
+            lim.penalize("u", u64::MAX).await.unwrap();
+            assert!(!lim.check("u").await.unwrap().allowed(), "{s}");
+            lim.reward("u", cap).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 0, "{s}: 10 + cap - cap");
+            lim.reward("u", 1).await.unwrap();
+            assert_eq!(lim.get("u").await.unwrap().remaining(), 1, "{s}");
+            clock.advance(ms(20_000));
+            assert!(lim.check("u").await.unwrap().allowed(), "{s}");
+        }
+        // on the store's clock too (the fixed window's INCRBY, a TAT of now)
+        let lim = h.limiter(
+            "maxdebt-store",
+            vec![Quota::fixed_window(Rate::new(10, ms(60_000)))],
+            Clock::Store,
+        );
+        let cap: u64 = (1 << 50) / 6_000_000;
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.reward("u", cap).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 0);
+        lim.reward("u", 1).await.unwrap();
+        assert_eq!(lim.get("u").await.unwrap().remaining(), 1);
+        let lim = h.limiter("maxdebt-store-tat", vec![Quota::gcra(Rate::per_hour(10))], Clock::Store);
+        lim.penalize("u", u64::MAX).await.unwrap();
+        lim.penalize("u", u64::MAX).await.unwrap();
+        let retry = lim.check("u").await.unwrap().retry_after().unwrap();
+        let full = MAX - interval * 9;
+        assert!(retry <= full && retry > full - ms(10_000), "{retry:?}");
     }
 
     async fn concurrent_reservations_never_admit_more_than_the_budget(h: &impl Harness) {
