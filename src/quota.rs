@@ -508,7 +508,10 @@ mod tests {
         assert_eq!(window(Rate::per_hour(60)), "f1h/minute");
         let counter = |r: Rate| id(Quota::sliding_window_counter(r).name("m"));
         assert_eq!(counter(Rate::per_hour(60)), "c1h/m");
-        assert_eq!(id(Quota::sliding_window_log(Rate::per_hour(6)).name("m")), "l/m");
+        assert_eq!(
+            id(Quota::sliding_window_log(Rate::per_hour(6)).name("m")),
+            "l/m"
+        );
         assert_eq!(
             id(Quota::concurrency(8)
                 .lease_timeout(Duration::from_secs(5))

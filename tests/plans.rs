@@ -552,7 +552,10 @@ async fn a_change_of_limits_keeps_what_was_used(store: Store<'_>) {
                 assert!(d.allowed(), "{what}: used");
                 leases.extend(d.into_lease());
             }
-            plans.handle().set_plan("p", one_plan(c.after.clone())).unwrap();
+            plans
+                .handle()
+                .set_plan("p", one_plan(c.after.clone()))
+                .unwrap();
             let mut admitted = 0;
             let denied = loop {
                 let d = plans.check("p", "u").await.unwrap().unwrap();

@@ -157,10 +157,8 @@ pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
             ..
         }) => true,
         Some(Entry {
-            value: Value::Window { .. }
-                | Value::Counter { .. }
-                | Value::Tat(_)
-                | Value::Rated { .. },
+            value:
+                Value::Window { .. } | Value::Counter { .. } | Value::Tat(_) | Value::Rated { .. },
             ..
         })
         | None => false,

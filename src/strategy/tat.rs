@@ -38,7 +38,10 @@ fn write(slot: &mut Option<Entry>, tat: i64, interval: i64, now: i64) {
     match slot {
         // (in place: no drop of the old state)
         Some(Entry {
-            value: Value::Rated { tat: t, interval: i },
+            value: Value::Rated {
+                tat: t,
+                interval: i,
+            },
             expires_at: at,
         }) => {
             *t = tat;
