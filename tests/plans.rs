@@ -599,3 +599,39 @@ async fn a_change_of_limits_keeps_what_was_used_on_redis() {
 async fn a_change_of_limits_keeps_what_was_used_in_memory() {
     a_change_of_limits_keeps_what_was_used(Store::Memory(MemoryStore::new())).await;
 }
+
+/// Issue 26's case on Redis's own clock (`TIME`): 10 per 20 s, burst 16, 3
+/// used, raised to 1 000 per 20 s: admitted with 12 left (time passing only
+/// drains more). The named quota's value holds its interval: 12 bytes.
+#[tokio::test]
+async fn raising_the_rate_admits_at_once_on_redis_time() {
+    let server = RedisServer::start();
+    for strategy in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
+        let q = |count| named(strategy, count, Duration::from_secs(20), Some(16));
+        let plans = Plans::builder()
+            .prefix(format!("time-{strategy}"))
+            .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+            .plan("p", one_plan(q(10)))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            assert!(allowed(&plans, "p", "u").await, "{strategy}");
+        }
+        let key = plans
+            .resolve(Some("p"))
+            .limiter()
+            .unwrap()
+            .storage_keys("u")[0]
+            .clone();
+        let len: usize = redis::cmd("STRLEN")
+            .arg(&key)
+            .query_async(&mut server.conn().await)
+            .await
+            .unwrap();
+        assert_eq!(len, 12, "{strategy}: {key}");
+        plans.handle().set_plan("p", one_plan(q(1_000))).unwrap();
+        let d = plans.check("p", "u").await.unwrap().unwrap();
+        assert!(d.allowed(), "{strategy}: {d:?}");
+        assert_eq!(d.remaining(), 12, "{strategy}");
+    }
+}
