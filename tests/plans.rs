@@ -469,6 +469,33 @@ fn changes(strategy: Strategy) -> Vec<Change> {
                 admitted: 0,
                 retry: Some(Duration::from_secs(2)),
             },
+            // an interval past 2^39 µs (6.4 days: the 13-byte value), and back
+            Change {
+                what: "a 30-day interval raised",
+                before: q(1, Duration::from_secs(30 * 86_400), Some(2)),
+                used: 1,
+                after: q(10, min, None),
+                admitted: 9,
+                retry: Some(Duration::from_secs(6)),
+            },
+            Change {
+                what: "lowered to a 30-day interval",
+                before: q(10, min, None),
+                used: 5,
+                after: q(1, Duration::from_secs(30 * 86_400), Some(10)),
+                admitted: 5,
+                retry: Some(Duration::from_secs(30 * 86_400)),
+            },
+            // 1 000 units of 1 µs owed, lowered to 1 per 366 days: what is
+            // owed is capped at 2^50 µs (about 35.7 years)
+            Change {
+                what: "lowered past the cap",
+                before: q(1_000, Duration::from_millis(1), None),
+                used: 1_000,
+                after: q(1, Duration::from_secs(366 * 86_400), None),
+                admitted: 0,
+                retry: Some(Duration::from_micros(1 << 50)),
+            },
             Change {
                 what: "burst raised",
                 before: q(10, min, Some(5)),
