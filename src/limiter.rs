@@ -138,8 +138,9 @@ impl RateLimiter {
     ///
     /// Storage keys are `{<prefix>:<key>}:<id>`, where `<id>` is one letter
     /// naming the strategy (and its state's layout) followed by the rate, e.g.
-    /// `g60/1m`, or for a [named](crate::Quota::name) quota by the period and
-    /// the name, e.g. `g1m/minute` (see the README's "Keys"); the braces are a
+    /// `r60/1m`, or for a [named](crate::Quota::name) quota by the name, e.g.
+    /// `r/minute` (after the period for a fixed window or sliding window
+    /// counter, `f1m/minute`; see the README's "Keys"); the braces are a
     /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
     /// that is longer than 128 bytes, is not UTF-8, contains `{`, `}` or
     /// control characters, or starts with `~` is stored as `~` and a SHA-256

@@ -287,13 +287,16 @@ impl Quota {
                 "burst times (period / count) must stay below 4 years",
             ));
         }
-        // Unnamed `<tag><count>/<period>`, named `<tag><period>/<name>`: the
-        // character before the first '/' is a digit only in the first form.
-        // A named quota keeps its state across a change of count (every
-        // strategy's state means the same under any count), not of period.
+        // Unnamed `<tag><count>/<period>`, named `<tag><period>/<name>` or
+        // `<tag>/<name>`: the character before the first '/' is a digit only
+        // in the first form. A named quota keeps its state across a change of
+        // count (every strategy's state means the same under any count), and
+        // of period where its state means the same under any period too
+        // (`StrategySpec::period_in_named_key`).
         let (tag, period) = (self.strategy.key_tag(), compact_period(period_us));
         let key_id = match &self.name {
-            Some(name) => format!("{tag}{period}/{name}"),
+            Some(name) if spec.period_in_named_key => format!("{tag}{period}/{name}"),
+            Some(name) => format!("{tag}/{name}"),
             None => format!("{tag}{count}/{period}"),
         };
         Ok(QuotaSpec {
@@ -305,6 +308,7 @@ impl Quota {
             interval_us,
             per_interval: crate::strategy::state::Interval::new(interval_us),
             name,
+            named: self.name.is_some(),
             rate: self.rate,
             shadow: self.shadow,
         })
@@ -385,9 +389,14 @@ pub(crate) struct QuotaSpec {
     /// `interval_us`, to divide by.
     pub(crate) per_interval: crate::strategy::state::Interval,
     pub(crate) name: String,
+    /// Whether the quota was [named](Quota::name): its key is then kept
+    /// across changes of its rate, so its state says what rate it was
+    /// written under where the strategy needs that (`lua/tat.lua`).
+    pub(crate) named: bool,
     /// The quota's part of its storage keys (after `{<prefix>:<key>}:`): the
-    /// strategy's key tag, then the rate (`g60/1m`) or, for a named quota,
-    /// the period and the name (`g1m/minute`). Two quotas share state exactly
+    /// strategy's key tag, then the rate (`r60/1m`) or, for a named quota,
+    /// the name (`r/minute`), after the period where the strategy's state
+    /// holds only under it (`f1m/minute`). Two quotas share state exactly
     /// when these are equal (and the prefix is).
     pub(crate) key_id: String,
     pub(crate) rate: Rate,
@@ -397,6 +406,14 @@ pub(crate) struct QuotaSpec {
 }
 
 impl QuotaSpec {
+    /// The emission interval as the scripts take it: negative for a named
+    /// quota, whose TAT strategies then keep the interval beside the TAT
+    /// (`lua/tat.lua`; the other strategies never read it).
+    pub(crate) fn script_interval(&self) -> i64 {
+        let i = self.interval_us as i64;
+        if self.named { -i } else { i }
+    }
+
     /// The capacity a single request's cost is compared with.
     pub(crate) fn capacity(&self) -> u64 {
         if self.spec().takes_burst {
@@ -462,15 +479,15 @@ mod tests {
     #[test]
     fn storage_ids_are_short_and_distinct_per_strategy_rate_or_name() {
         let id = |q: Quota| q.compile(0).unwrap().key_id;
-        assert_eq!(id(Quota::gcra(Rate::per_minute(60))), "g60/1m");
+        assert_eq!(id(Quota::gcra(Rate::per_minute(60))), "r60/1m");
         assert_eq!(id(Quota::fixed_window(Rate::per_hour(1000))), "f1000/1h");
         assert_eq!(id(Quota::sliding_window_log(Rate::per_day(5))), "l5/1d");
         assert_eq!(
             id(Quota::token_bucket(Rate::per_second(3)).burst(9)),
-            "t3/1s"
+            "k3/1s"
         );
         let odd = Rate::new(7, Duration::from_micros(1_500_001));
-        assert_eq!(id(Quota::leaky_bucket(odd)), "b7/1500001us");
+        assert_eq!(id(Quota::leaky_bucket(odd)), "q7/1500001us");
         assert_eq!(
             id(Quota::sliding_window_counter(Rate::new(
                 2,
@@ -479,18 +496,36 @@ mod tests {
             "c2/1500ms"
         );
         assert_eq!(id(Quota::concurrency(8)), "n8/1m");
+        // a named quota keeps its key across changes of rate, and of period
+        // where its state means the same under any period
         let named = |r: Rate| id(Quota::gcra(r).name("minute"));
-        assert_eq!(named(Rate::per_minute(60)), "g1m/minute");
-        assert_eq!(named(Rate::per_minute(90)), "g1m/minute");
-        assert_eq!(named(Rate::per_hour(60)), "g1h/minute");
+        assert_eq!(named(Rate::per_minute(60)), "r/minute");
+        assert_eq!(named(Rate::per_minute(90)), "r/minute");
+        assert_eq!(named(Rate::per_hour(60)), "r/minute");
+        let window = |r: Rate| id(Quota::fixed_window(r).name("minute"));
+        assert_eq!(window(Rate::per_minute(60)), "f1m/minute");
+        assert_eq!(window(Rate::per_minute(90)), "f1m/minute");
+        assert_eq!(window(Rate::per_hour(60)), "f1h/minute");
+        let counter = |r: Rate| id(Quota::sliding_window_counter(r).name("m"));
+        assert_eq!(counter(Rate::per_hour(60)), "c1h/m");
+        assert_eq!(
+            id(Quota::sliding_window_log(Rate::per_hour(6)).name("m")),
+            "l/m"
+        );
+        assert_eq!(
+            id(Quota::concurrency(8)
+                .lease_timeout(Duration::from_secs(5))
+                .name("m")),
+            "n/m"
+        );
         // shadow mode is no part of the storage key: turning it off keeps the state
         assert_eq!(
             id(Quota::gcra(Rate::per_minute(60))
                 .name("minute")
                 .shadow(true)),
-            "g1m/minute"
+            "r/minute"
         );
-        assert_eq!(id(Quota::gcra(Rate::per_minute(60)).shadow(true)), "g60/1m");
+        assert_eq!(id(Quota::gcra(Rate::per_minute(60)).shadow(true)), "r60/1m");
         // periods equal in one unit and not in another stay distinct
         assert_ne!(
             id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),
@@ -498,7 +533,7 @@ mod tests {
         );
         assert_eq!(
             id(Quota::gcra(Rate::new(1, Duration::from_secs(90)))),
-            "g1/90s"
+            "r1/90s"
         );
     }
 }

@@ -37,6 +37,13 @@ enum Op {
     /// the clock steps back (only where no state can expire: see
     /// `memory_and_redis_agree_when_the_clock_steps_back`)
     Back(u64),
+    /// the limits change: every (named) quota takes this count, period and
+    /// burst, keeping its strategy and name (a new limiter on the same stores)
+    Limits {
+        count: u64,
+        period_ms: u64,
+        burst: Option<u64>,
+    },
 }
 
 fn op(max_step_us: u64) -> impl proptest::strategy::Strategy<Value = Op> {
@@ -52,26 +59,27 @@ fn op(max_step_us: u64) -> impl proptest::strategy::Strategy<Value = Op> {
     ]
 }
 
+/// A quota of strategy `s` at `n` per `period`, with `burst` where it takes one.
+fn quota_of(s: Strategy, n: u64, period: Duration, burst: Option<u64>) -> Quota {
+    match s {
+        Strategy::Concurrency => Quota::concurrency(n).lease_timeout(period),
+        s => {
+            let q = Quota::new(s, Rate::new(n, period));
+            match (s, burst) {
+                (Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra, Some(b)) => {
+                    q.burst(b)
+                }
+                _ => q,
+            }
+        }
+    }
+}
+
 fn quota() -> impl proptest::strategy::Strategy<Value = Quota> {
     let strategy = proptest::sample::select(Strategy::ALL.to_vec());
     let period_ms = proptest::sample::select(vec![1_000u64, 7_000, 10_000, 60_000]);
     (strategy, 1u64..6, period_ms, proptest::option::of(1u64..7)).prop_map(
-        |(s, n, period_ms, burst)| {
-            let period = Duration::from_millis(period_ms);
-            match s {
-                Strategy::Concurrency => Quota::concurrency(n).lease_timeout(period),
-                s => {
-                    let q = Quota::new(s, Rate::new(n, period));
-                    match (s, burst) {
-                        (
-                            Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra,
-                            Some(b),
-                        ) => q.burst(b),
-                        _ => q,
-                    }
-                }
-            }
-        },
+        |(s, n, period_ms, burst)| quota_of(s, n, Duration::from_millis(period_ms), burst),
     )
 }
 
@@ -99,26 +107,27 @@ async fn run_case(
     ops: Vec<Op>,
 ) -> Result<(), TestCaseError> {
     let case = CASE.fetch_add(1, Ordering::Relaxed);
-    let quotas: Vec<Quota> = quotas
+    let mut quotas: Vec<Quota> = quotas
         .into_iter()
         .enumerate()
         .map(|(i, q)| q.name(format!("q{i}")))
         .collect();
     let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let build = |memory: bool| {
+    let (memory_store, pool) = (MemoryStore::new(), server.pool(2));
+    let build = |memory: bool, quotas: &[Quota]| {
         let b = RateLimiter::builder()
             .prefix(format!("diff{case}"))
-            .quotas(quotas.clone())
+            .quotas(quotas.to_vec())
             .clock(clock.clone());
         if memory {
-            b.store(MemoryStore::new()).build().unwrap()
+            b.store(memory_store.clone()).build().unwrap()
         } else {
-            b.store(RedisStore::new(server.pool(2)).timeout(Duration::from_secs(10)))
+            b.store(RedisStore::new(pool.clone()).timeout(Duration::from_secs(10)))
                 .build()
                 .unwrap()
         }
     };
-    let (redis, memory) = (build(false), build(true));
+    let (mut redis, mut memory) = (build(false, &quotas), build(true, &quotas));
     let mut leases: Vec<(Lease, Lease)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         match op {
@@ -185,6 +194,30 @@ async fn run_case(
                 }
             }
             Op::Back(us) => clock.set(clock.now().saturating_sub(Duration::from_micros(*us))),
+            Op::Limits {
+                count,
+                period_ms,
+                burst,
+            } => {
+                let period = Duration::from_millis(*period_ms);
+                quotas = quotas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        // (a sliding log keeps its period: on a manual clock
+                        // Redis keeps a log a grace period past its TTL, the
+                        // old period, where the memory store has dropped it,
+                        // and a longer period would read it; on Redis's clock
+                        // both drop it)
+                        let period = match q.strategy() {
+                            Strategy::SlidingWindowLog => q.rate().period(),
+                            _ => period,
+                        };
+                        quota_of(q.strategy(), *count, period, *burst).name(format!("q{i}"))
+                    })
+                    .collect();
+                (redis, memory) = (build(false, &quotas), build(true, &quotas));
+            }
         }
         if matches!(op, Op::Adjust { .. } | Op::Settle { .. }) {
             // what the adjustment left, at once
@@ -295,6 +328,33 @@ fn memory_and_redis_agree_when_the_clock_steps_back() {
     proptest!(ProptestConfig::with_cases(150), |(s in strategy, n in 5u64..40, ops in proptest::collection::vec(ops, 1..150))| {
         let q = Quota::new(s, Rate::new(n, Duration::from_secs(10)));
         rt.block_on(run_case(&server, vec![q], ops))?;
+    });
+}
+
+/// Limits that change while keys hold state (issue 26): every strategy's
+/// kept state, rescaled or not, decides alike on both stores. Sizes and
+/// periods vary widely, so that a TAT moves between intervals of very
+/// different lengths.
+#[test]
+fn memory_and_redis_decide_identically_when_limits_change() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let limits = (
+        prop_oneof![1u64..6, 20u64..1_000],
+        proptest::sample::select(vec![1_000u64, 7_000, 60_000, 3_600_000]),
+        proptest::option::of(1u64..20),
+    )
+        .prop_map(|(count, period_ms, burst)| Op::Limits {
+            count,
+            period_ms,
+            burst,
+        });
+    let ops = prop_oneof![
+        8 => op(4_000_000),
+        1 => limits,
+    ];
+    proptest!(ProptestConfig::with_cases(300), |(qs in proptest::collection::vec(quota(), 1..3), ops in proptest::collection::vec(ops, 1..60))| {
+        rt.block_on(run_case(&server, qs, ops))?;
     });
 }
 

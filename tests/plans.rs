@@ -373,3 +373,292 @@ async fn a_sync_racing_a_publish_does_not_undo_it_on_redis() {
         assert_eq!(c.config(), three, "round {round}");
     }
 }
+
+/// A quota named "q" of `strategy`: `count` per `period` (for concurrency:
+/// `count` in flight, leases of `period`), with `burst` where it takes one.
+fn named(strategy: Strategy, count: u64, period: Duration, burst: Option<u64>) -> Quota {
+    let q = match strategy {
+        Strategy::Concurrency => Quota::concurrency(count).lease_timeout(period),
+        s => Quota::new(s, Rate::new(count, period)),
+    };
+    match burst {
+        Some(b) => q.burst(b).name("q"),
+        None => q.name("q"),
+    }
+}
+
+/// One change of limits: a caller uses `used` units under `before`; after
+/// the change to `after`, at the same instant, exactly `admitted` requests in
+/// a row are admitted, and the next denial's retry is `retry` (where it is
+/// simple to say: not the sliding window counter's weighted one).
+struct Change {
+    what: &'static str,
+    before: Quota,
+    used: u64,
+    after: Quota,
+    admitted: u64,
+    retry: Option<Duration>,
+}
+
+/// The changes of limits of issue 26 for `strategy`: raising the rate, the
+/// count, the burst; lowering each; changing the period of a named quota.
+/// Raising never denies what the old limits admitted; lowering never admits
+/// more than the new limits, counting what was used under the old ones
+/// (see the README, "Changing limits while running").
+fn changes(strategy: Strategy) -> Vec<Change> {
+    let (min, hour) = (Duration::from_secs(60), Duration::from_secs(3_600));
+    let s20 = Duration::from_secs(20);
+    let q = |count, period, burst| named(strategy, count, period, burst);
+    let tat = matches!(
+        strategy,
+        Strategy::Gcra | Strategy::TokenBucket | Strategy::LeakyBucket
+    );
+    // the retry where the state is a count: the window's end, the oldest
+    // time's or lease's; none asserted for the weighted sliding counter
+    let count_retry = |d: Duration| (strategy != Strategy::SlidingWindowCounter).then_some(d);
+    let mut out = vec![
+        // 5 of 10 used; the state is kept and counted against 20: 15 more
+        // (TAT before the fix: the 30 s owed counted as 10 of 3 s each)
+        Change {
+            what: "count raised",
+            before: q(10, min, None),
+            used: 5,
+            after: q(20, min, None),
+            admitted: 15,
+            retry: if tat {
+                Some(Duration::from_secs(3))
+            } else {
+                count_retry(min)
+            },
+        },
+        // 5 of 10 used, lowered to 4: none more (TAT before the fix: the 30 s
+        // owed counted as 2 of 15 s each, 2 more)
+        Change {
+            what: "count lowered",
+            before: q(10, min, None),
+            used: 5,
+            after: q(4, min, None),
+            admitted: 0,
+            retry: if tat {
+                Some(Duration::from_secs(30))
+            } else {
+                count_retry(min)
+            },
+        },
+    ];
+    if tat {
+        out.extend([
+            // issue 26's case: 10 per 20 s, burst 16, 3 used, raised to 1000
+            // per 20 s: 13 more (before the fix: denied, retry 5.7 s)
+            Change {
+                what: "rate raised, burst kept",
+                before: q(10, s20, Some(16)),
+                used: 3,
+                after: q(1_000, s20, Some(16)),
+                admitted: 13,
+                retry: Some(Duration::from_millis(20)),
+            },
+            // 16 of 16 used at 1000 per 20 s, lowered to 10 per 20 s: none
+            // until one unit drained at the new rate (before the fix: the
+            // 320 ms owed were 0.16 of a unit, 15 more at once)
+            Change {
+                what: "rate lowered, burst kept",
+                before: q(1_000, s20, Some(16)),
+                used: 16,
+                after: q(10, s20, Some(16)),
+                admitted: 0,
+                retry: Some(Duration::from_secs(2)),
+            },
+            // an interval past 2^39 µs (6.4 days: the 13-byte value), and back
+            Change {
+                what: "a 30-day interval raised",
+                before: q(1, Duration::from_secs(30 * 86_400), Some(2)),
+                used: 1,
+                after: q(10, min, None),
+                admitted: 9,
+                retry: Some(Duration::from_secs(6)),
+            },
+            Change {
+                what: "lowered to a 30-day interval",
+                before: q(10, min, None),
+                used: 5,
+                after: q(1, Duration::from_secs(30 * 86_400), Some(10)),
+                admitted: 5,
+                retry: Some(Duration::from_secs(30 * 86_400)),
+            },
+            // 1 000 units of 1 µs owed, lowered to 1 per 366 days: what is
+            // owed is capped at 2^50 µs (about 35.7 years)
+            Change {
+                what: "lowered past the cap",
+                before: q(1_000, Duration::from_millis(1), None),
+                used: 1_000,
+                after: q(1, Duration::from_secs(366 * 86_400), None),
+                admitted: 0,
+                retry: Some(Duration::from_micros(1 << 50)),
+            },
+            Change {
+                what: "burst raised",
+                before: q(10, min, Some(5)),
+                used: 5,
+                after: q(10, min, Some(10)),
+                admitted: 5,
+                retry: Some(Duration::from_secs(6)),
+            },
+            Change {
+                what: "burst lowered",
+                before: q(10, min, Some(10)),
+                used: 6,
+                after: q(10, min, Some(4)),
+                admitted: 0,
+                retry: Some(Duration::from_secs(18)),
+            },
+        ]);
+    }
+    match strategy {
+        // the state is a count per window of the period: a new period starts
+        // afresh (the key names the period)
+        Strategy::FixedWindow | Strategy::SlidingWindowCounter => out.push(Change {
+            what: "period lengthened (a new key)",
+            before: q(10, min, None),
+            used: 5,
+            after: q(10, hour, None),
+            admitted: 10,
+            retry: count_retry(hour),
+        }),
+        // times, leases, a TAT with its interval: the key is kept, the state
+        // counted under the new period (before the fix: a new key, 10 more)
+        _ => {
+            out.push(Change {
+                what: "period lengthened",
+                before: q(10, min, None),
+                used: 5,
+                after: q(10, hour, None),
+                admitted: 5,
+                retry: Some(match strategy {
+                    Strategy::Concurrency => min,
+                    Strategy::SlidingWindowLog => hour,
+                    _ => Duration::from_secs(360),
+                }),
+            });
+            if tat {
+                // 10 of 10 per hour used, then 10 per minute: one more
+                // every 6 s (the units kept, drained at the new rate)
+                out.push(Change {
+                    what: "period shortened",
+                    before: q(10, hour, None),
+                    used: 10,
+                    after: q(10, min, None),
+                    admitted: 0,
+                    retry: Some(Duration::from_secs(6)),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Every change of [`changes`] for every strategy, on `store` under a
+/// manual clock: the number admitted at once after the change and the
+/// retry of the first denial.
+async fn a_change_of_limits_keeps_what_was_used(store: Store<'_>) {
+    let s = store.name();
+    // every case is run, and every one that fails is listed
+    let mut failed = Vec::new();
+    for strategy in Strategy::ALL {
+        for (i, c) in changes(strategy).into_iter().enumerate() {
+            let clock = clock();
+            let plans = store
+                .builder(&clock, &format!("rescale-{s}-{strategy}-{i}"))
+                .plan("p", one_plan(c.before.clone()))
+                .build()
+                .unwrap();
+            let what = format!("{s} {strategy} {}", c.what);
+            let mut leases = Vec::new();
+            for _ in 0..c.used {
+                let d = plans.check("p", "u").await.unwrap().unwrap();
+                assert!(d.allowed(), "{what}: used");
+                leases.extend(d.into_lease());
+            }
+            plans
+                .handle()
+                .set_plan("p", one_plan(c.after.clone()))
+                .unwrap();
+            let mut admitted = 0;
+            let denied = loop {
+                let d = plans.check("p", "u").await.unwrap().unwrap();
+                if d.denied() || admitted > 2_000 {
+                    break d;
+                }
+                admitted += 1;
+                leases.extend(d.into_lease());
+            };
+            // and again at once: the same answer (a rescaled state is written
+            // down by the first decision, denied or not)
+            let again = plans.check("p", "u").await.unwrap().unwrap();
+            let retry = denied.retry_after();
+            if admitted != c.admitted
+                || c.retry.is_some_and(|r| retry != Some(r))
+                || again.allowed()
+                || again.retry_after() != retry
+            {
+                failed.push(format!(
+                    "{what}: admitted {admitted} (expected {}), retry {retry:?} (expected {:?}), \
+                     again {:?} {:?}",
+                    c.admitted,
+                    c.retry,
+                    again.allowed(),
+                    again.retry_after()
+                ));
+            }
+            drop(leases);
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[tokio::test]
+async fn a_change_of_limits_keeps_what_was_used_on_redis() {
+    let redis = RedisServer::start();
+    a_change_of_limits_keeps_what_was_used(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn a_change_of_limits_keeps_what_was_used_in_memory() {
+    a_change_of_limits_keeps_what_was_used(Store::Memory(MemoryStore::new())).await;
+}
+
+/// Issue 26's case on Redis's own clock (`TIME`): 10 per 20 s, burst 16, 3
+/// used, raised to 1 000 per 20 s: admitted with 12 left (time passing only
+/// drains more). The named quota's value holds its interval: 12 bytes.
+#[tokio::test]
+async fn raising_the_rate_admits_at_once_on_redis_time() {
+    let server = RedisServer::start();
+    for strategy in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
+        let q = |count| named(strategy, count, Duration::from_secs(20), Some(16));
+        let plans = Plans::builder()
+            .prefix(format!("time-{strategy}"))
+            .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+            .plan("p", one_plan(q(10)))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            assert!(allowed(&plans, "p", "u").await, "{strategy}");
+        }
+        let key = plans
+            .resolve(Some("p"))
+            .limiter()
+            .unwrap()
+            .storage_keys("u")[0]
+            .clone();
+        let len: usize = redis::cmd("STRLEN")
+            .arg(&key)
+            .query_async(&mut server.conn().await)
+            .await
+            .unwrap();
+        assert_eq!(len, 12, "{strategy}: {key}");
+        plans.handle().set_plan("p", one_plan(q(1_000))).unwrap();
+        let d = plans.check("p", "u").await.unwrap().unwrap();
+        assert!(d.allowed(), "{strategy}: {d:?}");
+        assert_eq!(d.remaining(), 12, "{strategy}");
+    }
+}

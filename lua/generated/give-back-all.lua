@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 8a43ff04f90dba934d5b9aa7452b62fad8d20f95).
+-- (SCRIPT LOAD, then EVALSHA 7c0b5efda05479cfefa0b3eeffaedb2310ca35b3).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -184,15 +184,45 @@ do
 -- and at most fin - now (what has drained since is no longer in the TAT:
 -- giving it back would admit more than the rate). Never below now (never
 -- more than the burst left); exact while fin - now >= units * interval.
-local tat = tonumber(redis.call('GET', key))
+-- The value as in tat.lua (a negative interval: a named quota's, which holds
+-- its interval). A TAT written under another interval (the limits changed
+-- since the take, whose fin is in that interval's time) is rescaled as
+-- tat.lua does, and gives back the whole units of that part, at the new
+-- interval.
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat = tonumber(v)
+local iv = interval
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+end
 if tat and tat > now and fin > now then
-  local credit = units * interval
+  local credit = units * iv
   if fin - now < credit then credit = fin - now end
+  if iv ~= interval then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat = now + owed
+    credit = math.floor(credit / iv) * interval
+  end
   local t = tat - credit
   if t <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+    local val
+    if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+    redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
   end
 end
 end
@@ -206,15 +236,45 @@ do
 -- and at most fin - now (what has drained since is no longer in the TAT:
 -- giving it back would admit more than the rate). Never below now (never
 -- more than the burst left); exact while fin - now >= units * interval.
-local tat = tonumber(redis.call('GET', key))
+-- The value as in tat.lua (a negative interval: a named quota's, which holds
+-- its interval). A TAT written under another interval (the limits changed
+-- since the take, whose fin is in that interval's time) is rescaled as
+-- tat.lua does, and gives back the whole units of that part, at the new
+-- interval.
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat = tonumber(v)
+local iv = interval
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+end
 if tat and tat > now and fin > now then
-  local credit = units * interval
+  local credit = units * iv
   if fin - now < credit then credit = fin - now end
+  if iv ~= interval then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat = now + owed
+    credit = math.floor(credit / iv) * interval
+  end
   local t = tat - credit
   if t <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+    local val
+    if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+    redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
   end
 end
 end
@@ -412,8 +472,32 @@ do
 -- units * interval, past the burst if need be (a debt: denied until the TAT
 -- is back within the burst, repaid at the quota's rate, up to 2^50 us past
 -- now); units < 0 takes it
--- back, never below now (never more than the burst left).
-local tat = tonumber(redis.call('GET', key))
+-- back, never below now (never more than the burst left). The value as in
+-- tat.lua (a negative interval: a named quota's, which holds its interval);
+-- a TAT written under another interval is first rescaled as tat.lua does.
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat = tonumber(v)
+if v and not tat then
+  local iv
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat = now + owed
+  end
+end
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)
@@ -421,7 +505,9 @@ if t > now + 1125899906842624 then t = now + 1125899906842624 end
 if t <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
 end
 end
 end
@@ -432,8 +518,32 @@ do
 -- units * interval, past the burst if need be (a debt: denied until the TAT
 -- is back within the burst, repaid at the quota's rate, up to 2^50 us past
 -- now); units < 0 takes it
--- back, never below now (never more than the burst left).
-local tat = tonumber(redis.call('GET', key))
+-- back, never below now (never more than the burst left). The value as in
+-- tat.lua (a negative interval: a named quota's, which holds its interval);
+-- a TAT written under another interval is first rescaled as tat.lua does.
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat = tonumber(v)
+if v and not tat then
+  local iv
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat = now + owed
+  end
+end
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)
@@ -441,7 +551,9 @@ if t > now + 1125899906842624 then t = now + 1125899906842624 end
 if t <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, fmt('%d', t), 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
 end
 end
 end

@@ -25,29 +25,28 @@
 //! different plans never share state, and a caller who moves to another
 //! plan starts fresh on it (and finds its old state again if it moves back
 //! before that state expired). [`PlansBuilder::carry_over`] puts every plan
-//! under the prefix itself instead: a quota of the same strategy, period and
-//! name in two plans then has one state, which a caller who upgrades keeps.
+//! under the prefix itself instead: a quota of the same strategy and name
+//! (and period, for a fixed window or sliding window counter) in two plans
+//! then has one state, which a caller who upgrades keeps.
 //!
-//! A quota's storage key names its strategy and, for a
-//! [named](crate::Quota::name) quota, its period and name, or, for an
-//! unnamed one, its count and period (see the README's "Keys"). So:
+//! The rule (the README's "Changing limits while running" has the full
+//! table): from a key's first decision under the new limits, the caller has
+//! used what it had used under the old ones, counted in the new limit's
+//! units; so **raising a limit never denies a request the old limits would
+//! have admitted, and lowering one never admits a request the new limits
+//! would not**. A [named](crate::Quota::name) quota keeps its storage key,
+//! and its state, across any change of count or burst, and of period except
+//! for the fixed window and the sliding window counter (their state is a
+//! count per window of the period: a new period starts afresh). A change of
+//! strategy, or any change of rate of an unnamed quota, moves the quota to a
+//! new key that starts empty. Name the quotas you mean to tune.
 //!
-//! - **a named quota whose count or burst changes keeps its state**, and the
-//!   new limit applies to it from the next request: lowering a limit
-//!   mid-window denies at once, raising it admits at once;
-//! - a change of strategy or period, or any change of rate of an unnamed
-//!   quota, moves the quota to a new key: it starts empty (full capacity),
-//!   and the old key expires with its TTL. Name the quotas you mean to tune.
-//!
-//! What the kept state means under the new limit, per strategy:
-//!
-//! | strategy | state kept | under the new limit |
-//! |---|---|---|
-//! | `FixedWindow` | the window's count and its end (TTL) | the count is compared with the new limit; the window ends when it would have |
-//! | `SlidingWindowLog` | the admitted requests' times | counted against the new limit over the same period |
-//! | `SlidingWindowCounter` | this and the previous window's counts | the weighted estimate is compared with the new limit |
-//! | `Gcra`, `TokenBucket`, `LeakyBucket` | the theoretical arrival time (TAT) | the TAT is kept and the new emission interval and burst apply from the next request: the time already "owed" stays owed, now worth `owed / new interval` requests |
-//! | `Concurrency` | the leases held, with their expiries | the leases held count against the new maximum (none is revoked); a new lease timeout applies to new leases |
+//! | strategy | under the new limit |
+//! |---|---|
+//! | `FixedWindow`, `SlidingWindowCounter` | the count (weighted estimate) against the new limit, in the same windows; a new period: a new key |
+//! | `SlidingWindowLog` | the kept times, counted against the new limit over the new period |
+//! | `Gcra`, `TokenBucket`, `LeakyBucket` | the units still owed (time owed ÷ the interval it was written under, rounded up) kept at the new interval, rescaled at the key's first decision |
+//! | `Concurrency` | the leases held count against the new maximum (none is revoked); a new lease timeout applies to new leases |
 //!
 //! Limiters are built (and checked) before the swap; an invalid new
 //! configuration is rejected with a [`ConfigError`] naming the field

@@ -10,6 +10,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "concurrency",
     tag: "conc",
     key_tag: 'n',
+    period_in_named_key: false,
     lua: Lua {
         id: 7,
         body: &[include_str!("../../lua/concurrency.lua")],

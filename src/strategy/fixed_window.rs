@@ -8,6 +8,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "fixed-window",
     tag: "fw",
     key_tag: 'f',
+    period_in_named_key: true,
     lua: Lua {
         id: 1,
         body: &[include_str!("../../lua/fixed_window.lua")],

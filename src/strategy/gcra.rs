@@ -8,7 +8,8 @@ use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset}
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "gcra",
     tag: "gcra",
-    key_tag: 'g',
+    key_tag: 'r',
+    period_in_named_key: false,
     lua: Lua {
         id: 6,
         body: &[include_str!("../../lua/gcra.lua"), tat::LUA],

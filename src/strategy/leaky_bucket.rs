@@ -8,7 +8,8 @@ use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "leaky-bucket",
     tag: "lb",
-    key_tag: 'b',
+    key_tag: 'q',
+    period_in_named_key: false,
     lua: Lua {
         id: 5,
         body: &[include_str!("../../lua/leaky_bucket.lua"), tat::LUA],

@@ -121,8 +121,18 @@ pub(crate) struct StrategySpec {
     /// The storage-key tag ([`Strategy::key_tag`]): an ASCII letter, distinct
     /// per strategy, and never used before by any strategy; a change of the
     /// stored state's shape takes a new one (old state is then never read).
-    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n` (see `README.md`, "Keys").
+    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r` (see
+    /// `README.md`, "Keys"; `t`, `b` and `g` held the TAT strategies' state
+    /// before it could hold its interval).
     pub(crate) key_tag: char,
+    /// Whether a [named](crate::Quota::name) quota's storage key holds its
+    /// period (`f1m/minute`, else `r/minute`): yes where the stored state
+    /// means something only under that period (a count per window of it),
+    /// so a change of period starts afresh; no where it means the same under
+    /// any rate (times, leases, a TAT with its interval), so that a change of
+    /// period is rescaled as one of count is (README, "Changing limits while
+    /// running").
+    pub(crate) period_in_named_key: bool,
     /// The Redis side.
     pub(crate) lua: Lua,
     /// The memory side: the twin of the Lua body, over [`state::Entry`].

@@ -9,6 +9,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-counter",
     tag: "swc",
     key_tag: 'c',
+    period_in_named_key: true,
     lua: Lua {
         id: 3,
         body: &[include_str!("../../lua/sliding_window_counter.lua")],

@@ -10,6 +10,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-log",
     tag: "swl",
     key_tag: 'l',
+    period_in_named_key: false,
     lua: Lua {
         id: 2,
         body: &[

@@ -51,9 +51,14 @@ pub(crate) enum Value {
     Log(Vec<i64>),
     /// An aligned window, its count and the previous window's count.
     Counter { w: i64, c: i64, p: i64 },
-    /// A theoretical arrival time (GCRA, leaky bucket), or the time a token
-    /// bucket is full again: one integer.
+    /// A time: the end of a block (the penalty box's key).
     Tat(i64),
+    /// A theoretical arrival time (GCRA, leaky bucket), or the time a token
+    /// bucket is full again, and the emission interval it was written under
+    /// (in Redis: one integer for an unnamed quota, whose key names its
+    /// interval; 12 or 13 bytes holding both for a named one, see
+    /// `lua/tat.lua`).
+    Rated { tat: i64, interval: i64 },
     /// (expiry, member), ascending by expiry (a sorted set of members).
     Leases(Vec<(i64, String)>),
 }
@@ -152,7 +157,8 @@ pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
             ..
         }) => true,
         Some(Entry {
-            value: Value::Window { .. } | Value::Counter { .. } | Value::Tat(_),
+            value:
+                Value::Window { .. } | Value::Counter { .. } | Value::Tat(_) | Value::Rated { .. },
             ..
         })
         | None => false,

@@ -8,7 +8,8 @@ use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset}
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "token-bucket",
     tag: "tb",
-    key_tag: 't',
+    key_tag: 'k',
+    period_in_named_key: false,
     lua: Lua {
         id: 4,
         body: &[include_str!("../../lua/token_bucket.lua"), tat::LUA],

@@ -74,31 +74,37 @@ impl Prepared {
 pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
     match quotas {
         [q] => {
-            let (a, b) = if q.spec().lua.reads_burst {
-                (q.burst, q.interval_us)
+            // (the interval as the scripts take it: see `QuotaSpec::script_interval`)
+            let (a, b, ms) = if q.spec().lua.reads_burst {
+                (q.burst as f64, q.script_interval() as f64, q.interval_us)
             } else {
-                (q.limit, q.period_us)
+                (q.limit as f64, q.period_us as f64, q.period_us)
             };
             // exact: every count and period a quota accepts is below 2^53
             let mut numbers = Vec::with_capacity(16);
-            numbers.extend_from_slice(&(a as f64).to_le_bytes());
-            numbers.extend_from_slice(&(b as f64).to_le_bytes());
-            Box::new([numbers, b.div_ceil(1000).to_string().into_bytes()])
+            numbers.extend_from_slice(&a.to_le_bytes());
+            numbers.extend_from_slice(&b.to_le_bytes());
+            Box::new([numbers, ms.div_ceil(1000).to_string().into_bytes()])
         }
         many => many
             .iter()
-            .flat_map(|q| {
-                [
-                    u64::from(q.strategy.id()),
-                    q.limit,
-                    q.period_us,
-                    q.burst,
-                    q.interval_us,
-                ]
-            })
+            .flat_map(script_numbers)
             .map(|v| v.to_string().into_bytes())
             .collect(),
     }
+}
+
+/// A quota's five numbers in a script of several quotas and in the
+/// give-back script: strategy id, count, period, burst, and the interval as
+/// the scripts take it ([`QuotaSpec::script_interval`]).
+pub(crate) fn script_numbers(q: &QuotaSpec) -> [i64; 5] {
+    [
+        i64::from(q.strategy.id()),
+        q.limit as i64,
+        q.period_us as i64,
+        q.burst as i64,
+        q.script_interval(),
+    ]
 }
 
 /// The fast path's reply is `p * 2^TTL_BITS + ttl` (see `lua/fixed_window_fast.lua`).

@@ -33,16 +33,8 @@ impl Scripts {
     /// The scripts for a limiter with `quotas`, in order.
     /// `block`: see [`LimiterScript::for_quotas`].
     pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
-        let each = |q: &QuotaSpec| {
-            [
-                u64::from(q.strategy.id()),
-                q.limit,
-                q.period_us,
-                q.burst,
-                q.interval_us,
-            ]
-        };
-        let encode = |v: Vec<u64>| {
+        let each = super::protocol::script_numbers;
+        let encode = |v: Vec<i64>| {
             v.into_iter()
                 .map(|v| v.to_string().into_bytes())
                 .collect::<Box<[_]>>()
