@@ -4,7 +4,7 @@
 -- window if there is none; units < 0 gives back, never below 0 (a count of 0
 -- is no state). The key's TTL is kept, or set for a window it starts. A
 -- count stays at most n plus what the rate repays in 2^50 us (top).
-local top = n + math.floor(1125899906842624 / interval)
+local top = n + math.floor(1125899906842624 / math.abs(interval))
 if not MANUAL then
   local c = tonumber(redis.call('GET', key) or '0')
   if units > 0 then

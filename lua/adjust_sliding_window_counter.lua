@@ -32,7 +32,7 @@ end
 local c2 = c + units
 if c2 < 0 then c2 = 0 end
 -- (at most n plus what the rate repays in 2^50 us: lua/give_back.lua)
-local top = n + math.floor(1125899906842624 / interval)
+local top = n + math.floor(1125899906842624 / math.abs(interval))
 if c2 > top then c2 = math.max(c, top) end
 local reset = 0
 if c2 > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end

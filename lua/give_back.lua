@@ -39,7 +39,7 @@ for i = 1, nq do
       -- an adjust moves a quota by at most what its rate repays in 2^50 us
       -- (about 35.7 years; src/settle.rs, MAX_DEBT): Lua numbers are
       -- doubles, exact below 2^53, and times are us since 1970 (2^50.6)
-      local cap = math.floor(1125899906842624 / tonumber(ARGV[o + 5]))
+      local cap = math.floor(1125899906842624 / math.abs(tonumber(ARGV[o + 5])))
       if u > cap then u = cap elseif u < -cap then u = -cap end
     end
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),

@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 7c0b5efda05479cfefa0b3eeffaedb2310ca35b3).
+-- (SCRIPT LOAD, then EVALSHA 429335ef66c32d1d4815a029411f687b3163bc03).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -289,7 +289,7 @@ do
 -- window if there is none; units < 0 gives back, never below 0 (a count of 0
 -- is no state). The key's TTL is kept, or set for a window it starts. A
 -- count stays at most n plus what the rate repays in 2^50 us (top).
-local top = n + math.floor(1125899906842624 / interval)
+local top = n + math.floor(1125899906842624 / math.abs(interval))
 if not MANUAL then
   local c = tonumber(redis.call('GET', key) or '0')
   if units > 0 then
@@ -449,7 +449,7 @@ end
 local c2 = c + units
 if c2 < 0 then c2 = 0 end
 -- (at most n plus what the rate repays in 2^50 us: lua/give_back.lua)
-local top = n + math.floor(1125899906842624 / interval)
+local top = n + math.floor(1125899906842624 / math.abs(interval))
 if c2 > top then c2 = math.max(c, top) end
 local reset = 0
 if c2 > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
@@ -598,7 +598,7 @@ for i = 1, nq do
       -- an adjust moves a quota by at most what its rate repays in 2^50 us
       -- (about 35.7 years; src/settle.rs, MAX_DEBT): Lua numbers are
       -- doubles, exact below 2^53, and times are us since 1970 (2^50.6)
-      local cap = math.floor(1125899906842624 / tonumber(ARGV[o + 5]))
+      local cap = math.floor(1125899906842624 / math.abs(tonumber(ARGV[o + 5])))
       if u > cap then u = cap elseif u < -cap then u = -cap end
     end
     f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
