@@ -631,7 +631,9 @@ mod axum_router {
             .extensions
             .get::<axum::extract::MatchedPath>()
             .unwrap();
-        let pairs: Vec<(&str, Option<Vec<u8>>, Vec<u8>)> = vec![
+        // (name, what `extract` gives, what `key_of` gives)
+        type Pair = (&'static str, Option<Vec<u8>>, Vec<u8>);
+        let pairs: Vec<Pair> = vec![
             ("PeerIp", PeerIp.extract(parts), PeerIp.key_of(peer)),
             ("ClientIp", client_ip.extract(parts), client_ip.key_of(peer)),
             ("Header", api_key.extract(parts), api_key.key_of(value)),
