@@ -1,44 +1,80 @@
-//! Plans per caller: an API key is looked up in a table (key → plan) by an
-//! authentication middleware, which puts the plan in the request's
-//! extensions; one rate-limit layer then checks each request under its plan
-//! (`free` 60/min and 1,000/day, `pro` 600/min, `internal` unlimited), as
-//! loaded from `examples/plans.toml`.
+//! Plans per caller: an API key is looked up in a table (key digest →
+//! account and plan) by an authentication middleware, which puts the
+//! caller in the request's extensions; one rate-limit layer then checks each
+//! request under its plan (`free` 60/min and 1,000/day, `pro` 600/min,
+//! `internal` unlimited), as loaded from `examples/plans.toml`.
 //!
-//!     cargo run --example plans --features axum,serde
+//!     ADMIN_TOKEN=s3cret cargo run --example plans --features axum,serde
 //!     curl -si -H 'x-api-key: key-free' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-pro' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-internal' http://127.0.0.1:3000/
 //!
-//! Edit `examples/plans.toml`, then `curl -si -X POST http://127.0.0.1:3000/admin/reload`:
+//! Edit `examples/plans.toml`, then
+//! `curl -si -X POST -H 'authorization: Bearer s3cret' http://127.0.0.1:3000/admin/reload`:
 //! the new limits apply at once, without a restart (with `REDIS_URL` set,
 //! they are published to Redis, where every instance reads them within a
-//! second). An unknown key is the `free` plan.
+//! second).
+//!
+//! What makes it safe to copy:
+//!
+//! - an API key never reaches the store: the table holds key digests
+//!   (`Header::key_of`), and the plans' keys are the account
+//!   (`{plans-example.free:acct:ada}…`), not the key;
+//! - a request without a known API key is answered 401, never admitted
+//!   under a default plan;
+//! - `POST /admin/reload` needs the admin token (compared in constant time
+//!   over SHA-256 digests, with `subtle`);
+//! - everything, the 401s included, is limited per peer IP first (120 a
+//!   minute, a failed API key or admin token costing 10 more), so keys and
+//!   tokens cannot be guessed at speed.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use http::StatusCode;
+use http::{HeaderMap, HeaderName, StatusCode};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tower_redis_ratelimit::key::{Header, KeyExtractor, PeerIp, peer_addr};
 use tower_redis_ratelimit::middleware::{
     LayerOptions, NearLimit, PlanFromExtension, RateLimitOutcome,
 };
 use tower_redis_ratelimit::plans::{ActivePlan, LimitsHandle, Plans, PlansConfig};
-use tower_redis_ratelimit::{MemoryStore, RateLimitLayer, RedisStore};
+use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
 
 const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/plans.toml");
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// What a failed API key or admin token costs its IP, besides the request.
+pub(crate) const FAILED_AUTH_COST: u64 = 10;
 
-/// The plan an API key is on (what a real app reads from its database).
+/// The demo API keys: (key, account, plan). A real app keeps only the
+/// digests (`Header::key_of(key)`) in its database.
+pub(crate) const API_KEYS: [(&str, &str, &str); 3] = [
+    ("key-free", "ada", "free"),
+    ("key-pro", "bob", "pro"),
+    ("key-internal", "ops", "internal"),
+];
+
+/// Who called: what authentication put in the request.
 #[derive(Clone)]
-struct Tier(String);
+struct Caller {
+    account: &'static str,
+}
+
+/// The plan the caller is on (what a real app reads from its database).
+#[derive(Clone)]
+struct Tier(&'static str);
 
 impl AsRef<str> for Tier {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.0
     }
 }
 
@@ -56,20 +92,54 @@ fn load() -> Result<(PlansConfig, LayerOptions), Box<dyn std::error::Error>> {
     Ok((plans, layer))
 }
 
-async fn authenticate(
-    State(keys): State<Arc<HashMap<&'static str, &'static str>>>,
-    mut req: Request,
-    next: Next,
-) -> impl IntoResponse {
-    let plan = req
-        .headers()
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|k| keys.get(k));
-    if let Some(plan) = plan {
-        req.extensions_mut().insert(Tier((*plan).to_owned()));
+#[derive(Clone)]
+struct Auth {
+    /// API key digest → (account, plan).
+    keys: Arc<HashMap<Vec<u8>, (&'static str, &'static str)>>,
+    /// The SHA-256 of the admin token.
+    admin_digest: Arc<[u8; 32]>,
+    /// The per-IP limiter in front of everything.
+    guard: RateLimiter,
+}
+
+impl Auth {
+    /// Charges the peer of a request that failed authentication; the 401.
+    async fn refuse(&self, parts: &http::request::Parts, what: &str) -> Response {
+        if let Some(peer) = peer_addr(parts) {
+            // (a store error here only loses the surcharge: the request
+            // itself was counted by the guard's layer)
+            let _ = self
+                .guard
+                .penalize(PeerIp.key_of(peer.ip()), FAILED_AUTH_COST)
+                .await;
+        }
+        (StatusCode::UNAUTHORIZED, format!("{what} required\n")).into_response()
     }
-    next.run(req).await
+
+    fn is_admin(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .is_some_and(|given| {
+                let given: [u8; 32] = Sha256::digest(given).into();
+                bool::from(given.ct_eq(&*self.admin_digest))
+            })
+    }
+}
+
+/// API-key authentication: a known key's caller and plan go into the
+/// request; any other request is answered 401.
+async fn authenticate(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let known = Header::new(API_KEY)
+        .extract(&parts)
+        .and_then(|digest| auth.keys.get(&digest).copied());
+    let Some((account, plan)) = known else {
+        return auth.refuse(&parts, "a known x-api-key").await;
+    };
+    parts.extensions.insert(Caller { account });
+    parts.extensions.insert(Tier(plan));
+    next.run(Request::from_parts(parts, body)).await
 }
 
 async fn hello(
@@ -93,51 +163,106 @@ async fn hello(
     s
 }
 
-async fn reload(State(handle): State<LimitsHandle>) -> (StatusCode, String) {
+async fn reload(State((auth, handle)): State<(Auth, LimitsHandle)>, req: Request) -> Response {
+    let (parts, _) = req.into_parts();
+    if !auth.is_admin(&parts.headers) {
+        return auth.refuse(&parts, "the admin bearer token").await;
+    }
     // (the error, not `Send`, must not live across the await)
     let config = match load() {
         Ok((config, _)) => config,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
     match handle.publish(config).await {
-        Ok(()) => (StatusCode::OK, format!("reloaded:\n{}", handle.current())),
-        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Ok(()) => (StatusCode::OK, format!("reloaded:\n{}", handle.current())).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
+}
+
+/// The app: plans from `examples/plans.toml` on `store` (read back from it
+/// every `sync` when given), `POST /admin/reload` behind `admin_token`.
+/// Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
+pub(crate) fn app<S: Store + Clone>(
+    store: S,
+    sync: Option<Duration>,
+    admin_token: &str,
+) -> Result<Router, Box<dyn std::error::Error>> {
+    if admin_token.is_empty() {
+        return Err("the admin token must not be empty".into());
+    }
+    let (config, options) = load()?;
+    let mut builder = Plans::builder()
+        .prefix("plans-example")
+        .config(config)
+        .store(store.clone());
+    if let Some(every) = sync {
+        builder = builder.sync_interval(every);
+    }
+    let plans = builder.build()?;
+    let handle = plans.handle();
+    let guard = RateLimiter::builder()
+        .store(store)
+        .prefix("plans-example-guard")
+        .quota(Quota::fixed_window(Rate::per_minute(120)).name("minute"))
+        .build()?;
+    let header = Header::new(API_KEY);
+    let auth = Auth {
+        keys: Arc::new(
+            API_KEYS
+                .iter()
+                .map(|(key, account, plan)| (header.key_of(key), (*account, *plan)))
+                .collect(),
+        ),
+        admin_digest: Arc::new(Sha256::digest(admin_token.as_bytes()).into()),
+        guard: guard.clone(),
+    };
+
+    // The plans' key: the account authentication found (never the API key).
+    let account = |p: &http::request::Parts| {
+        p.extensions
+            .get::<Caller>()
+            .map(|c| format!("acct:{}", c.account))
+    };
+    let layer = RateLimitLayer::with_plans(plans, account, PlanFromExtension::<Tier>::new())
+        .options(&options);
+    Ok(Router::new()
+        .route("/", get(hello))
+        .layer(layer)
+        .layer(axum::middleware::from_fn_with_state(
+            auth.clone(),
+            authenticate,
+        ))
+        .merge(
+            Router::new()
+                .route("/admin/reload", post(reload))
+                .with_state((auth, handle)),
+        )
+        // outermost: every request counts against its IP, 401s included
+        .layer(RateLimitLayer::new(guard, PeerIp)))
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (config, options) = load()?;
-    let builder = Plans::builder().prefix("plans-example").config(config);
-    let plans = match std::env::var("REDIS_URL") {
-        Ok(url) => builder
-            .store(RedisStore::from_url(&url)?)
-            .sync_interval(Duration::from_secs(1))
-            .build()?,
-        Err(_) => builder.store(MemoryStore::new()).build()?,
+    let token = match std::env::var("ADMIN_TOKEN") {
+        Ok(token) if !token.is_empty() => token,
+        _ => return Err("set ADMIN_TOKEN to the bearer token of POST /admin/reload".into()),
     };
-    let handle = plans.handle();
-    let keys: Arc<HashMap<&str, &str>> = Arc::new(HashMap::from([
-        ("key-free", "free"),
-        ("key-pro", "pro"),
-        ("key-internal", "internal"),
-    ]));
-    let key = |p: &http::request::Parts| p.headers.get("x-api-key").map(|v| v.as_bytes().to_vec());
-    let layer =
-        RateLimitLayer::with_plans(plans, key, PlanFromExtension::<Tier>::new()).options(&options);
-    let app = Router::new()
-        .route("/", get(hello))
-        .layer(layer)
-        .layer(axum::middleware::from_fn_with_state(keys, authenticate))
-        .merge(
-            Router::new()
-                .route("/admin/reload", post(reload))
-                .with_state(handle),
-        );
+    let app = match std::env::var("REDIS_URL") {
+        Ok(url) => app(
+            RedisStore::from_url(&url)?,
+            Some(Duration::from_secs(1)),
+            &token,
+        )?,
+        Err(_) => app(MemoryStore::new(), None, &token)?,
+    };
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     println!("listening on http://{}", listener.local_addr()?);
     println!("try: curl -si -H 'x-api-key: key-free' http://127.0.0.1:{port}/");
-    axum::serve(listener, app).await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

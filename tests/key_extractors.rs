@@ -573,4 +573,187 @@ mod axum_router {
         assert!(key.starts_with("hdr:x-api-key:"));
         assert!(!key.contains("sk_test"));
     }
+
+    /// The README's table of key forms ("Key extractors"): each row's first
+    /// column and the backquoted examples of its third.
+    fn readme_key_rows() -> Vec<(String, Vec<String>)> {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("### Key extractors (`key`)")
+            .nth(1)
+            .expect("the README has a \"Key extractors (`key`)\" section");
+        let mut rows = Vec::new();
+        for line in section.lines().skip_while(|l| !l.starts_with('|')) {
+            if !line.starts_with('|') {
+                break;
+            }
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+            if cells[0].trim() == "extractor" || cells[0].starts_with("---") {
+                continue;
+            }
+            let examples = cells
+                .get(2)
+                .map(|c| c.split('`').skip(1).step_by(2).map(str::to_owned).collect())
+                .unwrap_or_default();
+            rows.push((cells[0].trim().to_owned(), examples));
+        }
+        assert!(rows.len() >= 6, "the README's key table: {rows:?}");
+        rows
+    }
+
+    /// Whether `key` has the form of the README's `example`, where
+    /// `<N hex digits>` stands for exactly N lowercase hex digits.
+    fn has_form(key: &str, example: &str) -> bool {
+        match example.split_once('<') {
+            None => key == example,
+            Some((prefix, rest)) => {
+                let n: usize = rest
+                    .strip_suffix(" hex digits>")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("unknown placeholder in {example:?}"));
+                key.strip_prefix(prefix).is_some_and(|hex| {
+                    hex.len() == n && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                })
+            }
+        }
+    }
+
+    /// Each extractor's key of the request, by extractor name, after
+    /// checking that its `key_of` gives the same key from the request's values.
+    fn keys_of(parts: &http::request::Parts) -> Vec<(&'static str, String)> {
+        use tower_redis_ratelimit::key::{Global, peer_addr, tuple_key};
+        let s = |k: Vec<u8>| String::from_utf8(k).unwrap();
+        let client_ip = ClientIp::new().trust_cidrs(["10.0.0.0/8"]).unwrap();
+        let api_key = Header::parse("x-api-key").unwrap();
+        let peer = peer_addr(parts).unwrap().ip();
+        let value = parts.headers["x-api-key"].as_bytes();
+        let route = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .unwrap();
+        // (name, what `extract` gives, what `key_of` gives)
+        type Pair = (&'static str, Option<Vec<u8>>, Vec<u8>);
+        let pairs: Vec<Pair> = vec![
+            ("PeerIp", PeerIp.extract(parts), PeerIp.key_of(peer)),
+            ("ClientIp", client_ip.extract(parts), client_ip.key_of(peer)),
+            ("Header", api_key.extract(parts), api_key.key_of(value)),
+            ("Path", Path.extract(parts), Path.key_of(parts.uri.path())),
+            (
+                "MatchedPath",
+                MatchedPath.extract(parts),
+                MatchedPath.key_of(route.as_str()),
+            ),
+            (
+                "Method",
+                Method.extract(parts),
+                Method.key_of(&parts.method),
+            ),
+            ("Global", Global.extract(parts), Global.key_of()),
+            (
+                "(A, B)",
+                (Method, Path).extract(parts),
+                tuple_key([Method.key_of(&parts.method), Path.key_of(parts.uri.path())]),
+            ),
+        ];
+        pairs
+            .into_iter()
+            .map(|(name, extracted, key_of)| {
+                assert_eq!(extracted.as_ref(), Some(&key_of), "{name}: key_of");
+                (name, s(key_of))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_readmes_key_forms_are_what_the_extractors_give() {
+        use std::sync::{Arc, Mutex};
+        let seen: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
+        let record = {
+            let seen = seen.clone();
+            move |parts: http::request::Parts| {
+                seen.lock().unwrap().extend(keys_of(&parts));
+                async { "ok" }
+            }
+        };
+        let requests = [
+            (
+                "POST",
+                "/login",
+                [192, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                4,
+            ),
+            (
+                "GET",
+                "/users/7",
+                [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 7],
+                16,
+            ),
+        ];
+        for (method, path, octets, len) in requests {
+            let ip: std::net::IpAddr = if len == 4 {
+                std::net::Ipv4Addr::new(octets[0], octets[1], octets[2], octets[3]).into()
+            } else {
+                std::net::Ipv6Addr::from(octets).into()
+            };
+            let app = Router::new()
+                .route("/login", axum::routing::post(record.clone()))
+                .route("/users/{id}", get(record.clone()))
+                .layer(MockConnectInfo(SocketAddr::new(ip, 4711)));
+            let req = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("x-api-key", "sk_live_readme")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            assert_eq!(app.oneshot(req).await.unwrap().status(), 200);
+        }
+        let seen = seen.lock().unwrap().clone();
+        let keys = |names: &[&str]| -> Vec<String> {
+            seen.iter()
+                .filter(|(n, _)| names.contains(n))
+                .map(|(_, k)| k.clone())
+                .collect()
+        };
+
+        let rows = readme_key_rows();
+        let peer_examples = rows
+            .iter()
+            .find(|(name, _)| name == "`PeerIp`")
+            .map(|(_, e)| e.clone())
+            .expect("a `PeerIp` row");
+        for (name, examples) in &rows {
+            // (the extractors a row names, and its examples)
+            let (names, examples): (&[&str], Vec<String>) = if name == "`PeerIp`" {
+                (&["PeerIp"], examples.clone())
+            } else if name.starts_with("`ClientIp") {
+                assert_eq!(
+                    examples,
+                    &["PeerIp"],
+                    "ClientIp's keys are said to be PeerIp's"
+                );
+                (&["ClientIp"], peer_examples.clone())
+            } else if name.starts_with("`Header") {
+                (&["Header"], examples.clone())
+            } else if name.starts_with("`Path`") {
+                (
+                    &["Path", "MatchedPath", "Method", "Global"],
+                    examples.clone(),
+                )
+            } else if name.starts_with("`(A, B)`") {
+                (&["(A, B)"], examples.clone())
+            } else if name.starts_with("a closure") {
+                continue;
+            } else {
+                panic!("a README row this test does not know: {name}");
+            };
+            assert!(!examples.is_empty(), "{name}: no example");
+            let given = keys(names);
+            for example in &examples {
+                assert!(
+                    given.iter().any(|k| has_form(k, example)),
+                    "README row {name}: no extractor gives the form {example:?}; they give {given:?}"
+                );
+            }
+        }
+    }
 }

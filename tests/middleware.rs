@@ -215,7 +215,7 @@ async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
 }
 
 #[tokio::test]
-async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
+async fn a_missing_peer_address_is_a_500_by_default_or_skipped_or_replaced() {
     let store = MemoryStore::new();
     let limiter = common::memory::limiter_on(
         &store,
@@ -230,13 +230,13 @@ async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
             .layer(layer)
     };
 
-    let app = bare(RateLimitLayer::new(limiter.clone(), peer));
+    let app = bare(RateLimitLayer::new(limiter.clone(), key::PeerIp));
     let res = send(&app, get_req("/")).await;
     assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(store.is_empty(), "no store call");
 
     let app = bare(
-        RateLimitLayer::new(limiter.clone(), peer)
+        RateLimitLayer::new(limiter.clone(), key::PeerIp)
             .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST)),
     );
     assert_eq!(
@@ -244,15 +244,17 @@ async fn a_missing_key_is_a_500_by_default_or_skipped_or_replaced() {
         StatusCode::BAD_REQUEST
     );
 
-    let app = bare(RateLimitLayer::new(limiter.clone(), peer).on_missing_key(MissingKey::skip()));
+    let app =
+        bare(RateLimitLayer::new(limiter.clone(), key::PeerIp).on_missing_key(MissingKey::skip()));
     for _ in 0..3 {
         let res = send(&app, get_req("/")).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert!(!res.headers().contains_key("ratelimit"));
     }
 
-    let app =
-        bare(RateLimitLayer::new(limiter, peer).on_missing_key(MissingKey::fallback(key::Global)));
+    let app = bare(
+        RateLimitLayer::new(limiter, key::PeerIp).on_missing_key(MissingKey::fallback(key::Global)),
+    );
     assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
     assert_eq!(
         send(&app, get_req("/")).await.status(),

@@ -21,7 +21,7 @@ use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_redis_ratelimit::clock::ManualClock;
-use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle};
+use tower_redis_ratelimit::middleware::{FailurePolicy, HeaderStyle, MissingKey};
 use tower_redis_ratelimit::{
     MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore, key,
 };
@@ -626,4 +626,124 @@ async fn a_missing_key_is_logged_once_per_layer_at_error_level() {
             "{e}"
         );
     }
+}
+
+/// A layer on `extractor` (memory store, fixed window) answering a request
+/// without its key: (HTTP status, gRPC status of an HTTP/2 gRPC call).
+async fn missing_answer(layer: RateLimitLayer) -> (StatusCode, String) {
+    let svc = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let http = call(&svc, Request::new(Body::empty())).await.status();
+    let res = call(&svc, grpc_request(Version::HTTP_2)).await;
+    assert!(is_grpc_answer(&res));
+    (http, one(&res, "grpc-status").unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_missing_key_is_the_clients_4xx_unless_the_server_is_misconfigured() {
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+    let l = || limiter(&clock, Quota::fixed_window(Rate::per_minute(1)));
+    let api_key = || key::Header::parse("x-api-key").unwrap();
+    let closure = |_: &Parts| None::<Vec<u8>>;
+    let cases: Vec<(&str, RateLimitLayer, StatusCode, &str)> = vec![
+        // a missing credential: 401 / UNAUTHENTICATED
+        (
+            "header",
+            RateLimitLayer::new(l(), api_key()),
+            StatusCode::UNAUTHORIZED,
+            "16",
+        ),
+        (
+            "header in a tuple",
+            RateLimitLayer::new(l(), (key::Method, api_key())),
+            StatusCode::UNAUTHORIZED,
+            "16",
+        ),
+        // something else the request lacks: 400 / INVALID_ARGUMENT
+        (
+            "closure",
+            RateLimitLayer::new(l(), closure),
+            StatusCode::BAD_REQUEST,
+            "3",
+        ),
+        // a server without connect info: 500 / INTERNAL
+        (
+            "peer ip",
+            RateLimitLayer::new(l(), key::PeerIp),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "13",
+        ),
+        (
+            "client ip",
+            RateLimitLayer::new(l(), key::ClientIp::new()),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "13",
+        ),
+        (
+            "peer ip in a tuple",
+            RateLimitLayer::new(l(), (api_key(), key::PeerIp)),
+            StatusCode::UNAUTHORIZED,
+            "16",
+        ),
+        // a fallback that finds nothing either: the graver cause
+        (
+            "header, then peer ip",
+            RateLimitLayer::new(l(), api_key()).on_missing_key(MissingKey::fallback(key::PeerIp)),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "13",
+        ),
+        (
+            "closure, then header",
+            RateLimitLayer::new(l(), closure).on_missing_key(MissingKey::fallback(api_key())),
+            StatusCode::UNAUTHORIZED,
+            "16",
+        ),
+        // an explicit status is kept
+        (
+            "reject(403)",
+            RateLimitLayer::new(l(), key::PeerIp)
+                .on_missing_key(MissingKey::reject(StatusCode::FORBIDDEN)),
+            StatusCode::FORBIDDEN,
+            "7",
+        ),
+        (
+            "reject(400)",
+            RateLimitLayer::new(l(), key::PeerIp)
+                .on_missing_key(MissingKey::reject(StatusCode::BAD_REQUEST)),
+            StatusCode::BAD_REQUEST,
+            "3",
+        ),
+    ];
+    for (case, layer, status, grpc) in cases {
+        assert_eq!(
+            missing_answer(layer).await,
+            (status, grpc.to_owned()),
+            "{case}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn plans_answer_a_request_without_its_api_key_401() {
+    use tower_redis_ratelimit::middleware::PlanFromHeader;
+    use tower_redis_ratelimit::plans::{Plan, Plans};
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+    let plans = Plans::builder()
+        .store(MemoryStore::new())
+        .clock(clock)
+        .plan(
+            "free",
+            Plan::new([Quota::fixed_window(Rate::per_minute(1))]),
+        )
+        .default_plan("free")
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::with_plans(
+        plans,
+        key::Header::parse("x-api-key").unwrap(),
+        PlanFromHeader(http::HeaderName::from_static("x-plan")),
+    );
+    assert_eq!(
+        missing_answer(layer).await,
+        (StatusCode::UNAUTHORIZED, "16".to_owned())
+    );
 }

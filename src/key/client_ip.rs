@@ -286,6 +286,10 @@ impl KeyExtractor for ClientIp {
     fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed(concat!("ClientIp ", super::ip::no_peer_hint!()))
     }
+
+    fn missing_cause(&self, _parts: &Parts) -> super::MissingCause {
+        super::MissingCause::Server
+    }
 }
 
 /// The right-to-left walk over a chain: `last` is the nearest trusted

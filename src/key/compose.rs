@@ -34,8 +34,42 @@ macro_rules! tuple_extractor {
                 })+
                 std::borrow::Cow::Borrowed("no part of the key extractor tuple is missing")
             }
+
+            fn missing_cause(&self, parts: &Parts) -> super::MissingCause {
+                #[allow(non_snake_case)]
+                let ($($part,)+) = self;
+                $(if $part.extract(parts).is_none() {
+                    return $part.missing_cause(parts);
+                })+
+                super::MissingCause::Request
+            }
         }
     };
+}
+
+/// The key a tuple extractor gives a request whose parts' keys are
+/// `parts` (each what that part's extractor gives, e.g. from its
+/// `key_of`): for admin code that blocks or resets a combined key.
+///
+/// ```
+/// use tower_redis_ratelimit::key::{KeyExtractor, Method, Path, tuple_key};
+///
+/// let (parts, ()) = http::Request::post("/login").body(())?.into_parts();
+/// let key = tuple_key([Method.key_of(&http::Method::POST), Path.key_of("/login")]);
+/// assert_eq!(key, b"11:method:POST,11:path:/login,");
+/// assert_eq!((Method, Path).extract(&parts), Some(key));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn tuple_key<I>(parts: I) -> Vec<u8>
+where
+    I: IntoIterator,
+    I::Item: AsRef<[u8]>,
+{
+    let mut key = Vec::new();
+    for part in parts {
+        push_part(&mut key, part.as_ref());
+    }
+    key
 }
 
 tuple_extractor!(A, B);

@@ -146,6 +146,10 @@ impl KeyExtractor for PeerIp {
     fn missing_hint(&self, _parts: &Parts) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed(concat!("PeerIp ", no_peer_hint!()))
     }
+
+    fn missing_cause(&self, _parts: &Parts) -> super::MissingCause {
+        super::MissingCause::Server
+    }
 }
 
 /// What to do when an IP extractor finds no peer address.

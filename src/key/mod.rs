@@ -5,17 +5,24 @@
 //! decides what happens then). Closures `Fn(&Parts) -> Option<K>` with
 //! `K: Into<Vec<u8>>` are extractors too.
 //!
-//! | extractor | key | `None` when |
-//! |---|---|---|
-//! | [`PeerIp`](struct@PeerIp) | `ip:203.0.113.7`, `ip:2001:db8:1:2::/64` | no peer address recorded |
-//! | [`ClientIp`] | the same, for the client behind trusted proxies | no peer address recorded |
-//! | [`Header`] | `hdr:x-api-key:<hex digest>` | header absent |
-//! | [`Path`] | `path:/users/1` | never |
-//! | `MatchedPath` (feature `axum`) | `route:/users/{id}` | no route matched yet |
-//! | [`Method`] | `method:GET` | never |
-//! | [`Global`] | `global` | never |
-//! | `(A, B)`, `(A, B, C)`, `(A, B, C, D)` | each part length-prefixed: `6:global,10:method:GET,` | any part is `None` |
-//! | closures | what they return | they return `None` |
+//! | extractor | key | `None` when | [`MissingCause`] (default answer) |
+//! |---|---|---|---|
+//! | [`PeerIp`](struct@PeerIp) | `ip:203.0.113.7`, `ip:2001:db8:1:2::/64` | no peer address recorded | `Server` (500) |
+//! | [`ClientIp`] | the same, for the client behind trusted proxies | no peer address recorded | `Server` (500) |
+//! | [`Header`] | `hdr:x-api-key:<32 hex digits>` | header absent | `Credential` (401), or as set by [`Header::when_missing`] |
+//! | [`Path`] | `path:/users/1` | never | |
+//! | `MatchedPath` (feature `axum`) | `route:/users/{id}` | no route matched | `Request` (400) |
+//! | [`Method`] | `method:GET` | never | |
+//! | [`Global`] | `global` | never | |
+//! | `(A, B)`, `(A, B, C)`, `(A, B, C, D)` | each part length-prefixed: `6:global,10:method:GET,` | any part is `None` | the first missing part's |
+//! | closures | what they return | they return `None` | `Request` (400) |
+//!
+//! Each extractor has a `key_of` giving the key it would find for a given
+//! value (an address, a header value, a path...), for admin code that
+//! blocks, resets or inspects a client:
+//! [`PeerIp::key_of`](struct@PeerIp), [`ClientIp::key_of`],
+//! [`Header::key_of`], [`Path::key_of`], `MatchedPath::key_of`,
+//! [`Method::key_of`], [`Global::key_of`] and [`tuple_key`] for tuples.
 //!
 //! Peer addresses come from axum's `ConnectInfo<SocketAddr>` or `MockConnectInfo` (feature
 //! `axum`), tonic's `TcpConnectInfo` (feature `tonic`) or a plain
@@ -60,11 +67,60 @@ mod ip;
 mod request;
 
 pub use client_ip::{ClientIp, DEFAULT_MAX_HOPS, ForwardedHeader, InvalidCidr};
+pub use compose::tuple_key;
 pub use forwarded::{Hop, parse_forwarded, parse_x_forwarded_for};
 pub use ip::{DEFAULT_IPV6_PREFIX, PeerIp, peer_addr};
 #[cfg(feature = "axum")]
 pub use request::MatchedPath;
 pub use request::{Header, Method, Path};
+
+/// Why a request has no key: whose mistake it is, which decides the
+/// middleware's default answer (see
+/// [`MissingKey`](crate::middleware::MissingKey)).
+///
+/// A request the client could have sent with its key (it left out its API
+/// key) is the client's mistake, answered with a 4xx; a request no client
+/// could have given a key (the server records no peer address) is the
+/// server's, answered with a 500 and logged. Ordered by gravity:
+/// `Request < Credential < Server`.
+///
+/// ```
+/// use http::StatusCode;
+/// use tower_redis_ratelimit::key::MissingCause;
+///
+/// assert_eq!(MissingCause::Credential.status(), StatusCode::UNAUTHORIZED);
+/// assert_eq!(MissingCause::Request.status(), StatusCode::BAD_REQUEST);
+/// assert_eq!(MissingCause::Server.status(), StatusCode::INTERNAL_SERVER_ERROR);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum MissingCause {
+    /// The request lacks something the key is made of, other than a
+    /// credential (a tenant header, a route): `400 Bad Request`, gRPC
+    /// `INVALID_ARGUMENT`. The default of extractors that do not say.
+    Request,
+    /// The request lacks the credential the key is made of (an API key or
+    /// `Authorization` header): `401 Unauthorized`, gRPC `UNAUTHENTICATED`.
+    /// The 401 carries no `WWW-Authenticate` challenge: the limiter does
+    /// not know the application's scheme (add it in the deny response of
+    /// an authentication layer in front if clients need it).
+    Credential,
+    /// The server is set up so that no request has a key (no peer address
+    /// recorded for [`PeerIp`](struct@PeerIp) or [`ClientIp`]): `500
+    /// Internal Server Error`, gRPC `INTERNAL`, logged at ERROR once per layer.
+    Server,
+}
+
+impl MissingCause {
+    /// The HTTP status the middleware answers this cause with by default.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Self::Request => http::StatusCode::BAD_REQUEST,
+            Self::Credential => http::StatusCode::UNAUTHORIZED,
+            Self::Server => http::StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
 
 /// Derives the rate-limit key of a request from its head.
 pub trait KeyExtractor: Send + Sync + 'static {
@@ -102,6 +158,20 @@ pub trait KeyExtractor: Send + Sync + 'static {
             std::any::type_name::<Self>()
         ))
     }
+
+    /// Whose mistake it is that [`extract`](Self::extract) found no key in
+    /// this request: the middleware's default answer follows from it
+    /// (401, 400 or 500, see [`MissingCause`]). Only called after `extract`
+    /// returned `None`.
+    ///
+    /// The default is [`MissingCause::Request`] (400): the request lacks
+    /// what the key is made of. An extractor that can miss a key because of
+    /// how the server is set up says [`MissingCause::Server`], as
+    /// [`PeerIp`](struct@PeerIp) and [`ClientIp`] do.
+    fn missing_cause(&self, parts: &Parts) -> MissingCause {
+        let _ = parts;
+        MissingCause::Request
+    }
 }
 
 impl<F, K> KeyExtractor for F
@@ -121,6 +191,15 @@ where
 /// One key for every request: a limit on the whole service.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Global;
+
+impl Global {
+    /// The key this extractor gives every request, `global`: what to pass
+    /// to the limiter's [`reset`](crate::RateLimiter::reset) or
+    /// [`get`](crate::RateLimiter::get).
+    pub fn key_of(&self) -> Vec<u8> {
+        b"global".to_vec()
+    }
+}
 
 impl KeyExtractor for Global {
     fn extract(&self, _parts: &Parts) -> Option<Vec<u8>> {

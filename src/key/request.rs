@@ -6,7 +6,7 @@ use http::HeaderName;
 use http::header::InvalidHeaderName;
 use http::request::Parts;
 
-use super::KeyExtractor;
+use super::{KeyExtractor, MissingCause};
 
 /// Key: a hash of a request header's value, as `hdr:<name>:<hex>`, for
 /// limits per API key, token or tenant.
@@ -17,6 +17,13 @@ use super::KeyExtractor;
 /// bytes). The first occurrence of the header is used; a request without
 /// the header has no key (`None`), and one with an empty value has the key
 /// of the empty value.
+///
+/// A request without the header is taken for one without its credential:
+/// the middleware answers it `401 Unauthorized` by default (gRPC
+/// `UNAUTHENTICATED`; see [`MissingCause`]). For a header that is not a
+/// credential (a tenant or client name), say
+/// [`.when_missing(MissingCause::Request)`](Self::when_missing) to answer 400.
+/// [`key_of`](Self::key_of) gives a value's key, for admin code.
 ///
 /// ```
 /// use tower_redis_ratelimit::key::{Header, KeyExtractor};
@@ -34,12 +41,26 @@ use super::KeyExtractor;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     name: HeaderName,
+    missing: MissingCause,
 }
 
 impl Header {
-    /// Keys requests by the value of this header.
+    /// Keys requests by the value of this header (a credential: a request
+    /// without it is answered 401 by default).
     pub fn new(name: HeaderName) -> Self {
-        Header { name }
+        Header {
+            name,
+            missing: MissingCause::Credential,
+        }
+    }
+
+    /// Says whose mistake a request without the header is (default
+    /// [`MissingCause::Credential`], answered 401): `MissingCause::Request`
+    /// for a header that is not a credential (400), `MissingCause::Server`
+    /// for one a proxy of yours must always set (500, logged).
+    pub fn when_missing(mut self, cause: MissingCause) -> Self {
+        self.missing = cause;
+        self
     }
 
     /// Keys requests by the value of the header of this name (any case).
@@ -55,17 +76,42 @@ impl Header {
     pub fn name(&self) -> &HeaderName {
         &self.name
     }
+
+    /// The key this extractor gives a request whose header holds `value`
+    /// (the raw bytes, as sent): `hdr:<name>:<32 hex digits>`. What to pass
+    /// to the limiter's [`block`](crate::RateLimiter::block),
+    /// [`reset`](crate::RateLimiter::reset) or
+    /// [`storage_keys`](crate::RateLimiter::storage_keys) for that API key.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::key::{Header, KeyExtractor};
+    ///
+    /// let api_key = Header::parse("x-api-key")?;
+    /// let (parts, ()) = http::Request::builder()
+    ///     .header("x-api-key", "sk_live_secret")
+    ///     .body(())?
+    ///     .into_parts();
+    /// assert_eq!(api_key.extract(&parts), Some(api_key.key_of("sk_live_secret")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_of(&self, value: impl AsRef<[u8]>) -> Vec<u8> {
+        let digest = crate::digest::hash_hex(value.as_ref());
+        format!("hdr:{}:{digest}", self.name).into_bytes()
+    }
 }
 
 impl KeyExtractor for Header {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         let value = parts.headers.get(&self.name)?;
-        let digest = crate::digest::hash_hex(value.as_bytes());
-        Some(format!("hdr:{}:{digest}", self.name).into_bytes())
+        Some(self.key_of(value.as_bytes()))
     }
 
     fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
         Cow::Owned(format!("Header: the request has no `{}` header", self.name))
+    }
+
+    fn missing_cause(&self, _parts: &Parts) -> MissingCause {
+        self.missing
     }
 }
 
@@ -75,9 +121,21 @@ impl KeyExtractor for Header {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Path;
 
+impl Path {
+    /// The key this extractor gives a request for `path` (without the
+    /// query): `path:<path>`.
+    ///
+    /// ```
+    /// assert_eq!(tower_redis_ratelimit::key::Path.key_of("/login"), b"path:/login");
+    /// ```
+    pub fn key_of(&self, path: &str) -> Vec<u8> {
+        [b"path:", path.as_bytes()].concat()
+    }
+}
+
 impl KeyExtractor for Path {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
-        Some([b"path:", parts.uri.path().as_bytes()].concat())
+        Some(self.key_of(parts.uri.path()))
     }
 }
 
@@ -96,10 +154,29 @@ impl KeyExtractor for Path {
 pub struct MatchedPath;
 
 #[cfg(feature = "axum")]
+impl MatchedPath {
+    /// The key this extractor gives a request that matched the route
+    /// `template` (as written in the router): `route:<template>`.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::key::MatchedPath;
+    ///
+    /// assert_eq!(MatchedPath.key_of("/users/{id}"), b"route:/users/{id}");
+    /// ```
+    pub fn key_of(&self, template: &str) -> Vec<u8> {
+        [b"route:", template.as_bytes()].concat()
+    }
+}
+
+// A request no route matched is taken for the client's mistake (a path the
+// router does not have): the default `MissingCause::Request`, answered 400.
+// A layer around the router, where no request ever has a route, shows
+// itself at once: every request is answered so.
+#[cfg(feature = "axum")]
 impl KeyExtractor for MatchedPath {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
         let matched = parts.extensions.get::<axum::extract::MatchedPath>()?;
-        Some([b"route:", matched.as_str().as_bytes()].concat())
+        Some(self.key_of(matched.as_str()))
     }
 
     fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
@@ -114,9 +191,22 @@ impl KeyExtractor for MatchedPath {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Method;
 
+impl Method {
+    /// The key this extractor gives a request of `method`: `method:<METHOD>`.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::key::Method;
+    ///
+    /// assert_eq!(Method.key_of(&http::Method::POST), b"method:POST");
+    /// ```
+    pub fn key_of(&self, method: &http::Method) -> Vec<u8> {
+        [b"method:", method.as_str().as_bytes()].concat()
+    }
+}
+
 impl KeyExtractor for Method {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
-        Some([b"method:", parts.method.as_str().as_bytes()].concat())
+        Some(self.key_of(&parts.method))
     }
 }
 

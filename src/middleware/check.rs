@@ -204,7 +204,7 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
 #[inline(never)]
 fn missing_key(config: &Config, parts: &Parts, key: &mut Vec<u8>) -> Option<Check> {
     key.clear();
-    match config.missing.resolve(parts) {
+    match config.missing.resolve(parts, config.extractor.as_ref()) {
         Resolved::Key(k) => {
             *key = k;
             None

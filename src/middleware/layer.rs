@@ -73,7 +73,8 @@ impl RateLimitLayer {
     /// `extractor` finds in it.
     ///
     /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
-    /// bypass, [`MissingKey::reject`] with 500, the text/plain
+    /// bypass, [`MissingKey::by_cause`] (a request without its key: 401 or
+    /// 400, the client's mistake; 500 only for a misconfigured server), the text/plain
     /// [`text_plain`](super::text_plain) denial, a deny cache of 10 000 keys. The store bounds each call (a
     /// [`RedisStore`](crate::RedisStore) by its
     /// [`timeout`](crate::RedisStore::timeout), 100 ms by default); beyond it
@@ -128,7 +129,10 @@ impl RateLimitLayer {
         self.with(|c| c.bypass = Some(Arc::new(bypass)))
     }
 
-    /// What to do when the extractor finds no key (default: 500, logged).
+    /// What to do when the extractor finds no key (default
+    /// [`MissingKey::by_cause`]: 401 for a missing credential, 400 for
+    /// anything else the request lacks, 500 (logged) when the server records
+    /// no peer address).
     pub fn on_missing_key(self, missing: MissingKey) -> Self {
         self.with(|c| c.missing = missing)
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::key::KeyExtractor;
+use crate::key::{KeyExtractor, MissingCause};
 use crate::limiter::RateLimiter;
 use crate::store::MemoryStore;
 
@@ -57,12 +57,27 @@ impl Failure {
 }
 
 /// What the middleware does with a request whose key extractor found no key
-/// (e.g. [`PeerIp`](crate::key) on a server started without connect info).
+/// (a request without its API key header, or [`PeerIp`](crate::key) on a
+/// server started without connect info).
 ///
-/// The default rejects with `500 Internal Server Error`, a body naming the
-/// fix (from [`KeyExtractor::missing_hint`]), and (feature `tracing`) one
-/// ERROR log line per layer: silently not limiting would hide the
-/// misconfiguration.
+/// The default, [`MissingKey::by_cause`], rejects the request without
+/// calling the service, with the status of whose mistake it is
+/// ([`KeyExtractor::missing_cause`]) and a body naming the fix (from
+/// [`KeyExtractor::missing_hint`]):
+///
+/// | [`MissingCause`] | e.g. | HTTP | gRPC |
+/// |---|---|---|---|
+/// | `Credential` | [`Header`](crate::key::Header) absent (an API key) | 401 | `UNAUTHENTICATED` (16) |
+/// | `Request` | a closure's `None`, no route for `MatchedPath` | 400 | `INVALID_ARGUMENT` (3) |
+/// | `Server` | no peer address for `PeerIp` / `ClientIp` | 500 | `INTERNAL` (13) |
+///
+/// A request the client could have sent with its key is the client's
+/// mistake: a 4xx, so that no client can make the server answer 500 (and
+/// page its operators) by leaving a header out. `401` where the key is a
+/// credential, since the client must authenticate; `400` for anything else
+/// it left out. Only a server that can give no request a key (a
+/// misconfiguration) answers `500`, and (feature `tracing`) logs it at
+/// ERROR once per layer: silently not limiting would hide it.
 ///
 /// ```
 /// use http::StatusCode;
@@ -79,14 +94,25 @@ pub struct MissingKey(pub(crate) MissingKeyKind);
 
 #[derive(Clone)]
 pub(crate) enum MissingKeyKind {
+    ByCause,
     Reject(StatusCode),
     Skip,
     Fallback(Arc<dyn KeyExtractor>),
 }
 
 impl MissingKey {
-    /// Answer with `status` (gRPC calls: the matching gRPC status) without
-    /// calling the service; the body says why the request has no key.
+    /// Answer with the status of the request's [`MissingCause`] (401, 400
+    /// or 500; gRPC calls: `UNAUTHENTICATED`, `INVALID_ARGUMENT` or
+    /// `INTERNAL`) without calling the service; the body says why the
+    /// request has no key. The default.
+    pub fn by_cause() -> Self {
+        Self(MissingKeyKind::ByCause)
+    }
+
+    /// Answer with `status` whatever the cause (gRPC calls: the matching
+    /// gRPC status: 400 `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 403
+    /// `PERMISSION_DENIED`, 500 `INTERNAL`, others as gRPC's HTTP mapping)
+    /// without calling the service; the body says why the request has no key.
     pub fn reject(status: StatusCode) -> Self {
         Self(MissingKeyKind::Reject(status))
     }
@@ -96,7 +122,9 @@ impl MissingKey {
         Self(MissingKeyKind::Skip)
     }
 
-    /// Use `extractor`'s key instead; if it has none either, reject with 500.
+    /// Use `extractor`'s key instead; if it has none either, reject as
+    /// [`by_cause`](Self::by_cause) with the graver of the two extractors'
+    /// causes (a server misconfiguration of either is a 500).
     pub fn fallback(extractor: impl KeyExtractor) -> Self {
         Self(MissingKeyKind::Fallback(Arc::new(extractor)))
     }
@@ -109,14 +137,20 @@ impl MissingKey {
         }
     }
 
-    /// What to do for this request.
-    pub(crate) fn resolve(&self, parts: &Parts) -> Resolved {
+    /// What to do for this request, which `extractor` found no key in.
+    pub(crate) fn resolve(&self, parts: &Parts, extractor: &dyn KeyExtractor) -> Resolved {
         match &self.0 {
+            MissingKeyKind::ByCause => Resolved::Reject(extractor.missing_cause(parts).status()),
             MissingKeyKind::Reject(status) => Resolved::Reject(*status),
             MissingKeyKind::Skip => Resolved::Skip,
-            MissingKeyKind::Fallback(extractor) => match extractor.extract(parts) {
+            MissingKeyKind::Fallback(fallback) => match fallback.extract(parts) {
                 Some(key) => Resolved::Key(key),
-                None => Resolved::Reject(StatusCode::INTERNAL_SERVER_ERROR),
+                None => {
+                    let cause: MissingCause = extractor
+                        .missing_cause(parts)
+                        .max(fallback.missing_cause(parts));
+                    Resolved::Reject(cause.status())
+                }
             },
         }
     }
@@ -131,13 +165,14 @@ pub(crate) enum Resolved {
 
 impl Default for MissingKey {
     fn default() -> Self {
-        Self::reject(StatusCode::INTERNAL_SERVER_ERROR)
+        Self::by_cause()
     }
 }
 
 impl fmt::Debug for MissingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
+            MissingKeyKind::ByCause => f.write_str("MissingKey::ByCause"),
             MissingKeyKind::Reject(s) => f.debug_tuple("MissingKey::Reject").field(s).finish(),
             MissingKeyKind::Skip => f.write_str("MissingKey::Skip"),
             MissingKeyKind::Fallback(_) => f.write_str("MissingKey::Fallback(..)"),

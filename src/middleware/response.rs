@@ -190,10 +190,14 @@ pub(crate) fn rejected(config: &Config, parts: &Parts, status: StatusCode) -> Re
     )
 }
 
-/// The gRPC status for an HTTP status, as in gRPC's `http-grpc-status-mapping.md`.
+/// The gRPC status of a missing-key rejection with HTTP status `status`:
+/// gRPC's `http-grpc-status-mapping.md`, except that a 400 (the client left
+/// out what the key is made of) is `INVALID_ARGUMENT` and a 500 (the server
+/// is misconfigured) `INTERNAL`, what a server answering by itself means.
 fn grpc_code(status: StatusCode) -> u16 {
     match status.as_u16() {
-        400 => 13,             // INTERNAL
+        400 => 3,              // INVALID_ARGUMENT
+        500 => 13,             // INTERNAL
         401 => 16,             // UNAUTHENTICATED
         403 => 7,              // PERMISSION_DENIED
         404 => 12,             // UNIMPLEMENTED

@@ -1,0 +1,387 @@
+//! The examples are templates: each is started here (its router, on the
+//! memory store or a private Redis) and probed as an attacker would: made-up
+//! credentials, guessed tokens, malformed and out-of-range admin input,
+//! state-changing routes without credentials, secrets in storage keys.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/admin.rs"]
+mod admin;
+#[allow(dead_code)]
+#[path = "../examples/multi_quota.rs"]
+mod multi_quota;
+#[allow(dead_code)]
+#[path = "../examples/plans.rs"]
+mod plans;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use common::RedisServer;
+use common::http::{send, text};
+use http::{Method, Request, StatusCode};
+use tower_redis_ratelimit::{MemoryStore, RedisStore};
+
+const ADMIN_TOKEN: &str = "s3cret-admin-token";
+
+/// A request from `peer` (as `into_make_service_with_connect_info` records
+/// it), with the headers given.
+fn request(method: Method, uri: &str, peer: [u8; 4], headers: &[(&str, &str)]) -> Request<Body> {
+    let mut b = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        b = b.header(*name, *value);
+    }
+    let mut req = b.body(Body::empty()).unwrap();
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((peer, 40_000))));
+    req
+}
+
+async fn status(app: &Router, req: Request<Body>) -> StatusCode {
+    send(app, req).await.status()
+}
+
+/// Every key of the Redis.
+async fn redis_keys(redis: &RedisServer) -> Vec<String> {
+    let mut conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// examples/admin.rs
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn admin_routes_all_need_the_token() {
+    let app = admin::app(MemoryStore::new(), ADMIN_TOKEN).unwrap();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let routes = [
+        (Method::GET, "/admin/ips/192.0.2.1"),
+        (Method::POST, "/admin/ips/192.0.2.1/block?seconds=60"),
+        (Method::POST, "/admin/ips/192.0.2.1/unblock"),
+        (Method::POST, "/admin/ips/192.0.2.1/reward?units=1"),
+    ];
+    let near_misses = [
+        None,
+        Some(ADMIN_TOKEN.to_owned()),                   // no scheme
+        Some("Bearer ".to_owned()),                     // empty
+        Some(format!("Bearer {}", &ADMIN_TOKEN[..10])), // a prefix
+        Some(format!("Bearer {ADMIN_TOKEN}x")),         // longer
+        Some(format!("bearer {ADMIN_TOKEN}")),          // scheme's case
+    ];
+    // each probe from an IP of its own (the guard is per IP)
+    let mut ip = 0u8;
+    for (method, uri) in &routes {
+        for auth in &near_misses {
+            ip += 1;
+            let headers: Vec<(&str, &str)> = auth
+                .as_deref()
+                .map(|a| vec![("authorization", a)])
+                .unwrap_or_default();
+            let req = request(method.clone(), uri, [198, 51, 100, ip], &headers);
+            assert_eq!(
+                status(&app, req).await,
+                StatusCode::UNAUTHORIZED,
+                "{method} {uri} {auth:?}"
+            );
+        }
+        ip += 1;
+        let req = request(
+            method.clone(),
+            uri,
+            [198, 51, 100, ip],
+            &[("authorization", &bearer)],
+        );
+        assert_eq!(status(&app, req).await, StatusCode::OK, "{method} {uri}");
+    }
+}
+
+#[tokio::test]
+async fn admin_token_guesses_are_rate_limited_per_ip() {
+    let app = admin::app(MemoryStore::new(), ADMIN_TOKEN).unwrap();
+    let attacker = [203, 0, 113, 66];
+    let mut unauthorized = 0;
+    for i in 0..50 {
+        let guess = format!("Bearer guess-{i}");
+        let req = request(
+            Method::GET,
+            "/admin/ips/192.0.2.1",
+            attacker,
+            &[("authorization", &guess)],
+        );
+        match status(&app, req).await {
+            StatusCode::UNAUTHORIZED => unauthorized += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("guess {i}: {other}"),
+        }
+    }
+    // 30 a minute, a failure costing 11: three guesses, then blocked
+    assert_eq!(unauthorized, 3, "guesses that reached the token check");
+    // blocked for 15 minutes: even the right token is refused from there
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let req = request(
+        Method::GET,
+        "/admin/ips/192.0.2.1",
+        attacker,
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(&app, req).await, StatusCode::TOO_MANY_REQUESTS);
+    // another IP is not
+    let req = request(
+        Method::GET,
+        "/admin/ips/192.0.2.1",
+        [203, 0, 113, 67],
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(&app, req).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn admin_input_out_of_range_is_a_400_never_clamped() {
+    let app = admin::app(MemoryStore::new(), ADMIN_TOKEN).unwrap();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let max = admin::MAX_BLOCK_SECS;
+    let cases: Vec<(String, StatusCode)> = vec![
+        ("reward?units=-1".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=0".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=abc".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=1.5".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=1001".into(), StatusCode::BAD_REQUEST),
+        (
+            "reward?units=18446744073709551616".into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        ("reward?units=1&units=2".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=".into(), StatusCode::BAD_REQUEST),
+        ("reward?units=1000".into(), StatusCode::OK),
+        ("reward".into(), StatusCode::OK),
+        ("block?seconds=99999999999".into(), StatusCode::BAD_REQUEST),
+        (
+            format!("block?seconds={}", max + 1),
+            StatusCode::BAD_REQUEST,
+        ),
+        ("block?seconds=0".into(), StatusCode::BAD_REQUEST),
+        ("block?seconds=-5".into(), StatusCode::BAD_REQUEST),
+        (format!("block?seconds={max}"), StatusCode::OK),
+    ];
+    for (i, (action, expected)) in cases.iter().enumerate() {
+        let uri = format!("/admin/ips/192.0.2.1/{action}");
+        let peer = [10, 0, 1, u8::try_from(i).unwrap()];
+        let req = request(Method::POST, &uri, peer, &[("authorization", &bearer)]);
+        let res = send(&app, req).await;
+        assert_eq!(res.status(), *expected, "{action}: {}", text(res).await);
+    }
+    // not an address: 400, nothing keyed on it
+    let req = request(
+        Method::POST,
+        "/admin/ips/alice/block?seconds=60",
+        [10, 0, 2, 1],
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(&app, req).await, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn admin_block_and_unblock_reach_the_client_by_its_ip() {
+    let app = admin::app(MemoryStore::new(), ADMIN_TOKEN).unwrap();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let client = [192, 0, 2, 9];
+    let op = [10, 9, 9, 9];
+    assert_eq!(
+        status(&app, request(Method::GET, "/", client, &[])).await,
+        StatusCode::OK
+    );
+    let block = request(
+        Method::POST,
+        "/admin/ips/192.0.2.9/block?seconds=60",
+        op,
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(&app, block).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, request(Method::GET, "/", client, &[])).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let unblock = request(
+        Method::POST,
+        "/admin/ips/192.0.2.9/unblock",
+        op,
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(&app, unblock).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, request(Method::GET, "/", client, &[])).await,
+        StatusCode::OK
+    );
+}
+
+// ---------------------------------------------------------------------------
+// examples/multi_quota.rs
+// ---------------------------------------------------------------------------
+
+/// 30 requests from one IP, each with a made-up token: what passed the
+/// limiter (answered 401 after being counted), what was denied.
+async fn made_up_tokens(app: &Router) -> (usize, usize) {
+    let (mut counted, mut denied) = (0, 0);
+    for i in 0..30 {
+        let token = format!("junk-{i}");
+        let req = request(
+            Method::GET,
+            "/repos",
+            [203, 0, 113, 9],
+            &[("x-api-token", &token)],
+        );
+        match status(app, req).await {
+            StatusCode::UNAUTHORIZED => counted += 1,
+            StatusCode::TOO_MANY_REQUESTS => denied += 1,
+            other => panic!("request {i}: {other}"),
+        }
+    }
+    (counted, denied)
+}
+
+#[tokio::test]
+async fn multi_quota_made_up_tokens_share_their_ips_limit_in_memory() {
+    let app = multi_quota::app(MemoryStore::new()).unwrap();
+    assert_eq!(made_up_tokens(&app).await, (10, 20), "the IP's burst of 10");
+    // anonymous requests from that IP: the same, spent, limit
+    let anon = request(Method::GET, "/repos", [203, 0, 113, 9], &[]);
+    assert_eq!(status(&app, anon).await, StatusCode::TOO_MANY_REQUESTS);
+    // a real token has its account's own limit
+    let req = request(
+        Method::GET,
+        "/repos",
+        [203, 0, 113, 9],
+        &[("x-api-token", multi_quota::ACCOUNTS[0].1)],
+    );
+    assert_eq!(status(&app, req).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn multi_quota_made_up_tokens_write_no_keys_and_no_token_reaches_redis() {
+    let redis = RedisServer::start();
+    let store = RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
+    let app = multi_quota::app(store).unwrap();
+    assert_eq!(made_up_tokens(&app).await, (10, 20));
+    let keys = redis_keys(&redis).await;
+    assert_eq!(keys.len(), 2, "one IP's minute and day keys: {keys:?}");
+    assert!(
+        keys.iter().all(|k| k.contains("ip:203.0.113.9")),
+        "{keys:?}"
+    );
+
+    let (account, token) = multi_quota::ACCOUNTS[1];
+    let req = request(
+        Method::GET,
+        "/rate_limit",
+        [203, 0, 113, 10],
+        &[("x-api-token", token)],
+    );
+    let res = send(&app, req).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(text(res).await.contains("minute"), "the caller's quotas");
+    let keys = redis_keys(&redis).await;
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    assert!(
+        keys.iter().any(|k| k.contains(&format!("user:{account}"))),
+        "{keys:?}"
+    );
+    assert!(!keys.iter().any(|k| k.contains(token)), "{keys:?}");
+}
+
+// ---------------------------------------------------------------------------
+// examples/plans.rs
+// ---------------------------------------------------------------------------
+
+async fn plans_probe(app: &Router) {
+    let ip = [198, 51, 100, 20];
+    // no key, an unknown key: 401, never the default plan
+    for headers in [vec![], vec![("x-api-key", "key-made-up")]] {
+        let res = send(app, request(Method::GET, "/", ip, &headers)).await;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{headers:?}");
+    }
+    for (key, _, plan) in plans::API_KEYS {
+        let res = send(app, request(Method::GET, "/", ip, &[("x-api-key", key)])).await;
+        assert_eq!(res.status(), StatusCode::OK, "{key}");
+        assert!(
+            text(res).await.starts_with(&format!("plan {plan}:")),
+            "{key}"
+        );
+    }
+    // reload: the admin token, nothing else
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer wrong")],
+        vec![("x-api-key", "key-internal")],
+    ] {
+        let req = request(Method::POST, "/admin/reload", [198, 51, 100, 21], &headers);
+        assert_eq!(
+            status(app, req).await,
+            StatusCode::UNAUTHORIZED,
+            "{headers:?}"
+        );
+    }
+    let req = request(
+        Method::POST,
+        "/admin/reload",
+        [198, 51, 100, 22],
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(status(app, req).await, StatusCode::OK);
+    // guessing API keys from one IP: 120 a minute, 11 per failure
+    let mut refused = 0;
+    for i in 0..40 {
+        let guess = format!("key-guess-{i}");
+        let req = request(
+            Method::GET,
+            "/",
+            [198, 51, 100, 23],
+            &[("x-api-key", &guess)],
+        );
+        match status(app, req).await {
+            StatusCode::UNAUTHORIZED => refused += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("guess {i}: {other}"),
+        }
+    }
+    assert_eq!(refused, 11, "guesses that reached the key check");
+}
+
+#[tokio::test]
+async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
+    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN).unwrap();
+    plans_probe(&app).await;
+}
+
+#[tokio::test]
+async fn plans_keep_api_keys_out_of_redis() {
+    let redis = RedisServer::start();
+    let store = RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
+    let app = plans::app(store, None, ADMIN_TOKEN).unwrap();
+    plans_probe(&app).await;
+    let keys = redis_keys(&redis).await;
+    assert!(!keys.is_empty());
+    for (key, account, plan) in plans::API_KEYS {
+        assert!(!keys.iter().any(|k| k.contains(key)), "{key} in {keys:?}");
+        if plan != "internal" {
+            assert!(
+                keys.iter().any(|k| k.contains(&format!("acct:{account}"))),
+                "{account}'s keys in {keys:?}"
+            );
+        }
+    }
+}
