@@ -391,6 +391,7 @@ impl RateLimiter {
             parts: Parts::one(Part::from(raw)),
             templates: self.inner.templates,
             lease,
+            shadow_let_through: false,
         }
     }
 
@@ -715,6 +716,7 @@ impl RateLimiter {
             parts,
             templates: self.inner.templates,
             lease,
+            shadow_let_through: false,
         }
     }
 }

@@ -458,6 +458,7 @@ mod tests {
                 template("day", 10_000, 86_400),
             ]),
             lease: None,
+            shadow_let_through: false,
         }
     }
 

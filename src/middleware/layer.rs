@@ -236,15 +236,25 @@ impl RateLimitLayer {
     }
 
     /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`):
-    /// every request is decided and counted as usual, but none is denied.
+    /// every request is decided and counted as usual, but the decision is
+    /// never acted on: no request is denied, none is delayed.
     /// A request the store would have denied reaches the inner service with
     /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied)
-    /// (and is counted in [`Stats::shadow_denied`] and the metrics'
+    /// (its decision's [`shadow_denied`](crate::Decision::shadow_denied) is
+    /// true; counted in [`Stats::shadow_denied`] and the metrics'
     /// `shadow_denied` outcome); its response carries the rate-limit headers
     /// it would have had (see [`shadow_headers`](Self::shadow_headers)) but
-    /// no `Retry-After`. The deny cache is not used. Roll a new limit out
-    /// with it, then turn it off. A [plan](crate::plans::Plan::shadow) can be
-    /// in shadow mode on its own.
+    /// no `Retry-After`. A request admitted with a delay (a
+    /// [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket)'s slot) goes on
+    /// at once with
+    /// [`RateLimitOutcome::ShadowDelayed`](crate::middleware::RateLimitOutcome::ShadowDelayed),
+    /// the wait it was spared in
+    /// [`would_have_delayed`](crate::middleware::RateLimitOutcome::would_have_delayed)
+    /// (metrics: the `shadow_delayed` outcome and the
+    /// `ratelimit_shadow_delay_seconds` histogram); its slot is taken, as
+    /// every admitted request is counted. The deny cache is not used. Roll a
+    /// new limit out with it, then turn it off. A
+    /// [plan](crate::plans::Plan::shadow) can be in shadow mode on its own.
     ///
     /// As for any denial, the store consumes nothing for a request it
     /// denies: while a quota of a shadowed layer denies, the request is not
