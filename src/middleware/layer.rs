@@ -321,6 +321,14 @@ impl RateLimitLayer {
     /// above): they are refunded once the response head is known. Same as
     /// `refund_when(|res| res.status.is_client_error() || res.status.is_server_error())`.
     ///
+    /// **Not on a login endpoint** (nor any endpoint that answers a guess
+    /// with a 4xx): a wrong password's `401`, a missing resource's `404`, a
+    /// rejected token's `403` are then free, so the limit never stops the
+    /// guessing it is there for. Count those with
+    /// [`skip_successful`](Self::skip_successful) (only failures count), or
+    /// refund server errors alone with
+    /// `refund_when(|res| res.status.is_server_error())`.
+    ///
     /// Like every refund option, this admits requests with
     /// [`RateLimiter::reserve_n`] (the cost reserved, denied if it does not
     /// fit) and settles after the response: to 0 when refunded, else not at
