@@ -1,7 +1,9 @@
 //! A Redis whose connection stalls (packets dropped, not refused): every call
 //! ends within the store's timeout, the silent connection is replaced once,
-//! and decisions come from Redis again as soon as the network heals, without
-//! waiting for the old connection. On a single node and on a Redis Cluster.
+//! and decisions come from Redis again within a timeout of the network
+//! healing, without waiting for the old connection. On a single node and on
+//! a Redis Cluster. And a frozen Redis (SIGSTOP) under 200 clients: one new
+//! connection per slot per timeout, not one per call.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
