@@ -137,8 +137,12 @@ impl RateLimitLayer {
     /// [`text_plain`](super::text_plain); see also
     /// [`problem_json`](super::problem_json)).
     ///
-    /// The middleware then adds `Retry-After` and the rate-limit headers.
-    /// gRPC calls get a gRPC `RESOURCE_EXHAUSTED` instead (see [`grpc`](Self::grpc)).
+    /// The middleware then adds the rate-limit headers, and `Retry-After`
+    /// unless the request can never fit (its cost exceeds the capacity: the
+    /// decision's [`retry_after`](crate::Decision::retry_after) is `None`;
+    /// the default answers answer it `413`). gRPC calls get a gRPC
+    /// `RESOURCE_EXHAUSTED` instead (`INVALID_ARGUMENT` for one that can
+    /// never fit; see [`grpc`](Self::grpc)).
     pub fn deny_response<F, T>(self, deny: F) -> Self
     where
         F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
