@@ -35,6 +35,9 @@ pub(crate) mod root {
         pub(crate) binding: u32,
         /// The admitted request's wait in microseconds (0: none).
         pub(crate) delay_us: u64,
+        /// A shadow layer or plan let this denial through (the middleware
+        /// sets it): [`shadow_denied`](Self::shadow_denied).
+        pub(crate) shadow_let_through: bool,
         pub(crate) parts: Parts,
         pub(crate) templates: &'static Templates,
         pub(crate) lease: Option<Lease>,
@@ -51,18 +54,26 @@ pub(crate) mod root {
             !self.allowed
         }
 
-        /// Whether a [shadow](crate::Quota::shadow) quota would have denied
-        /// this allowed request (that quota consumed nothing; its own state
-        /// is in [`quotas`](Self::quotas)). Always false for a denied
-        /// request and for a limiter without shadow quotas.
+        /// Whether shadow mode would have denied the request: a
+        /// [shadow](crate::Quota::shadow) quota would have denied this
+        /// allowed request (that quota consumed nothing; its own state is in
+        /// [`quotas`](Self::quotas)), or a shadow
+        /// [layer](crate::RateLimitLayer::shadow) or
+        /// [plan](crate::plans::Plan::shadow) let this denied request through
+        /// ([`allowed`](Self::allowed) is then false: the store denied it).
+        /// True for every decision inside a
+        /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied);
+        /// false for any other denied decision, and for a limiter without
+        /// shadow quotas outside a shadow layer.
         pub fn shadow_denied(&self) -> bool {
-            self.allowed
-                && self
-                    .parts
-                    .as_slice()
-                    .iter()
-                    .zip(self.templates.iter())
-                    .any(|(p, t)| t.shadow && !p.allowed)
+            self.shadow_let_through
+                || (self.allowed
+                    && self
+                        .parts
+                        .as_slice()
+                        .iter()
+                        .zip(self.templates.iter())
+                        .any(|(p, t)| t.shadow && !p.allowed))
         }
 
         fn binding(&self) -> (&Part, &super::Template) {

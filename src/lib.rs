@@ -27,7 +27,9 @@
 //! The types of the quick start are at the crate root; everything else has
 //! one path, in the module of what it is: [`key`] (what a request is counted
 //! under), [`middleware`] (the layer's service, options and outcomes),
-//! [`limiter`] (the builder), [`strategy`], [`decision`] (a decision's parts),
+//! [`limiter`] (the builder), [`plans`] (plans, and limits changed at run
+//! time), [`settle`] (reservations, settling after the response, the penalty
+//! box and the admin API), [`strategy`], [`decision`] (a decision's parts),
 //! [`clock`], [`store`] (the trait the stores implement) and [`error`].
 //! With the `sim` feature, `sim` runs any strategy against traffic patterns
 //! and draws the result as an SVG chart.
@@ -78,3 +80,37 @@ pub use redis;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    /// The README and these crate docs name every public module.
+    #[test]
+    fn the_readme_and_the_crate_docs_name_every_public_module() {
+        let lib = include_str!("lib.rs");
+        let readme = include_str!("../README.md");
+        let docs: String = lib
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let start = readme
+            .find("in the module of what it is:")
+            .expect("the README's list of modules");
+        let list = &readme[start..start + readme[start..].find("\n\n").unwrap_or(0)];
+        let modules: Vec<&str> = lib
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+            .collect();
+        assert!(modules.len() >= 10, "{modules:?}");
+        for m in modules {
+            assert!(
+                list.contains(&format!("`{m}`")),
+                "the README's list lacks `{m}`: {list}"
+            );
+            assert!(
+                docs.contains(&format!("[`{m}`]")) || docs.contains(&format!("`{m}`")),
+                "the crate docs lack `{m}`"
+            );
+        }
+    }
+}

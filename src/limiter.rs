@@ -392,6 +392,7 @@ impl RateLimiter {
             parts: Parts::one(Part::from(raw)),
             templates: self.inner.templates,
             lease,
+            shadow_let_through: false,
         }
     }
 
@@ -719,6 +720,7 @@ impl RateLimiter {
             parts,
             templates: self.inner.templates,
             lease,
+            shadow_let_through: false,
         }
     }
 }

@@ -123,6 +123,50 @@ async fn outcomes_latency_deny_cache_hits_and_leases_are_recorded_by_limiter_and
         2
     );
 
+    // shadow mode spares a leaky bucket's delays: counted and measured
+    let leaky = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .prefix("shadow-leaky")
+        .quota(
+            Quota::leaky_bucket(Rate::per_minute(1))
+                .burst(3)
+                .name("queue"),
+        )
+        .build()
+        .unwrap();
+    let app = make_app(RateLimitLayer::new(leaky, user).name("leaky").shadow(true));
+    for _ in 0..3 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let now = take(&snap);
+    let c = |labels: &[(&str, &str)]| counter(&now, "ratelimit_decisions_total", labels);
+    let leaky = ("limiter", "leaky");
+    assert_eq!(c(&[leaky, ("outcome", "allowed")]), 1);
+    assert_eq!(
+        c(&[leaky, ("quota", "queue"), ("outcome", "shadow_delayed")]),
+        2
+    );
+    let spared: Vec<f64> = now
+        .iter()
+        .filter(|(k, ..)| {
+            k.key().name() == "ratelimit_shadow_delay_seconds"
+                && k.key().labels().any(|l| l.value() == "leaky")
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "quota" && l.value() == "queue")
+        })
+        .flat_map(|(.., v)| match v {
+            DebugValue::Histogram(h) => h.iter().map(|x| x.into_inner()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(
+        spared,
+        [60.0, 120.0],
+        "the waits shadow mode did not impose"
+    );
+
     // Redis: store-call latency, a store error under each policy, leases
     let server = RedisServer::start();
     let redis_limiter = RateLimiter::builder()

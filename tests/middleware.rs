@@ -205,13 +205,70 @@ async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
         .body(Body::empty())
         .unwrap();
     let res = send(&app, too_heavy).await;
-    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(
-        header(&res, "retry-after"),
-        Some("60"),
-        "never fits: one window"
-    );
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE, "never fits");
+    assert_eq!(header(&res, "retry-after"), None, "no wait would admit it");
     assert_eq!(text(send(&app, get_req("/")).await).await, "remaining=5");
+}
+
+/// A request whose cost exceeds the capacity can never be admitted: `413`
+/// without `Retry-After` (a 429 would have clients retry it forever), in
+/// every form; a request that fits later still gets its 429 and Retry-After.
+#[tokio::test]
+async fn a_request_that_can_never_fit_gets_413_without_retry_after_in_every_form() {
+    let limiter = memory_limiter(
+        "never-fits",
+        Quota::fixed_window(Rate::per_minute(10)).name("minute"),
+    );
+    let cost = |p: &Parts| {
+        p.headers
+            .get("x-cost")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    let heavy = |cost: u64, grpc: bool| {
+        let mut req = Request::get("/").header("x-cost", cost.to_string());
+        if grpc {
+            req = req
+                .version(http::Version::HTTP_2)
+                .header("content-type", "application/grpc");
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let plain = make_app(RateLimitLayer::new(limiter.clone(), peer).cost(cost));
+    let res = send(&plain, heavy(11, false)).await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(header(&res, "retry-after"), None);
+    assert!(header(&res, "ratelimit").is_some(), "the headers stay");
+    assert_eq!(
+        text(res).await,
+        "Content Too Large: the request's cost exceeds the \"minute\" limit of 10: \
+         it can never be admitted\n"
+    );
+    let grpc = send(&plain, heavy(u64::MAX, true)).await;
+    assert_eq!(grpc.status(), StatusCode::OK);
+    assert_eq!(header(&grpc, "grpc-status"), Some("3"), "INVALID_ARGUMENT");
+    assert_eq!(header(&grpc, "retry-after"), None);
+
+    let json = make_app(
+        RateLimitLayer::new(limiter, peer)
+            .cost(cost)
+            .deny_response(problem_json),
+    );
+    let res = send(&json, heavy(11, false)).await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(header(&res, "retry-after"), None);
+    let body = text(res).await;
+    assert!(
+        body.contains(r#""status":413"#) && body.contains(r#""retry_after":null"#),
+        "{body}"
+    );
+    // one that fits, once the window frees up: 429 and when to retry
+    let res = send(&json, heavy(10, false)).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = send(&json, heavy(10, false)).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "retry-after"), Some("60"));
+    assert!(text(res).await.contains(r#""status":429"#));
 }
 
 #[tokio::test]

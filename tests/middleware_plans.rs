@@ -382,3 +382,153 @@ async fn a_shadow_quota_of_a_limiter_yields_shadow_denied_and_never_blocks() {
     assert_eq!(stats.shadow_denied, 2);
     assert_eq!(stats.denied, 1);
 }
+
+/// A leaky bucket of one request per `period`, a queue of 3: the second
+/// request's slot is one period away, the fourth is beyond the queue.
+fn queue(period: Duration) -> Quota {
+    Quota::leaky_bucket(Rate::new(1, period))
+        .burst(3)
+        .name("queue")
+}
+
+/// `GET /` answers what shadow mode did: the outcome, the wait it spared in
+/// seconds, and whether the decision inside reports a shadow denial.
+fn shadow_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(
+                |axum::Extension(o): axum::Extension<RateLimitOutcome>| async move {
+                    let what = match &o {
+                        RateLimitOutcome::Allowed(_) => "allowed",
+                        RateLimitOutcome::ShadowDelayed(_) => "shadow-delayed",
+                        RateLimitOutcome::ShadowDenied(_) => "shadow-denied",
+                        _ => "other",
+                    };
+                    let spared = o
+                        .would_have_delayed()
+                        .map_or("-".to_owned(), |d| d.as_secs().to_string());
+                    let d = o.decision().unwrap();
+                    assert_eq!(
+                        o.would_have_denied(),
+                        d.shadow_denied(),
+                        "one idea, one name"
+                    );
+                    format!("{what} spared={spared} shadow_denied={}", d.shadow_denied())
+                },
+            ),
+        )
+        .layer(layer)
+        .layer(axum::middleware::from_fn(
+            |mut req: axum::extract::Request, next: axum::middleware::Next| async move {
+                if req.uri().query() == Some("tier=pro") {
+                    req.extensions_mut().insert(Tier("pro"));
+                }
+                next.run(req).await
+            },
+        ))
+}
+
+/// Five requests at one manual instant through a shadowed leaky bucket of
+/// one request per `period`: none waits (each answered before `bound`, far
+/// below the first delay, or in paused time at once), none is denied; the
+/// outcome reports the delays spared and the denials let through.
+async fn shadow_never_delays(app: &Router, uri: &str, period: Duration, bound: Duration) {
+    let start = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        let res = tokio::time::timeout(bound, send(app, get_req(uri)))
+            .await
+            .unwrap_or_else(|_| panic!("#{i} was held back: shadow mode delayed it"));
+        assert_eq!(res.status(), StatusCode::OK, "#{i}");
+        assert!(res.headers().get("retry-after").is_none(), "#{i}");
+        seen.push(text(res).await);
+    }
+    let p = period.as_secs();
+    assert_eq!(
+        seen,
+        [
+            "allowed spared=- shadow_denied=false".to_owned(),
+            format!("shadow-delayed spared={p} shadow_denied=false"),
+            format!("shadow-delayed spared={} shadow_denied=false", 2 * p),
+            "shadow-denied spared=- shadow_denied=true".to_owned(),
+            "shadow-denied spared=- shadow_denied=true".to_owned(),
+        ]
+    );
+    assert!(start.elapsed() < bound);
+}
+
+/// Shadow mode never acts: a shadowed leaky bucket (a layer's, a plan's)
+/// lets each request through at once, reporting the delay it would have
+/// imposed (paused tokio time: a sleep would show as time passed).
+#[tokio::test(start_paused = true)]
+async fn shadow_mode_never_delays_a_request_and_reports_the_wait_it_spared_in_memory() {
+    let clock = clock();
+    let minute = Duration::from_secs(60);
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .prefix("shadow-leaky")
+        .clock(clock.clone())
+        .quota(queue(minute))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, user).shadow(true);
+    let app = shadow_app(layer.clone());
+    // (paused time: any wait at all would be seen)
+    shadow_never_delays(&app, "/", minute, Duration::from_millis(1)).await;
+    assert_eq!(layer.stats().shadow_denied, 2);
+    assert_eq!(layer.stats().denied, 0);
+
+    let config = tiers().plan("pro", Plan::new([queue(minute)]).shadow(true));
+    let plans = Plans::builder()
+        .store(MemoryStore::new())
+        .prefix("shadow-leaky-plan")
+        .clock(clock.clone())
+        .config(config)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::with_plans(plans, user, PlanFromExtension::<Tier>::new());
+    shadow_never_delays(
+        &shadow_app(layer),
+        "/?tier=pro",
+        minute,
+        Duration::from_millis(1),
+    )
+    .await;
+}
+
+/// The same through a Redis store (the middleware's asynchronous path):
+/// delays of an hour and more, none waited (each request answered within
+/// a minute of real time).
+#[tokio::test]
+async fn shadow_mode_never_delays_a_request_and_reports_the_wait_it_spared_on_redis() {
+    let server = RedisServer::start();
+    let clock = clock();
+    let hour = Duration::from_secs(3_600);
+    let limiter = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("shadow-leaky")
+        .clock(clock.clone())
+        .quota(queue(hour))
+        .build()
+        .unwrap();
+    let app = shadow_app(RateLimitLayer::new(limiter, user).shadow(true));
+    shadow_never_delays(&app, "/", hour, Duration::from_secs(60)).await;
+
+    let config = tiers().plan("pro", Plan::new([queue(hour)]).shadow(true));
+    let plans = Plans::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("shadow-leaky-plan")
+        .clock(clock.clone())
+        .config(config)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::with_plans(plans, user, PlanFromExtension::<Tier>::new());
+    shadow_never_delays(
+        &shadow_app(layer),
+        "/?tier=pro",
+        hour,
+        Duration::from_secs(60),
+    )
+    .await;
+}

@@ -1,7 +1,9 @@
 //! A Redis whose connection stalls (packets dropped, not refused): every call
 //! ends within the store's timeout, the silent connection is replaced once,
-//! and decisions come from Redis again as soon as the network heals, without
-//! waiting for the old connection. On a single node and on a Redis Cluster.
+//! and decisions come from Redis again within a timeout of the network
+//! healing, without waiting for the old connection. On a single node and on
+//! a Redis Cluster. And a frozen Redis (SIGSTOP) under 200 clients: one new
+//! connection per slot per timeout, not one per call.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -213,4 +215,88 @@ async fn a_stalled_cluster_connection_is_replaced_and_decisions_resume_when_the_
         .build()
         .unwrap();
     stall_and_heal(&server, &proxy, &lim, false).await;
+}
+
+/// `total_connections_received` of `server`, read on a connection of its own
+/// (counted in the figure).
+async fn connections_received(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut server.conn().await)
+        .await
+        .unwrap();
+    common::info_field(&info, "total_connections_received")
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// A frozen Redis (SIGSTOP: the kernel still completes every TCP handshake,
+/// nothing answers) under 200 clients that each send their next request as
+/// soon as the last one fails, as a busy server's clients do: each pool slot
+/// replaces its connection at most once per timeout ("per wave"), not once per
+/// call whose budget ran out waiting for the replacement before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_gets_one_new_connection_per_slot_per_timeout_not_one_per_call() {
+    const SLOTS: usize = 2;
+    const CLIENTS: usize = 200;
+    const REQUESTS: usize = 15;
+    let server = RedisServer::start();
+    let lim = RateLimiter::builder()
+        .store(
+            RedisStore::new(server.pool(2 * SLOTS))
+                .connections(SLOTS)
+                .timeout(TIMEOUT),
+        )
+        .prefix("frozen")
+        .quota(Quota::fixed_window(Rate::per_hour(LIMIT)))
+        .build()
+        .unwrap();
+    // every slot connected and the script loaded
+    for _ in 0..2 * SLOTS {
+        common::warm_up(&lim, "warm-up").await;
+    }
+    let before = connections_received(&server).await;
+
+    server.pause();
+    let frozen = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let lim = lim.clone();
+            tokio::spawn(async move {
+                for _ in 0..REQUESTS {
+                    let started = Instant::now();
+                    let result = lim.check("k").await;
+                    let took = started.elapsed();
+                    assert!(took < TIMEOUT + MARGIN, "a call took {took:?}");
+                    assert!(result.is_err(), "a frozen Redis answered: {result:?}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let elapsed = frozen.elapsed();
+    server.resume();
+    // (the handshakes the kernel completed meanwhile are accepted first)
+    let opened = connections_received(&server).await - before - 1;
+
+    // Each slot's replacements follow one another, each given the whole
+    // timeout: at most one per slot per timeout of the freeze, plus the one
+    // still trying when it ended.
+    let waves = elapsed.as_micros().div_ceil(TIMEOUT.as_micros()) as u64;
+    let bound = SLOTS as u64 * (waves + 1);
+    eprintln!(
+        "{opened} connections opened for {} requests in {elapsed:?} ({waves} timeouts, bound {bound})",
+        CLIENTS * REQUESTS
+    );
+    assert!(
+        opened <= bound,
+        "{opened} connections opened for {} requests during a {elapsed:?} freeze \
+         ({SLOTS} slots, {waves} timeouts of {TIMEOUT:?}): more than {bound}",
+        CLIENTS * REQUESTS
+    );
+    // Redis answers again: decisions come from it at once.
+    let d = common::warm_up(&lim, "k").await;
+    assert!(d.allowed());
 }

@@ -83,7 +83,8 @@ pin_project! {
             request: Option<Request<ReqBody>>,
             config: Arc<Config>,
         },
-        /// An admitted LeakyBucket request waiting for its slot (boxed: the
+        /// An admitted LeakyBucket request waiting for its slot (never in
+        /// shadow mode; boxed: the
         /// largest state, and a rare one; the future, moved several times
         /// per request, is the size of its largest state).
         Delaying { delayed: Box<Delayed<S, ReqBody>> },
@@ -412,6 +413,8 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
         // Shadow mode: would have denied; let through, with the headers it
         // would have had (configurable), never a Retry-After.
         metrics::decision(config.name, plan, quota, Outcome::ShadowDenied);
+        let mut decision = decision;
+        decision.shadow_let_through = true;
         parts
             .extensions
             .insert(RateLimitOutcome::ShadowDenied(decision));
@@ -424,8 +427,19 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
     }
     // (a shadow quota of the limiter would have denied it: Quota::shadow)
     let shadow_denied = decision.shadow_denied();
+    // The whole delay, never less: the request's slot is taken. Shadow mode
+    // (the layer's or the plan's) never acts: the delay is reported, not
+    // waited (the slot is taken all the same, as it is counted).
+    let mut delay = decision.delay().filter(|d| !d.is_zero());
+    let spared = if checked.shadow { delay.take() } else { None };
+    if let Some(_spared) = spared {
+        metrics::shadow_delay(config.name, plan, quota, _spared);
+        event!(debug, quota = %decision.quota(), delay = ?_spared, "would have delayed (shadow mode)");
+    }
     let outcome = if shadow_denied {
         Outcome::ShadowDenied
+    } else if spared.is_some() {
+        Outcome::ShadowDelayed
     } else if fallback {
         Outcome::FallbackAllowed
     } else {
@@ -441,8 +455,6 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
         }
         parts.extensions.insert(near);
     }
-    // The whole delay, never less: the request's slot is taken.
-    let delay = decision.delay().filter(|d| !d.is_zero());
     // The handler sees the lease too (releasing twice is harmless).
     let lease = decision.lease().cloned().map(|l| {
         let limiter = limiter.unwrap_or_else(|| checked.limiter(config).clone());
@@ -465,6 +477,7 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
     // One extension, the decision inside: each is an allocation of every request.
     parts.extensions.insert(match store_error {
         _ if shadow_denied => RateLimitOutcome::ShadowDenied(decision),
+        _ if spared.is_some() => RateLimitOutcome::ShadowDelayed(decision),
         None => RateLimitOutcome::Allowed(decision),
         Some(error) => RateLimitOutcome::Fallback { decision, error },
     });

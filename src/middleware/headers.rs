@@ -25,7 +25,8 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 
 /// Which rate-limit headers go on responses that passed the limiter.
 ///
-/// Whatever the style, every `429` also carries `Retry-After`.
+/// Whatever the style, every `429` also carries `Retry-After` (a request
+/// whose cost can never fit, answered `413`, has none).
 ///
 /// | style | headers |
 /// |---|---|
@@ -42,7 +43,8 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 /// (`burst × period / count`); a [`Concurrency`](crate::strategy::Strategy::Concurrency)
 /// quota has `qu="concurrent-requests"` and no `w`. In `RateLimit`, `r` is
 /// what is left and `t` the time until the quota is whole again; on a denial
-/// `t` is the `Retry-After`; a concurrency quota has no `t`. `t`, `w` and
+/// `t` is the `Retry-After` (for a request that can never fit, which has
+/// none, the quota's window); a concurrency quota has no `t`. `t`, `w` and
 /// `X-RateLimit-Reset` are whole seconds rounded up.
 ///
 /// When layers are stacked, each appends its items to `RateLimit-Policy` and
@@ -62,7 +64,7 @@ pub enum HeaderStyle {
     Legacy,
     /// Both the IETF and the legacy headers.
     Both,
-    /// No rate-limit headers (`Retry-After` is still sent on denials).
+    /// No rate-limit headers (`Retry-After` is still sent on 429s).
     None,
 }
 
@@ -171,7 +173,8 @@ impl RateHeaders {
         if style.legacy() {
             h.legacy = Some(legacy(decision));
         }
-        if !decision.allowed() {
+        // (none for a request that can never fit: no wait would admit it)
+        if !decision.allowed() && decision.retry_after().is_some() {
             h.retry_after = Some(retry_after_secs(decision));
         }
         h
@@ -256,7 +259,8 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 }
 
 /// The `Retry-After` of a denial: `retry_after` rounded up, never 0. When the
-/// request can never fit (no `retry_after`), the binding quota's window.
+/// request can never fit (no `retry_after`; it gets no `Retry-After`), the
+/// binding quota's window (its `RateLimit` item's `t`).
 pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
     let wait = decision
         .retry_after()
@@ -458,6 +462,7 @@ mod tests {
                 template("day", 10_000, 86_400),
             ]),
             lease: None,
+            shadow_let_through: false,
         }
     }
 

@@ -141,8 +141,12 @@ impl RateLimitLayer {
     /// [`text_plain`](super::text_plain); see also
     /// [`problem_json`](super::problem_json)).
     ///
-    /// The middleware then adds `Retry-After` and the rate-limit headers.
-    /// gRPC calls get a gRPC `RESOURCE_EXHAUSTED` instead (see [`grpc`](Self::grpc)).
+    /// The middleware then adds the rate-limit headers, and `Retry-After`
+    /// unless the request can never fit (its cost exceeds the capacity: the
+    /// decision's [`retry_after`](crate::Decision::retry_after) is `None`;
+    /// the default answers answer it `413`). gRPC calls get a gRPC
+    /// `RESOURCE_EXHAUSTED` instead (`INVALID_ARGUMENT` for one that can
+    /// never fit; see [`grpc`](Self::grpc)).
     pub fn deny_response<F, T>(self, deny: F) -> Self
     where
         F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
@@ -240,15 +244,25 @@ impl RateLimitLayer {
     }
 
     /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`):
-    /// every request is decided and counted as usual, but none is denied.
+    /// every request is decided and counted as usual, but the decision is
+    /// never acted on: no request is denied, none is delayed.
     /// A request the store would have denied reaches the inner service with
     /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied)
-    /// (and is counted in [`Stats::shadow_denied`] and the metrics'
+    /// (its decision's [`shadow_denied`](crate::Decision::shadow_denied) is
+    /// true; counted in [`Stats::shadow_denied`] and the metrics'
     /// `shadow_denied` outcome); its response carries the rate-limit headers
     /// it would have had (see [`shadow_headers`](Self::shadow_headers)) but
-    /// no `Retry-After`. The deny cache is not used. Roll a new limit out
-    /// with it, then turn it off. A [plan](crate::plans::Plan::shadow) can be
-    /// in shadow mode on its own.
+    /// no `Retry-After`. A request admitted with a delay (a
+    /// [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket)'s slot) goes on
+    /// at once with
+    /// [`RateLimitOutcome::ShadowDelayed`](crate::middleware::RateLimitOutcome::ShadowDelayed),
+    /// the wait it was spared in
+    /// [`would_have_delayed`](crate::middleware::RateLimitOutcome::would_have_delayed)
+    /// (metrics: the `shadow_delayed` outcome and the
+    /// `ratelimit_shadow_delay_seconds` histogram); its slot is taken, as
+    /// every admitted request is counted. The deny cache is not used. Roll a
+    /// new limit out with it, then turn it off. A
+    /// [plan](crate::plans::Plan::shadow) can be in shadow mode on its own.
     ///
     /// As for any denial, the store consumes nothing for a request it
     /// denies: while a quota of a shadowed layer denies, the request is not
@@ -314,6 +328,14 @@ impl RateLimitLayer {
     /// Does not count requests answered with a failure (status 400 and
     /// above): they are refunded once the response head is known. Same as
     /// `refund_when(|res| res.status.is_client_error() || res.status.is_server_error())`.
+    ///
+    /// **Not on a login endpoint** (nor any endpoint that answers a guess
+    /// with a 4xx): a wrong password's `401`, a missing resource's `404`, a
+    /// rejected token's `403` are then free, so the limit never stops the
+    /// guessing it is there for. Count those with
+    /// [`skip_successful`](Self::skip_successful) (only failures count), or
+    /// refund server errors alone with
+    /// `refund_when(|res| res.status.is_server_error())`.
     ///
     /// Like every refund option, this admits requests with
     /// [`RateLimiter::reserve_n`] (the cost reserved, denied if it does not

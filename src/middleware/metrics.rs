@@ -9,6 +9,7 @@
 //! | `ratelimit_deny_cache_hits_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_near_limit_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_leases` | gauge | `limiter`, `plan` |
+//! | `ratelimit_shadow_delay_seconds` | histogram | `limiter`, `plan`, `quota` |
 //!
 //! Label values come from the configuration only (the layer's
 //! [`name`](crate::RateLimitLayer::name), plan and quota names; `""` where
@@ -23,6 +24,7 @@ pub(crate) enum Outcome {
     Allowed,
     Denied,
     ShadowDenied,
+    ShadowDelayed,
     Bypassed,
     Skipped,
     Unlimited,
@@ -39,6 +41,7 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
             Outcome::ShadowDenied => "shadow_denied",
+            Outcome::ShadowDelayed => "shadow_delayed",
             Outcome::Bypassed => "bypassed",
             Outcome::Skipped => "skipped",
             Outcome::Unlimited => "unlimited",
@@ -104,6 +107,27 @@ pub(crate) fn near_limit(limiter: &'static str, plan: &'static str, quota: &'sta
     .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (limiter, plan, quota);
+}
+
+/// The delay shadow mode did not impose on an admitted request (a
+/// LeakyBucket's slot): the wait it would have had.
+#[inline]
+pub(crate) fn shadow_delay(
+    limiter: &'static str,
+    plan: &'static str,
+    quota: &'static str,
+    delay: std::time::Duration,
+) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(
+        "ratelimit_shadow_delay_seconds",
+        "limiter" => limiter,
+        "plan" => plan,
+        "quota" => quota
+    )
+    .record(delay.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, plan, quota, delay);
 }
 
 /// The time a store call started (only read with the feature on).

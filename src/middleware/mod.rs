@@ -8,13 +8,15 @@
 //!
 //! - **allowed**: the inner service is called (after the
 //!   [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket) `delay`, if any, waited in
-//!   full), with a [`RateLimitOutcome`] (the [`Decision`](crate::Decision)
+//!   full; never in shadow mode), with a [`RateLimitOutcome`] (the [`Decision`](crate::Decision)
 //!   inside) in the request extensions;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (whole seconds,
 //!   rounded up, never 0) and a short body that [`RateLimitLayer::deny_response`](crate::RateLimitLayer::deny_response)
 //!   replaces; gRPC calls (HTTP/2 with `content-type: application/grpc*`, or
 //!   every request of a layer set to [`grpc(true)`](crate::RateLimitLayer::grpc))
-//!   get a trailers-only `RESOURCE_EXHAUSTED` instead;
+//!   get a trailers-only `RESOURCE_EXHAUSTED` instead. A request whose cost
+//!   exceeds the capacity can never be admitted: `413 Content Too Large`
+//!   without `Retry-After` (gRPC `INVALID_ARGUMENT`);
 //! - **store failure**: the [`FailurePolicy`] decides (allow by default).
 //!
 //! Every request the inner service sees carries one [`RateLimitOutcome`]

@@ -10,8 +10,9 @@ use crate::error::StoreError;
 /// [`RateLimit`](crate::middleware::RateLimit) inserts exactly one `RateLimitOutcome`
 /// into the extensions of every request it passes on, whatever happened:
 /// handlers can always extract it. The [`Decision`], when one was made (the
-/// [`Allowed`](Self::Allowed), [`Fallback`](Self::Fallback) and
-/// [`ShadowDenied`](Self::ShadowDenied) outcomes), is inside it: take it with
+/// [`Allowed`](Self::Allowed), [`Fallback`](Self::Fallback),
+/// [`ShadowDenied`](Self::ShadowDenied) and [`ShadowDelayed`](Self::ShadowDelayed)
+/// outcomes), is inside it: take it with
 /// [`decision`](Self::decision). It is not a request extension of its own
 /// (every extension is an allocation of every request), so
 /// `axum::Extension<Decision>` finds nothing; with the `axum` feature,
@@ -111,10 +112,21 @@ pub enum RateLimitOutcome {
     /// the plan's): the store **would have denied** the request (the
     /// decision says why; nothing was consumed, as for any denial), and it
     /// was let through. Also an allowed decision of a limiter with a
-    /// [shadow quota](crate::Quota::shadow) that would have denied it
-    /// ([`Decision::shadow_denied`]): the enforced quotas were consumed, and
-    /// the decision's [`quotas`](Decision::quotas) say which would have denied.
+    /// [shadow quota](crate::Quota::shadow) that would have denied it: the
+    /// enforced quotas were consumed, and the decision's
+    /// [`quotas`](Decision::quotas) say which would have denied. Either way
+    /// the decision's [`shadow_denied`](Decision::shadow_denied) is true.
     ShadowDenied(Decision),
+    /// Shadow mode (the layer's or the plan's): the store admitted the
+    /// request with a delay (a
+    /// [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket)'s slot in its
+    /// queue) that shadow mode did not impose: the request went on at once.
+    /// The decision's [`delay`](Decision::delay) (also
+    /// [`would_have_delayed`](Self::would_have_delayed)) is the wait it
+    /// would have had; its slot was taken, as every admitted request is
+    /// counted. (A request shadow mode let through that would have been
+    /// denied as well is [`ShadowDenied`](Self::ShadowDenied).)
+    ShadowDelayed(Decision),
     /// The request's [plan](crate::plans::Plan::unlimited) has no limits: no
     /// store call.
     Unlimited,
@@ -128,7 +140,8 @@ impl RateLimitOutcome {
         match self {
             Self::Allowed(decision)
             | Self::Fallback { decision, .. }
-            | Self::ShadowDenied(decision) => Some(decision),
+            | Self::ShadowDenied(decision)
+            | Self::ShadowDelayed(decision) => Some(decision),
             Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } | Self::Unlimited => {
                 None
             }
@@ -136,9 +149,19 @@ impl RateLimitOutcome {
     }
 
     /// Whether the store would have denied the request, had shadow mode not
-    /// let it through.
+    /// let it through (a [`ShadowDenied`](Self::ShadowDenied) outcome).
     pub fn would_have_denied(&self) -> bool {
         matches!(self, Self::ShadowDenied(_))
+    }
+
+    /// The wait shadow mode spared the request: the delay the store gave
+    /// it, which an enforcing layer would have waited before calling the
+    /// service (a [`ShadowDelayed`](Self::ShadowDelayed) outcome).
+    pub fn would_have_delayed(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::ShadowDelayed(decision) => decision.delay(),
+            _ => None,
+        }
     }
 
     /// The decision that let the request through, if one was made.
@@ -146,7 +169,8 @@ impl RateLimitOutcome {
         match self {
             Self::Allowed(decision)
             | Self::Fallback { decision, .. }
-            | Self::ShadowDenied(decision) => Some(decision),
+            | Self::ShadowDenied(decision)
+            | Self::ShadowDelayed(decision) => Some(decision),
             Self::Bypassed | Self::Skipped | Self::StoreUnavailable { .. } | Self::Unlimited => {
                 None
             }
@@ -163,6 +187,7 @@ impl RateLimitOutcome {
             | Self::Bypassed
             | Self::Skipped
             | Self::ShadowDenied(_)
+            | Self::ShadowDelayed(_)
             | Self::Unlimited => None,
         }
     }

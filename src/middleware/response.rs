@@ -13,6 +13,8 @@ use crate::decision::Decision;
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
+/// gRPC `INVALID_ARGUMENT`: a request that can never fit.
+const GRPC_INVALID_ARGUMENT: u16 = 3;
 /// gRPC `RESOURCE_EXHAUSTED`.
 const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 /// gRPC `UNAVAILABLE`.
@@ -39,26 +41,37 @@ fn grpc_form(config: &Config, parts: &Parts) -> bool {
 /// The default denial: `429 Too Many Requests`, `text/plain`, one line
 /// saying which quota was exceeded and when to retry.
 ///
-/// The middleware adds `Retry-After` and the rate-limit headers to whatever
-/// a [`deny_response`](crate::RateLimitLayer::deny_response) closure returns.
+/// A request whose cost exceeds the quota's capacity (its
+/// [`retry_after`](Decision::retry_after) is `None`) can never be admitted,
+/// however long the client waits: it gets `413 Content Too Large` instead,
+/// without `Retry-After` (a 429 tells clients and retry policies to try the
+/// same request again later, which would never succeed; 413 says the
+/// request is too large for the limit, and is not retried unchanged).
+///
+/// The middleware adds `Retry-After` (to a 429) and the rate-limit headers
+/// to whatever a [`deny_response`](crate::RateLimitLayer::deny_response)
+/// closure returns.
 pub fn text_plain(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
-    let body = match decision.retry_after() {
-        Some(_) => format!(
-            "Too Many Requests: rate limit \"{}\" exceeded, retry in {} s\n",
-            decision.quota(),
-            retry_after_secs(decision)
+    let (status, body) = match decision.retry_after() {
+        Some(_) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too Many Requests: rate limit \"{}\" exceeded, retry in {} s\n",
+                decision.quota(),
+                retry_after_secs(decision)
+            ),
         ),
-        None => format!(
-            "Too Many Requests: the request exceeds the \"{}\" limit of {}\n",
-            decision.quota(),
-            decision.limit()
+        None => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Content Too Large: the request's cost exceeds the \"{}\" limit of {}: \
+                 it can never be admitted\n",
+                decision.quota(),
+                decision.limit()
+            ),
         ),
     };
-    with_type(
-        StatusCode::TOO_MANY_REQUESTS,
-        "text/plain; charset=utf-8",
-        body,
-    )
+    with_type(status, "text/plain; charset=utf-8", body)
 }
 
 /// A denial as `application/problem+json` (RFC 9457), for
@@ -69,28 +82,33 @@ pub fn text_plain(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
 ///  "detail":"rate limit \"minute\" exceeded","quota":"minute","retry_after":3}
 /// ```
 ///
-/// `retry_after` (whole seconds) is `null` when the request can never fit.
+/// A request that can never fit (see [`text_plain`]) gets status 413,
+/// title `"Content Too Large"` and a `retry_after` of `null`.
 pub fn problem_json(_parts: &Parts, decision: &Decision) -> Response<Bytes> {
     // Quota names are ASCII letters, digits, '-', '_' and '.': nothing to escape.
-    let retry = match decision.retry_after() {
-        Some(_) => retry_after_secs(decision).to_string(),
-        None => "null".to_owned(),
-    };
-    let detail = if decision.retry_after().is_some() {
-        "exceeded"
-    } else {
-        "can never be met by this request"
+    let (status, retry, detail) = match decision.retry_after() {
+        Some(_) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            retry_after_secs(decision).to_string(),
+            "exceeded",
+        ),
+        None => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "null".to_owned(),
+            "can never be met by this request",
+        ),
     };
     let body = format!(
-        "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{code},\
          \"detail\":\"rate limit \\\"{q}\\\" {detail}\",\"quota\":\"{q}\",\"retry_after\":{retry}}}",
+        title = match status {
+            StatusCode::TOO_MANY_REQUESTS => "Too Many Requests",
+            _ => "Content Too Large",
+        },
+        code = status.as_u16(),
         q = json_escape(&decision.quota()),
     );
-    with_type(
-        StatusCode::TOO_MANY_REQUESTS,
-        "application/problem+json",
-        body,
-    )
+    with_type(status, "application/problem+json", body)
 }
 
 fn json_escape(s: &str) -> String {
@@ -114,7 +132,8 @@ fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Re
     res
 }
 
-/// The answer to a denied request, with `Retry-After` and the rate-limit headers.
+/// The answer to a denied request, with the rate-limit headers (and
+/// `Retry-After` unless the request can never fit).
 pub(crate) fn denied(
     config: &Config,
     parts: &Parts,
@@ -122,19 +141,26 @@ pub(crate) fn denied(
     headers: RateHeaders,
 ) -> Response<Bytes> {
     let mut res = if grpc_form(config, parts) {
-        let message = match decision.retry_after() {
-            Some(_) => format!(
-                "rate limit \"{}\" exceeded, retry in {} s",
-                decision.quota(),
-                retry_after_secs(decision)
+        match decision.retry_after() {
+            Some(_) => grpc(
+                GRPC_RESOURCE_EXHAUSTED,
+                &format!(
+                    "rate limit \"{}\" exceeded, retry in {} s",
+                    decision.quota(),
+                    retry_after_secs(decision)
+                ),
             ),
-            None => format!(
-                "request exceeds the \"{}\" rate limit of {}",
-                decision.quota(),
-                decision.limit()
+            // never fits: no retry would succeed (RESOURCE_EXHAUSTED is one
+            // that retry policies retry)
+            None => grpc(
+                GRPC_INVALID_ARGUMENT,
+                &format!(
+                    "request cost exceeds the \"{}\" rate limit of {}: it can never be admitted",
+                    decision.quota(),
+                    decision.limit()
+                ),
             ),
-        };
-        grpc(GRPC_RESOURCE_EXHAUSTED, &message)
+        }
     } else {
         match &config.deny {
             Some(f) => f(parts, decision),

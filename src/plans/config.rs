@@ -52,8 +52,10 @@ impl Plan {
     }
 
     /// Shadow mode for this plan: its requests are decided and counted as
-    /// usual, but never denied; a denial becomes
-    /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied).
+    /// usual, but never denied nor delayed; a denial becomes
+    /// [`RateLimitOutcome::ShadowDenied`](crate::middleware::RateLimitOutcome::ShadowDenied),
+    /// a delay [`RateLimitOutcome::ShadowDelayed`](crate::middleware::RateLimitOutcome::ShadowDelayed)
+    /// (as under [`RateLimitLayer::shadow`](crate::RateLimitLayer::shadow)).
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self

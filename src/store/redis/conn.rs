@@ -17,7 +17,7 @@ use super::script::LimiterScript;
 use crate::error::{ConfigError, StoreError};
 
 /// A deadpool pool of multiplexed (shareable) Redis connections.
-pub(crate) trait Pooled: Send + Sync + 'static {
+pub(crate) trait Pooled: Clone + Send + Sync + 'static {
     /// The shareable connection; clones use the same socket(s).
     type Conn: ConnectionLike + Clone + Send + Sync + 'static;
     /// The pool's object that owns the connection.
@@ -47,7 +47,7 @@ pub(crate) trait Pooled: Send + Sync + 'static {
 /// The shared state of a Redis-backed store.
 pub(crate) struct Connections<P: Pooled> {
     pub(crate) pool: P,
-    slots: Box<[Slot<P>]>,
+    slots: Box<[Arc<Slot<P>>]>,
     next: AtomicUsize,
     /// The number of connections asked for (0 is rejected by [`Connections::validate`]).
     requested: usize,
@@ -63,8 +63,17 @@ pub(crate) struct Connections<P: Pooled> {
 
 struct Slot<P: Pooled> {
     held: RwLock<Option<Arc<Held<P>>>>,
-    refill: tokio::sync::Mutex<()>,
+    /// The slot's replacement in flight, if one is: every call that finds the
+    /// slot empty meanwhile waits for it rather than trying one of its own.
+    refill: Mutex<Option<Refill<P>>>,
 }
+
+/// How a replacement ended (`None` while it runs): the connection, or why not.
+type Replaced<P> = Option<Result<Arc<Held<P>>, Arc<StoreError>>>;
+
+/// A replacement in flight: when it started, and how it ends, for every call
+/// waiting on it.
+type Refill<P> = (Instant, tokio::sync::watch::Receiver<Replaced<P>>);
 
 /// How long a connection may go without a reply before it is checked with a
 /// `PING` before use (for kinds that [`Pooled::CHECK_WHEN_IDLE`]): a server
@@ -201,9 +210,11 @@ impl<P: Pooled> Connections<P> {
         Self {
             pool,
             slots: (0..connections.max(1))
-                .map(|_| Slot {
-                    held: RwLock::new(None),
-                    refill: tokio::sync::Mutex::new(()),
+                .map(|_| {
+                    Arc::new(Slot {
+                        held: RwLock::new(None),
+                        refill: Mutex::new(None),
+                    })
                 })
                 .collect(),
             next: AtomicUsize::new(0),
@@ -271,7 +282,7 @@ impl<P: Pooled> Connections<P> {
         }
     }
 
-    fn slot(&self) -> &Slot<P> {
+    fn slot(&self) -> &Arc<Slot<P>> {
         if self.slots.len() == 1 {
             &self.slots[0]
         } else {
@@ -279,28 +290,103 @@ impl<P: Pooled> Connections<P> {
         }
     }
 
-    /// Takes a connection out of the pool for `slot`, unless another task just did.
-    async fn refill(&self, slot: &Slot<P>, started: Instant) -> Result<Arc<Held<P>>, StoreError> {
-        // One task per slot refills it; the others wait for its result.
-        let _refill = slot.refill.lock().await;
-        if let Some(h) = read(&slot.held) {
-            return Ok(h);
+    /// A connection for the empty `slot`: the one its replacement in flight
+    /// brings, else the one a replacement started now brings (for a call
+    /// that started at `started`).
+    ///
+    /// Single flight per slot: one replacement at a time, and every call that
+    /// finds the slot empty meanwhile waits for that one (within its own
+    /// budget) and shares its result. The replacement runs on its own (a
+    /// spawned task), bounded by the whole timeout rather than by the budget
+    /// of the call that started it: were it dropped with that call, the next
+    /// waiter, its budget nearly spent too, would start another, and a hung
+    /// Redis (whose kernel still completes every TCP handshake) would get a
+    /// connection every few milliseconds under a steady stream of calls. So a
+    /// slot opens at most one connection per timeout of a hung Redis, however
+    /// many calls wait ("once per wave"); one that succeeds after its callers
+    /// gave up serves the next call. A call that joined a replacement older
+    /// than itself, which then failed, waits for the next one (so it fails
+    /// no sooner than its own timeout, or that newer replacement's failure);
+    /// a replacement as new as the call is its last.
+    async fn refill(
+        &self,
+        slot: &Arc<Slot<P>>,
+        started: Instant,
+    ) -> Result<Arc<Held<P>>, StoreError> {
+        loop {
+            let ((since, mut outcome), run_here) = {
+                let mut refill = slot.refill.lock().unwrap_or_else(|e| e.into_inner());
+                // (read under the lock: a replacement fills the slot before it
+                // clears its flight, so one of the two is seen)
+                if let Some(h) = read(&slot.held) {
+                    return Ok(h);
+                }
+                match &*refill {
+                    Some(in_flight) => (in_flight.clone(), None),
+                    None => {
+                        let (done, outcome) = tokio::sync::watch::channel(None);
+                        let in_flight = (Instant::now(), outcome);
+                        *refill = Some(in_flight.clone());
+                        let replace = Self::replace(
+                            self.pool.clone(),
+                            slot.clone(),
+                            self.timeout,
+                            self.epoch,
+                            done,
+                        );
+                        match tokio::runtime::Handle::try_current() {
+                            Ok(runtime) => {
+                                drop(runtime.spawn(replace));
+                                (in_flight, None)
+                            }
+                            // (no runtime to run it on its own: this call runs it)
+                            Err(_) => (in_flight, Some(replace)),
+                        }
+                    }
+                }
+            };
+            if let Some(replace) = run_here {
+                replace.await;
+            }
+            let ended = outcome.wait_for(Option::is_some).await;
+            match ended.as_deref() {
+                Ok(Some(Ok(held))) => return Ok(held.clone()),
+                Ok(Some(Err(_))) if since < started => continue,
+                Ok(Some(Err(e))) => return Err(StoreError::shared(e)),
+                // (the replacement's task went away without an answer: a
+                // runtime shutting down)
+                Ok(None) | Err(_) => return Err(StoreError::Timeout(self.timeout)),
+            }
         }
-        // A call whose budget ran out while it waited (the refill before it
-        // timed out: Redis is unreachable) must not open a connection only to
-        // abandon it: a wave of calls makes one attempt, not one per call.
-        if started.elapsed() >= self.timeout {
-            return Err(StoreError::Timeout(self.timeout));
-        }
-        let (object, conn) = self.pool.get(self.timeout).await?;
-        let held = Arc::new(Held {
-            conn,
-            object: Mutex::new(Some(object)),
-            broken: AtomicBool::new(false),
-            replied_us: AtomicU64::new(self.micros_since_epoch(Instant::now())),
-        });
-        *slot.held.write().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
-        Ok(held)
+    }
+
+    /// One replacement of `slot`'s connection, bounded by `timeout`: fills
+    /// the slot (on success), ends the slot's flight, then tells every call
+    /// waiting on it through `done`.
+    async fn replace(
+        pool: P,
+        slot: Arc<Slot<P>>,
+        timeout: Duration,
+        epoch: Instant,
+        done: tokio::sync::watch::Sender<Replaced<P>>,
+    ) {
+        let result = match tokio::time::timeout(timeout, pool.get(timeout)).await {
+            Ok(Ok((object, conn))) => {
+                let replied = Instant::now().saturating_duration_since(epoch).as_micros();
+                let held = Arc::new(Held {
+                    conn,
+                    object: Mutex::new(Some(object)),
+                    broken: AtomicBool::new(false),
+                    replied_us: AtomicU64::new(u64::try_from(replied).unwrap_or(u64::MAX)),
+                });
+                *slot.held.write().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
+                Ok(held)
+            }
+            Ok(Err(e)) => Err(Arc::new(e)),
+            Err(_) => Err(Arc::new(StoreError::Timeout(timeout))),
+        };
+        *slot.refill.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        done.send_replace(Some(result));
     }
 
     /// Forgets a connection that failed, so the next call takes a fresh one.
@@ -462,7 +548,7 @@ impl<P: Pooled> Connections<P> {
     /// and whether it is fresh.
     async fn check_idle(
         &self,
-        slot: &Slot<P>,
+        slot: &Arc<Slot<P>>,
         held: Arc<Held<P>>,
         started: Instant,
     ) -> Result<(Arc<Held<P>>, bool), StoreError> {
