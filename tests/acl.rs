@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{GENEROUS, RedisServer};
 use tower_redis_ratelimit::clock::ManualClock;
 use tower_redis_ratelimit::error::{RefusalKind, StoreError};
+use tower_redis_ratelimit::plans::{Plan, Plans};
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
@@ -30,6 +31,43 @@ fn readme_acl() -> Vec<String> {
             rule => rule.to_owned(),
         })
         .collect()
+}
+
+/// The key patterns (`~…`) of `rules`, without the `~`.
+fn key_patterns(rules: &[String]) -> Vec<&str> {
+    rules.iter().filter_map(|r| r.strip_prefix('~')).collect()
+}
+
+/// Whether `key` matches the ACL key pattern `pattern` (Redis glob; the
+/// README's patterns use `*` alone).
+fn glob(pattern: &str, key: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == key,
+        Some((head, rest)) => {
+            key.starts_with(head)
+                && (0..=key.len() - head.len()).any(|i| {
+                    key.is_char_boundary(head.len() + i) && glob(rest, &key[head.len() + i..])
+                })
+        }
+    }
+}
+
+/// Asserts that every key on `server` matches a key pattern of `rules`
+/// (and that there is at least one).
+async fn assert_keys_within(server: &RedisServer, rules: &[String]) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut server.conn().await)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let patterns = key_patterns(rules);
+    for key in keys {
+        assert!(
+            patterns.iter().any(|p| glob(p, &key)),
+            "{key:?} is outside the ACL's key patterns {patterns:?}"
+        );
+    }
 }
 
 /// Sets the user `limiter` to exactly `rules` (after `reset`).
@@ -457,4 +495,100 @@ async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and
         assert!(line.contains("WARN"), "{line}");
         assert!(line.contains("FailurePolicy::Open"), "{line}");
     }
+}
+
+/// Plans of prefix `api` that sync their limits through the store, over `store`.
+fn synced_plans(store: &RedisStore) -> Plans {
+    Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .plan(
+            "free",
+            Plan::new([Quota::gcra(Rate::per_hour(2)).name("hour")]),
+        )
+        .plan(
+            "pro",
+            Plan::new([
+                Quota::fixed_window(Rate::per_hour(3)).name("hour"),
+                Quota::sliding_window_log(Rate::per_day(3)).name("day"),
+            ]),
+        )
+        .plan("internal", Plan::unlimited())
+        .default_plan("free")
+        .sync_interval(Duration::from_secs(3_600))
+        .build()
+        .unwrap()
+}
+
+/// The case: the README's ACL line covered `{api:*` alone, so a
+/// `Plans` of prefix `api` (keys `{api.free:…}`, the document `api:plans`)
+/// was refused every call.
+#[tokio::test]
+async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key_patterns() {
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    set_user(&server, &acl).await;
+    let store = limiter_store(&server);
+    let a = synced_plans(&store);
+    let b = synced_plans(&store);
+    for (plan, admitted) in [("free", 2), ("pro", 3)] {
+        for i in 0..admitted {
+            let d = a.check(plan, "user-1").await.unwrap().unwrap();
+            assert!(d.allowed(), "{plan} #{i}");
+        }
+        let d = a.check(plan, "user-1").await.unwrap().unwrap();
+        assert!(d.denied(), "{plan}");
+    }
+    assert!(a.check("internal", "user-1").await.unwrap().is_none());
+    // a change published by one instance, read by the other
+    let raised = a
+        .config()
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(5)).name("hour")]));
+    a.handle().publish(raised.clone()).await.unwrap();
+    assert!(b.handle().sync().await.unwrap());
+    assert_eq!(b.config(), raised);
+    let d = b.check("free", "user-2").await.unwrap().unwrap();
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 4);
+    // plain limiters of the prefix beside them, one with a penalty box
+    let blocking = RateLimiter::builder()
+        .store(store.clone())
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_hour(1)))
+        .block_for(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    assert!(blocking.check("user-1").await.unwrap().allowed());
+    assert!(blocking.check("user-1").await.unwrap().denied());
+    assert!(
+        blocking
+            .storage_keys("user-1")
+            .iter()
+            .any(|k| k.ends_with(":!"))
+    );
+    assert_keys_within(&server, &acl).await;
+    // the block key was written: the limiter's keys, the plans' and the document
+    let mut admin = server.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for want in ["{api:user-1}:!", "api:plans"] {
+        assert!(keys.iter().any(|k| k == want), "{want} not in {keys:?}");
+    }
+    for want in ["{api.free:user-1}", "{api.pro:user-1}"] {
+        assert!(keys.iter().any(|k| k.starts_with(want)), "{want} not in {keys:?}");
+    }
+}
+
+#[test]
+fn the_key_pattern_matcher_of_these_tests_matches_as_redis_does() {
+    assert!(glob("{api:*", "{api:user}:g1m/hour"));
+    assert!(!glob("{api:*", "{api.free:user}:g1m/hour"));
+    assert!(glob("{api.*", "{api.free:user}:g1m/hour"));
+    assert!(glob("api:plans", "api:plans"));
+    assert!(!glob("api:plans", "api:plans2"));
+    assert!(glob("a*b*c", "a-b-b-c"));
+    assert!(!glob("a*b*c", "a-c-b"));
 }
