@@ -592,3 +592,99 @@ fn the_key_pattern_matcher_of_these_tests_matches_as_redis_does() {
     assert!(glob("a*b*c", "a-b-b-c"));
     assert!(!glob("a*b*c", "a-c-b"));
 }
+
+/// `Plans::verify` covers every plan and the shared limits: it passes under
+/// the README's line, leaves what it found, and names a refusal of each of
+/// the line's key patterns (the line as it was, `~{api:*` alone, included).
+#[tokio::test]
+async fn plans_verify_checks_every_plan_and_the_shared_limits() {
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    set_user(&server, &acl).await;
+    let store = limiter_store(&server);
+    let plans = synced_plans(&store);
+    plans.verify().await.unwrap();
+    assert_eq!(
+        server.dbsize().await,
+        0,
+        "{:?}",
+        server.keys_with_ttl().await
+    );
+    // a document there is left as it was
+    let config = plans.config();
+    plans.handle().publish(config.clone()).await.unwrap();
+    let get = |server: &RedisServer| {
+        let server = server.port();
+        async move {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{server}/")).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("GET")
+                .arg("api:plans")
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    let before = get(&server).await;
+    assert_eq!(before.as_deref(), Some(config.to_string().as_str()));
+    plans.verify().await.unwrap();
+    assert_eq!(get(&server).await, before);
+    assert_eq!(server.dbsize().await, 1);
+
+    // the README's line as it was (`~{api:*` its only key pattern), and
+    // without each pattern plans use
+    let without =
+        |rule: &str| -> Vec<String> { acl.iter().filter(|r| *r != rule).cloned().collect() };
+    let as_it_was: Vec<String> = acl
+        .iter()
+        .filter(|r| !r.starts_with('~') || *r == "~{api:*")
+        .cloned()
+        .collect();
+    set_user(&server, &as_it_was).await;
+    let e = synced_plans(&store).verify().await.expect_err("as it was");
+    assert!(no_permission(&e), "the line as it was: {e:?}");
+    for rule in ["~{api.*", "~api:plans"] {
+        set_user(&server, &without(rule)).await;
+        let e = synced_plans(&store).verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule}: {e:?}");
+    }
+    // plans that carry state over between plans keep it under `{api:`
+    set_user(&server, &without("~{api:*")).await;
+    synced_plans(&store).verify().await.unwrap();
+    let carry_over = Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .carry_over(true)
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .build()
+        .unwrap();
+    let e = carry_over.verify().await.expect_err("carry over");
+    assert!(no_permission(&e), "carry over without ~{{api:*: {e:?}");
+    // ...and only what the check reads and writes
+    for rule in ["+get", "+set", "+del"] {
+        set_user(&server, &without(rule)).await;
+        let e = synced_plans(&store).verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule}: {e:?}");
+    }
+    assert_eq!(get(&server).await, before, "a failed check changed nothing");
+    // plans that do not share their limits need no document
+    set_user(&server, &without("~api:plans")).await;
+    let unsynced = Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .build()
+        .unwrap();
+    unsynced.verify().await.unwrap();
+    // a memory store always passes
+    Plans::builder()
+        .store(MemoryStore::new())
+        .prefix("api")
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .sync_interval(Duration::from_secs(1))
+        .build()
+        .unwrap()
+        .verify()
+        .await
+        .unwrap();
+}
