@@ -312,8 +312,22 @@ pub(crate) async fn decide<P: Pooled>(
 /// command, so nothing was written): Redis out of memory, a count at its
 /// maximum, a key of another type.
 fn count_refused(e: &StoreError) -> bool {
-    let StoreError::Redis(source) = e else {
-        return false;
+    // (a key of another type, a count at its maximum are refusals, their
+    // client error the cause; a refused permission is not one of these)
+    let source: &(dyn std::error::Error + 'static) = match e {
+        StoreError::Redis(source) => &**source,
+        StoreError::Refused(r)
+            if matches!(
+                r.kind(),
+                crate::error::RefusalKind::WrongType | crate::error::RefusalKind::ScriptError
+            ) =>
+        {
+            match std::error::Error::source(r) {
+                Some(source) => source,
+                None => return false,
+            }
+        }
+        _ => return false,
     };
     source
         .downcast_ref::<redis::RedisError>()
