@@ -4,11 +4,16 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `ratelimit_decisions_total` | counter | `limiter`, `plan`, `quota`, `outcome` |
-//! | `ratelimit_store_errors_total` | counter | `limiter`, `plan` |
+//! | `ratelimit_store_errors_total` | counter | `limiter`, `plan`, `kind` |
 //! | `ratelimit_store_call_seconds` | histogram | `limiter`, `plan` |
 //! | `ratelimit_deny_cache_hits_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_near_limit_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_leases` | gauge | `limiter`, `plan` |
+//!
+//! `kind` of a store error: `timeout`, `redis`, `pool`, `protocol` (an
+//! outage, or a reply this crate does not understand), or `refused` (the
+//! store refuses the limiter's calls for good, a misconfiguration: see
+//! [`on_refusal`](crate::RateLimitLayer::on_refusal)).
 //!
 //! Label values come from the configuration only (the layer's
 //! [`name`](crate::RateLimitLayer::name), plan and quota names; `""` where
@@ -16,6 +21,8 @@
 
 #[cfg(feature = "metrics")]
 use std::time::Duration;
+
+use crate::error::StoreError;
 
 /// `outcome` label values of `ratelimit_decisions_total`.
 #[derive(Debug, Clone, Copy)]
@@ -66,14 +73,30 @@ pub(crate) fn decision(limiter: &'static str, plan: &'static str, quota: &'stati
     let _ = (limiter, plan, quota, o);
 }
 
-/// A failed store call.
+/// A failed store call, by the `kind` of its error.
 #[inline]
-pub(crate) fn store_error(limiter: &'static str, plan: &'static str) {
+pub(crate) fn store_error(limiter: &'static str, plan: &'static str, error: &StoreError) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("ratelimit_store_errors_total", "limiter" => limiter, "plan" => plan)
-        .increment(1);
+    metrics::counter!(
+        "ratelimit_store_errors_total",
+        "limiter" => limiter,
+        "plan" => plan,
+        "kind" => error_kind(error)
+    )
+    .increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = (limiter, plan);
+    let _ = (limiter, plan, error);
+}
+
+/// The `kind` label of a store error.
+pub(crate) fn error_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Timeout(_) => "timeout",
+        StoreError::Redis(_) => "redis",
+        StoreError::Pool(_) => "pool",
+        StoreError::Protocol(_) => "protocol",
+        StoreError::Refused(_) => "refused",
+    }
 }
 
 /// A denial answered from the deny cache.

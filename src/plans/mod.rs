@@ -525,8 +525,15 @@ impl Shared {
         runtime.spawn(async move {
             let _result = shared.sync_now().await;
             #[cfg(feature = "tracing")]
-            if let Err(e) = &_result {
-                tracing::warn!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits failed; the limits in force stay");
+            match &_result {
+                // a refusal (an ACL without `<prefix>:plans`) lasts: ERROR
+                Err(e @ LimitsError::Store(StoreError::Refused(_))) => {
+                    tracing::error!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits was refused: a misconfiguration (see Plans::verify); the limits in force stay");
+                }
+                Err(e) => {
+                    tracing::warn!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits failed; the limits in force stay");
+                }
+                Ok(_) => {}
             }
             if let Some(sync) = &shared.sync {
                 sync.polling.store(false, Ordering::Release);
