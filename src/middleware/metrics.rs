@@ -89,7 +89,8 @@ pub(crate) fn store_error(limiter: &'static str, plan: &'static str, error: &Sto
 }
 
 /// The `kind` label of a store error.
-pub(crate) fn error_kind(error: &StoreError) -> &'static str {
+#[cfg(feature = "metrics")]
+fn error_kind(error: &StoreError) -> &'static str {
     match error {
         StoreError::Timeout(_) => "timeout",
         StoreError::Redis(_) => "redis",

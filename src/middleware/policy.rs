@@ -154,13 +154,13 @@ pub(crate) fn log_failure(
     if let Some(_suppressed) = failures.to_log(FAILURE_LOG_INTERVAL_MS) {
         match failure {
             Failure::Open => {
-                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)")
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)");
             }
             Failure::Closed => {
-                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)")
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
             }
             Failure::Fallback(_) => {
-                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)")
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
             }
         }
     }
