@@ -135,8 +135,13 @@ pub enum StoreError {
     Protocol(String),
     /// The Redis server refuses what the limiter needs, and will until it
     /// is configured otherwise: an ACL rule (`NOPERM`), a command renamed or
-    /// disabled, a server too old. Retrying does not help;
-    /// [`RateLimiter::verify`](crate::RateLimiter::verify) finds it at startup.
+    /// disabled, a server too old, a key of another type (`WRONGTYPE`) or a
+    /// value the script fails on. A misconfiguration, not an outage:
+    /// retrying does not help, and the middleware applies its
+    /// [refusal policy](crate::RateLimitLayer::on_refusal) (fail closed by
+    /// default) rather than its failure policy.
+    /// [`RateLimiter::verify`](crate::RateLimiter::verify) finds the
+    /// permissions and commands at startup.
     Refused(Refusal),
     /// The call asked for what the limiter does not do, and nothing was
     /// sent to the store: a block longer than
@@ -276,6 +281,15 @@ pub enum RefusalKind {
     /// The server is older than the limiter supports (Redis 5.0: the scripts
     /// read `TIME` and then write, which needs effects replication).
     ServerTooOld,
+    /// `WRONGTYPE`: a key of the limiter holds a value of another type: a
+    /// key another application wrote under the prefix, or one a limiter on
+    /// another clock keeps in another layout (see the README's "Keys"). It
+    /// lasts until that key is deleted or expires.
+    WrongType,
+    /// A limiter script failed while running (a Lua runtime error, such as
+    /// arithmetic on a value another application wrote under the prefix):
+    /// the same call fails the same way until the key changes.
+    ScriptError,
 }
 
 impl RefusalKind {
@@ -294,11 +308,37 @@ impl RefusalKind {
             && (detail.starts_with("unknown command") || detail.starts_with("unknown subcommand"))
         {
             Some(RefusalKind::UnknownCommand)
+        } else if TRANSIENT.iter().any(|t| detail.contains(t)) {
+            // (Redis 6 wraps the error of a command a script calls in `ERR
+            // Error running script …`: an outage inside a script stays one)
+            None
+        } else if e.code() == Some("WRONGTYPE")
+            || (e.code() == Some("ERR") && detail.contains("WRONGTYPE"))
+        {
+            Some(RefusalKind::WrongType)
+        } else if e.code() == Some("ERR")
+            && (detail.contains("Error running script") || detail.contains("user_script:"))
+        {
+            Some(RefusalKind::ScriptError)
         } else {
             None
         }
     }
 }
+
+/// Error codes of a Redis that cannot answer for now (out of memory, a
+/// replica, loading, busy, failing over): inside a script's error they make
+/// it an outage, not a refusal.
+const TRANSIENT: &[&str] = &[
+    "OOM",
+    "READONLY",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+];
 
 impl Refusal {
     /// A server older than the limiter supports.
@@ -333,6 +373,15 @@ impl fmt::Display for Refusal {
                  service without Lua scripting), or the server is too old"
             }
             RefusalKind::ServerTooOld => "server too old",
+            RefusalKind::WrongType => {
+                "a key of the limiter holds another type (WRONGTYPE): another application's \
+                 key under the prefix, or a limiter on another clock; give each a prefix of \
+                 its own"
+            }
+            RefusalKind::ScriptError => {
+                "the limiter's script failed on a key's value: another application's key \
+                 under the prefix?"
+            }
         };
         write!(f, "{hint}: {}", self.message)
     }

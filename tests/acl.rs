@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{GENEROUS, RedisServer};
 use tower_redis_ratelimit::clock::ManualClock;
 use tower_redis_ratelimit::error::{RefusalKind, StoreError};
+use tower_redis_ratelimit::plans::{Plan, Plans};
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
@@ -30,6 +31,43 @@ fn readme_acl() -> Vec<String> {
             rule => rule.to_owned(),
         })
         .collect()
+}
+
+/// The key patterns (`~…`) of `rules`, without the `~`.
+fn key_patterns(rules: &[String]) -> Vec<&str> {
+    rules.iter().filter_map(|r| r.strip_prefix('~')).collect()
+}
+
+/// Whether `key` matches the ACL key pattern `pattern` (Redis glob; the
+/// README's patterns use `*` alone).
+fn glob(pattern: &str, key: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == key,
+        Some((head, rest)) => {
+            key.starts_with(head)
+                && (0..=key.len() - head.len()).any(|i| {
+                    key.is_char_boundary(head.len() + i) && glob(rest, &key[head.len() + i..])
+                })
+        }
+    }
+}
+
+/// Asserts that every key on `server` matches a key pattern of `rules`
+/// (and that there is at least one).
+async fn assert_keys_within(server: &RedisServer, rules: &[String]) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut server.conn().await)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let patterns = key_patterns(rules);
+    for key in keys {
+        assert!(
+            patterns.iter().any(|p| glob(p, &key)),
+            "{key:?} is outside the ACL's key patterns {patterns:?}"
+        );
+    }
 }
 
 /// Sets the user `limiter` to exactly `rules` (after `reset`).
@@ -425,9 +463,25 @@ async fn verify_names_what_the_server_refuses() {
     }
 }
 
+/// The ERROR lines logged about refusals (feature `tracing`).
+#[cfg(feature = "tracing")]
+fn refusal_errors(log: &common::logs::Capture) -> Vec<String> {
+    log.lines_with("a misconfiguration, not an outage")
+        .into_iter()
+        .inspect(|l| assert!(l.contains("ERROR"), "{l}"))
+        .collect()
+}
+
 // current_thread: the log capture below captures this thread's events.
 #[tokio::test(flavor = "current_thread")]
-async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and_is_counted() {
+async fn under_the_middleware_a_refusal_fails_closed_by_default_and_is_logged_at_error_and_counted()
+{
+    use common::http::{get_req, header, make_app, send};
+    use http::StatusCode;
+    use tower_redis_ratelimit::RateLimitLayer;
+    use tower_redis_ratelimit::key::PeerIp;
+    use tower_redis_ratelimit::middleware::FailurePolicy;
+
     #[cfg(feature = "tracing")]
     let log = common::logs::capture();
     let server = RedisServer::start();
@@ -437,24 +491,394 @@ async fn under_the_middleware_a_missing_permission_fails_open_with_a_warning_and
     let lim = RateLimiter::builder()
         .store(limiter_store(&server))
         .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(2)))
+        .build()
+        .unwrap();
+
+    // the default: 503, every time, one ERROR line for the three
+    let layer = RateLimitLayer::new(lim.clone(), PeerIp);
+    let app = make_app(layer.clone());
+    for _ in 0..3 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(header(&res, "retry-after"), Some("1"));
+    }
+    let stats = layer.stats();
+    assert_eq!((stats.store_errors, stats.refused), (3, 3));
+    #[cfg(feature = "tracing")]
+    {
+        let lines = refusal_errors(&log);
+        assert_eq!(lines.len(), 1, "{}", log.text());
+        assert!(lines[0].contains("NOPERM"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("request refused with 503"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("on_refusal: FailurePolicy::Closed"),
+            "{}",
+            lines[0]
+        );
+        // not also a WARN of an outage
+        assert!(log.lines_with("WARN").is_empty(), "{}", log.text());
+    }
+
+    // an outage policy does not decide refusals: Open for outages, still 503
+    let app =
+        make_app(RateLimitLayer::new(lim.clone(), PeerIp).on_store_error(FailurePolicy::Open));
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    // on_refusal(Open): through, without headers, and loud
+    let layer = RateLimitLayer::new(lim.clone(), PeerIp).on_refusal(FailurePolicy::Open);
+    let app = make_app(layer.clone());
+    for _ in 0..3 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(header(&res, "ratelimit").is_none());
+    }
+    assert_eq!(layer.stats().refused, 3);
+    #[cfg(feature = "tracing")]
+    {
+        let lines = refusal_errors(&log);
+        assert_eq!(lines.len(), 3, "one per layer: {}", log.text());
+        let last = &lines[2];
+        assert!(last.contains("NOT rate limited"), "{last}");
+        assert!(last.contains("on_refusal: FailurePolicy::Open"), "{last}");
+    }
+
+    // on_refusal(Fallback): decided in memory, the limit holds
+    let app = make_app(
+        RateLimitLayer::new(lim.clone(), PeerIp)
+            .on_refusal(FailurePolicy::Fallback(MemoryStore::new())),
+    );
+    let statuses: Vec<StatusCode> = {
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(send(&app, get_req("/")).await.status());
+        }
+        out
+    };
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+
+    // an outage is not a refusal: the store down, on_store_error's Open applies
+    let down = RateLimiter::builder()
+        .store(
+            RedisStore::from_url("redis://127.0.0.1:1/")
+                .unwrap()
+                .timeout(GENEROUS),
+        )
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_minute(2)))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(down, PeerIp);
+    let res = send(&make_app(layer.clone()), get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!((layer.stats().store_errors, layer.stats().refused), (1, 0));
+}
+
+/// A `Plans` layer under a refused ACL: fails closed by default; a
+/// fallback decides each request under its own plan's quotas.
+#[tokio::test]
+async fn plans_under_a_refused_acl_fail_closed_and_fall_back_per_plan() {
+    use common::http::{get_req, make_app, send};
+    use http::StatusCode;
+    use tower_redis_ratelimit::RateLimitLayer;
+    use tower_redis_ratelimit::key::PeerIp;
+    use tower_redis_ratelimit::middleware::{FailurePolicy, PlanFromHeader};
+
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    // the README's line as it was: `~{api:*` its only key pattern
+    let as_it_was: Vec<String> = acl
+        .iter()
+        .filter(|r| !r.starts_with('~') || *r == "~{api:*")
+        .cloned()
+        .collect();
+    set_user(&server, &as_it_was).await;
+    let plans = synced_plans(&limiter_store(&server));
+    let header = http::HeaderName::from_static("x-plan");
+    let req = |plan: &str| {
+        let mut r = get_req("/");
+        r.headers_mut().insert("x-plan", plan.parse().unwrap());
+        r
+    };
+    let layer = RateLimitLayer::with_plans(plans.clone(), PeerIp, PlanFromHeader(header.clone()));
+    let app = make_app(layer.clone());
+    for plan in ["free", "pro"] {
+        assert_eq!(
+            send(&app, req(plan)).await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    assert_eq!(layer.stats().refused, 2);
+    let app = make_app(
+        RateLimitLayer::with_plans(plans, PeerIp, PlanFromHeader(header))
+            .on_refusal(FailurePolicy::Fallback(MemoryStore::new())),
+    );
+    // free: 2 an hour, pro: 3
+    for (plan, admitted) in [("free", 2), ("pro", 3)] {
+        for i in 0..admitted {
+            assert_eq!(
+                send(&app, req(plan)).await.status(),
+                StatusCode::OK,
+                "{plan} #{i}"
+            );
+        }
+        assert_eq!(
+            send(&app, req(plan)).await.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{plan}"
+        );
+    }
+}
+
+/// A key of another type, a value a script fails on: refusals too (they
+/// last until the key changes), each of its kind, never an outage.
+#[tokio::test]
+async fn a_key_of_another_type_or_a_value_the_script_fails_on_is_a_refusal() {
+    let server = RedisServer::start();
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(10)))
         .build()
         .unwrap();
-    let layer = tower_redis_ratelimit::RateLimitLayer::new(lim, tower_redis_ratelimit::key::PeerIp);
-    let app = common::http::make_app(layer.clone());
-    let res = common::http::send(&app, common::http::get_req("/")).await;
-    // FailurePolicy::Open (the default): through, without rate-limit headers
-    assert_eq!(res.status(), http::StatusCode::OK);
-    assert!(common::http::header(&res, "ratelimit").is_none());
-    assert_eq!(layer.stats().store_errors, 1);
-    #[cfg(feature = "tracing")]
-    {
-        let line = log
-            .lines_with("NOPERM")
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| panic!("no warning logged: {}", log.text()));
-        assert!(line.contains("WARN"), "{line}");
-        assert!(line.contains("FailurePolicy::Open"), "{line}");
+    let key = lim.storage_keys("user-1").remove(0);
+    let mut admin = server.conn().await;
+    let () = redis::cmd("LPUSH")
+        .arg(&key)
+        .arg("x")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = lim.check("user-1").await.expect_err("a list");
+    assert!(
+        matches!(&e, StoreError::Refused(r) if r.kind() == RefusalKind::WrongType),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    // a fixed window's count that is no number
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
+        .prefix("api")
+        .quota(Quota::fixed_window(Rate::per_minute(10)))
+        .build()
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(lim.storage_keys("user-1").remove(0))
+        .arg("not a number")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = lim.check("user-1").await.expect_err("not a number");
+    assert!(
+        matches!(&e, StoreError::Refused(r) if r.kind() == RefusalKind::ScriptError),
+        "{e:?}"
+    );
+}
+
+/// Plans of prefix `api` that sync their limits through the store, over `store`.
+fn synced_plans(store: &RedisStore) -> Plans {
+    Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .plan(
+            "free",
+            Plan::new([Quota::gcra(Rate::per_hour(2)).name("hour")]),
+        )
+        .plan(
+            "pro",
+            Plan::new([
+                Quota::fixed_window(Rate::per_hour(3)).name("hour"),
+                Quota::sliding_window_log(Rate::per_day(3)).name("day"),
+            ]),
+        )
+        .plan("internal", Plan::unlimited())
+        .default_plan("free")
+        .sync_interval(Duration::from_secs(3_600))
+        .build()
+        .unwrap()
+}
+
+/// The case: the README's ACL line covered `{api:*` alone, so a
+/// `Plans` of prefix `api` (keys `{api.free:…}`, the document `api:plans`)
+/// was refused every call.
+#[tokio::test]
+async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key_patterns() {
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    set_user(&server, &acl).await;
+    let store = limiter_store(&server);
+    let a = synced_plans(&store);
+    let b = synced_plans(&store);
+    for (plan, admitted) in [("free", 2), ("pro", 3)] {
+        for i in 0..admitted {
+            let d = a.check(plan, "user-1").await.unwrap().unwrap();
+            assert!(d.allowed(), "{plan} #{i}");
+        }
+        let d = a.check(plan, "user-1").await.unwrap().unwrap();
+        assert!(d.denied(), "{plan}");
     }
+    assert!(a.check("internal", "user-1").await.unwrap().is_none());
+    // a change published by one instance, read by the other
+    let raised = a.config().plan(
+        "free",
+        Plan::new([Quota::gcra(Rate::per_hour(5)).name("hour")]),
+    );
+    a.handle().publish(raised.clone()).await.unwrap();
+    assert!(b.handle().sync().await.unwrap());
+    assert_eq!(b.config(), raised);
+    let d = b.check("free", "user-2").await.unwrap().unwrap();
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 4);
+    // plain limiters of the prefix beside them, one with a penalty box
+    let blocking = RateLimiter::builder()
+        .store(store.clone())
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_hour(1)))
+        .block_for(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    assert!(blocking.check("user-1").await.unwrap().allowed());
+    assert!(blocking.check("user-1").await.unwrap().denied());
+    assert!(
+        blocking
+            .storage_keys("user-1")
+            .iter()
+            .any(|k| k.ends_with(":!"))
+    );
+    assert_keys_within(&server, &acl).await;
+    // the block key was written: the limiter's keys, the plans' and the document
+    let mut admin = server.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for want in ["{api:user-1}:!", "api:plans"] {
+        assert!(keys.iter().any(|k| k == want), "{want} not in {keys:?}");
+    }
+    for want in ["{api.free:user-1}", "{api.pro:user-1}"] {
+        assert!(
+            keys.iter().any(|k| k.starts_with(want)),
+            "{want} not in {keys:?}"
+        );
+    }
+}
+
+#[test]
+fn the_key_pattern_matcher_of_these_tests_matches_as_redis_does() {
+    assert!(glob("{api:*", "{api:user}:g1m/hour"));
+    assert!(!glob("{api:*", "{api.free:user}:g1m/hour"));
+    assert!(glob("{api.*", "{api.free:user}:g1m/hour"));
+    assert!(glob("api:plans", "api:plans"));
+    assert!(!glob("api:plans", "api:plans2"));
+    assert!(glob("a*b*c", "a-b-b-c"));
+    assert!(!glob("a*b*c", "a-c-b"));
+}
+
+/// `Plans::verify` covers every plan and the shared limits: it passes under
+/// the README's line, leaves what it found, and names a refusal of each of
+/// the line's key patterns (the line as it was, `~{api:*` alone, included).
+#[tokio::test]
+async fn plans_verify_checks_every_plan_and_the_shared_limits() {
+    let server = RedisServer::start();
+    let acl = readme_acl();
+    set_user(&server, &acl).await;
+    let store = limiter_store(&server);
+    let plans = synced_plans(&store);
+    plans.verify().await.unwrap();
+    assert_eq!(
+        server.dbsize().await,
+        0,
+        "{:?}",
+        server.keys_with_ttl().await
+    );
+    // a document there is left as it was
+    let config = plans.config();
+    plans.handle().publish(config.clone()).await.unwrap();
+    let get = |server: &RedisServer| {
+        let server = server.port();
+        async move {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{server}/")).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("GET")
+                .arg("api:plans")
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    let before = get(&server).await;
+    assert_eq!(before.as_deref(), Some(config.to_string().as_str()));
+    plans.verify().await.unwrap();
+    assert_eq!(get(&server).await, before);
+    assert_eq!(server.dbsize().await, 1);
+
+    // the README's line as it was (`~{api:*` its only key pattern), and
+    // without each pattern plans use
+    let without =
+        |rule: &str| -> Vec<String> { acl.iter().filter(|r| *r != rule).cloned().collect() };
+    let as_it_was: Vec<String> = acl
+        .iter()
+        .filter(|r| !r.starts_with('~') || *r == "~{api:*")
+        .cloned()
+        .collect();
+    set_user(&server, &as_it_was).await;
+    let e = synced_plans(&store).verify().await.expect_err("as it was");
+    assert!(no_permission(&e), "the line as it was: {e:?}");
+    for rule in ["~{api.*", "~api:plans"] {
+        set_user(&server, &without(rule)).await;
+        let e = synced_plans(&store).verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule}: {e:?}");
+    }
+    // plans that carry state over between plans keep it under `{api:`
+    set_user(&server, &without("~{api:*")).await;
+    synced_plans(&store).verify().await.unwrap();
+    let carry_over = Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .carry_over(true)
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .build()
+        .unwrap();
+    let e = carry_over.verify().await.expect_err("carry over");
+    assert!(no_permission(&e), "carry over without ~{{api:*: {e:?}");
+    // ...and only what the check reads and writes
+    for rule in ["+get", "+set", "+del"] {
+        set_user(&server, &without(rule)).await;
+        let e = synced_plans(&store).verify().await.expect_err(rule);
+        assert!(no_permission(&e), "without {rule}: {e:?}");
+    }
+    assert_eq!(get(&server).await, before, "a failed check changed nothing");
+    // plans that do not share their limits need no document
+    set_user(&server, &without("~api:plans")).await;
+    let unsynced = Plans::builder()
+        .store(store.clone())
+        .prefix("api")
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .build()
+        .unwrap();
+    unsynced.verify().await.unwrap();
+    // a memory store always passes
+    Plans::builder()
+        .store(MemoryStore::new())
+        .prefix("api")
+        .plan("free", Plan::new([Quota::gcra(Rate::per_hour(2))]))
+        .sync_interval(Duration::from_secs(1))
+        .build()
+        .unwrap()
+        .verify()
+        .await
+        .unwrap();
 }

@@ -170,4 +170,15 @@ fn layer_options_load_from_toml() {
     assert_eq!(options.deny_cache, None);
     let e = toml::from_str::<LayerOptions>(r#"headers = "fancy""#).unwrap_err();
     assert!(e.to_string().contains("fancy"), "{e}");
+    // the refusal policy: absent keeps the default (closed); a bad value is an error
+    assert_eq!(options.on_refusal, None);
+    let options: LayerOptions = toml::from_str(r#"on_refusal = "open""#).unwrap();
+    assert_eq!(options.on_refusal, Some(OnStoreError::Open));
+    for bad in [
+        r#"on_refusal = "ignore""#,
+        "on_refusal = 0",
+        r#"on_refusal = """#,
+    ] {
+        assert!(toml::from_str::<LayerOptions>(bad).is_err(), "{bad}");
+    }
 }

@@ -230,5 +230,80 @@ async fn outcomes_latency_deny_cache_hits_and_leases_are_recorded_by_limiter_and
             counter(&now, "ratelimit_store_errors_total", &[("limiter", name)]),
             1
         );
+        // an outage: not a refusal
+        assert_eq!(
+            counter(
+                &now,
+                "ratelimit_store_errors_total",
+                &[("limiter", name), ("kind", "refused")]
+            ),
+            0
+        );
+    }
+
+    // a refusal (an ACL user without EVALSHA): kind="refused", under the
+    // default refusal policy (503) and under Open (through, still counted)
+    let mut admin = server.conn().await;
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("refused")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .arg("-evalsha")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let refused = RateLimiter::builder()
+        .store(
+            RedisStore::from_url(&format!("redis://refused:pw@127.0.0.1:{}/", server.port()))
+                .unwrap()
+                .timeout(GENEROUS),
+        )
+        .quota(Quota::gcra(Rate::per_minute(5)).name("minute"))
+        .build()
+        .unwrap();
+    for (name, policy, status, outcome) in [
+        (
+            "refused",
+            None,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fail_closed",
+        ),
+        (
+            "refused-open",
+            Some(FailurePolicy::Open),
+            StatusCode::OK,
+            "fail_open",
+        ),
+    ] {
+        let mut layer = RateLimitLayer::new(refused.clone(), user).name(name);
+        if let Some(policy) = policy {
+            layer = layer.on_refusal(policy);
+        }
+        let app = make_app(layer);
+        for _ in 0..2 {
+            assert_eq!(send(&app, get_req("/")).await.status(), status, "{name}");
+        }
+        let now = take(&snap);
+        let errors = |kind: &str| {
+            counter(
+                &now,
+                "ratelimit_store_errors_total",
+                &[("limiter", name), ("kind", kind)],
+            )
+        };
+        assert_eq!(errors("refused"), 2, "{name}");
+        assert_eq!(errors("redis") + errors("timeout") + errors("pool"), 0);
+        assert_eq!(
+            counter(
+                &now,
+                "ratelimit_decisions_total",
+                &[("limiter", name), ("outcome", outcome)]
+            ),
+            2,
+            "{name}"
+        );
     }
 }

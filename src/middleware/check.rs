@@ -26,7 +26,7 @@ use http::request::Parts;
 use super::config::Config;
 use super::headers::{Policy, RateHeaders};
 use super::metrics::{self, Outcome};
-use super::policy::{Failure, Resolved};
+use super::policy::{self, Failure, Resolved};
 use super::response;
 use super::stats::Counters;
 use crate::decision::Decision;
@@ -313,34 +313,32 @@ async fn decide(
             Verdict::Decided(decision)
         }
         Err(error) => {
-            let error = Arc::new(error);
-            let _error = &error;
+            // a refusal for good (an ACL, a key of another type) is a
+            // misconfiguration: the layer's refusal policy decides it
+            let refused = matches!(error, StoreError::Refused(_));
+            let failure = if refused {
+                Counters::bump(&config.counters.refused);
+                &config.refusal
+            } else {
+                &config.failure
+            };
             Counters::bump(&config.counters.store_errors);
-            metrics::store_error(config.name, plan_name);
-            // `suppressed`: failures since the previous warning, not logged one by one
-            let log = config.counters.failure_to_log();
-            match &config.failure {
-                Failure::Open => {
-                    if let Some(_suppressed) = log {
-                        event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)");
-                    }
-                    Verdict::Open(error)
-                }
-                Failure::Closed => {
-                    if let Some(_suppressed) = log {
-                        event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
-                    }
-                    Verdict::Closed
-                }
+            metrics::store_error(config.name, plan_name, &error);
+            policy::log_failure(
+                &config.counters.failure_log,
+                &config.counters.refusal_log,
+                failure,
+                &error,
+                config.name,
+                plan_name,
+            );
+            let error = Arc::new(error);
+            match failure {
+                Failure::Open => Verdict::Open(error),
+                Failure::Closed => Verdict::Closed,
                 Failure::Fallback(fallback) => {
-                    if let Some(_suppressed) = log {
-                        event!(warn, error = %_error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
-                    }
                     Counters::bump(&config.counters.fallback_decisions);
-                    let fallback = match plan.as_deref() {
-                        Some(p) => fallback_of(&config, p).unwrap_or_else(|| fallback.clone()),
-                        None => fallback.clone(),
-                    };
+                    let fallback = fallback.limiter_for(plan.as_deref());
                     match fallback.check_n(&key, cost).await {
                         Ok(decision) => {
                             remember(
@@ -369,21 +367,6 @@ async fn decide(
         shadow,
         reservation,
     }
-}
-
-/// The plan's limiter over the fallback store (made once per plan build).
-fn fallback_of(config: &Config, plan: &ActivePlan) -> Option<RateLimiter> {
-    let store = config.fallback_store.as_ref()?;
-    let limiter = plan.limiter()?;
-    let mut made = config.fallbacks.lock().unwrap_or_else(|e| e.into_inner());
-    // one per plan: a plan's new build replaces its old fallback limiter
-    let entry = made
-        .entry(plan.name())
-        .or_insert_with(|| (plan.generation, limiter.with_store(store.clone())));
-    if entry.0 != plan.generation {
-        *entry = (plan.generation, limiter.with_store(store.clone()));
-    }
-    Some(entry.1.clone())
 }
 
 /// Counts a denial and keeps it in the deny cache (a shadowed denial is

@@ -1,8 +1,7 @@
 //! The layer's resolved configuration: what [`RateLimitLayer`](crate::RateLimitLayer)'s
 //! builder methods set, read by every service the layer builds.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
@@ -16,7 +15,6 @@ use crate::decision::Decision;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 use crate::plans::Plans;
-use crate::store::MemoryStore;
 
 use super::near::NearLimitHook;
 use super::plan::PlanResolver;
@@ -34,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) extractor: Arc<dyn KeyExtractor>,
     pub(crate) style: HeaderStyle,
     pub(crate) failure: Failure,
+    /// The policy for a store's refusals ([`StoreError::Refused`](crate::error::StoreError::Refused)).
+    pub(crate) refusal: Failure,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) bypass: Option<Arc<BypassFn>>,
     pub(crate) missing: MissingKey,
@@ -55,11 +55,6 @@ pub(crate) struct Config {
     pub(crate) near_limit: Option<NearLimitHook>,
     /// The `limiter` label of the layer's metrics.
     pub(crate) name: &'static str,
-    /// Plans under `FailurePolicy::Fallback`: the fallback store, and each
-    /// plan's limiter over it (by plan name: the latest build's, with its
-    /// generation), made on first need.
-    pub(crate) fallback_store: Option<MemoryStore>,
-    pub(crate) fallbacks: Arc<Mutex<HashMap<&'static str, (u64, RateLimiter)>>>,
     /// Refunds by response and costs from the response: requests are then
     /// admitted with a reservation, settled after the response.
     pub(crate) settle: Option<Arc<SettleConfig>>,
@@ -75,6 +70,7 @@ impl Config {
             extractor: Arc::new(extractor),
             style: HeaderStyle::default(),
             failure: Failure::Open,
+            refusal: Failure::Closed,
             cost: None,
             bypass: None,
             missing: MissingKey::default(),
@@ -88,8 +84,6 @@ impl Config {
             shadow_headers: true,
             near_limit: None,
             name,
-            fallback_store: None,
-            fallbacks: Arc::default(),
             settle: None,
         }
     }

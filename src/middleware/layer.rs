@@ -72,7 +72,9 @@ impl RateLimitLayer {
     /// Limits requests with `limiter`, counting each against the key
     /// `extractor` finds in it.
     ///
-    /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`], cost 1, no
+    /// Defaults: [`HeaderStyle::Ietf`], [`FailurePolicy::Open`] for store
+    /// failures and [`FailurePolicy::Closed`] for the store's
+    /// [refusals](Self::on_refusal), cost 1, no
     /// bypass, [`MissingKey::by_cause`] (a request without its key: 401 or
     /// 400, the client's mistake; 500 only for a misconfigured server), the text/plain
     /// [`text_plain`](super::text_plain) denial, a deny cache of 10 000 keys. The store bounds each call (a
@@ -96,18 +98,45 @@ impl RateLimitLayer {
     }
 
     /// What to do when the store fails or times out (default [`FailurePolicy::Open`]).
+    /// A store that refuses the limiter's calls for good is decided by
+    /// [`on_refusal`](Self::on_refusal) instead.
     ///
     /// With [plans](Self::with_plans), `Fallback` decides each plan's
     /// quotas in its store (each plan's limiter over it is made on first need).
     pub fn on_store_error(self, policy: FailurePolicy) -> Self {
-        self.with(|c| {
-            c.fallback_store = match &policy {
-                FailurePolicy::Fallback(store) => Some(store.clone()),
-                _ => None,
-            };
-            c.fallbacks = Arc::default();
-            c.failure = Failure::resolve(policy, &c.limiter);
-        })
+        self.with(|c| c.failure = Failure::resolve(policy, &c.limiter))
+    }
+
+    /// What to do when the store refuses the limiter's calls for good
+    /// ([`StoreError::Refused`](crate::error::StoreError::Refused): an ACL
+    /// without a permission, a renamed command, a key of another type):
+    /// default [`FailurePolicy::Closed`], `503` until the configuration is
+    /// fixed. A refusal is a misconfiguration, not an outage: it fails every
+    /// call alike from the first request of a deploy, so failing open would
+    /// run the service without any limit, silently but for the log, where
+    /// failing closed shows it at once. Whatever the policy, a refusal is
+    /// logged at ERROR (feature `tracing`; at most once every 10 s per
+    /// layer, with the number of refusals since the previous line) and
+    /// counted in [`Stats::refused`] and in the metric
+    /// `ratelimit_store_errors_total` with `kind="refused"`. Check the
+    /// store at startup with [`RateLimiter::verify`] or
+    /// [`Plans::verify`](crate::plans::Plans::verify).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::middleware::FailurePolicy;
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, key};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let limiter = RateLimiter::builder().store(MemoryStore::new()).quota(Quota::gcra(Rate::per_minute(60))).build()?;
+    /// // availability first, even with a broken ACL: decide locally, and log at ERROR
+    /// let layer = RateLimitLayer::new(limiter, key::PeerIp)
+    ///     .on_refusal(FailurePolicy::Fallback(MemoryStore::new()));
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_refusal(self, policy: FailurePolicy) -> Self {
+        self.with(|c| c.refusal = Failure::resolve(policy, &c.limiter))
     }
 
     /// The weight of a request (default 1). A cost of 0 only reports the
@@ -459,6 +488,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("limiter", &c.limiter)
             .field("headers", &c.style)
             .field("on_store_error", &c.failure)
+            .field("on_refusal", &c.refusal)
             .field("cost", &c.cost.is_some())
             .field("bypass", &c.bypass.is_some())
             .field("on_missing_key", &c.missing)

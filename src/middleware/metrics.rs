@@ -4,12 +4,19 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `ratelimit_decisions_total` | counter | `limiter`, `plan`, `quota`, `outcome` |
-//! | `ratelimit_store_errors_total` | counter | `limiter`, `plan` |
+//! | `ratelimit_store_errors_total` | counter | `limiter`, `plan`, `kind` |
 //! | `ratelimit_store_call_seconds` | histogram | `limiter`, `plan` |
 //! | `ratelimit_deny_cache_hits_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_near_limit_total` | counter | `limiter`, `plan`, `quota` |
 //! | `ratelimit_leases` | gauge | `limiter`, `plan` |
 //! | `ratelimit_shadow_delay_seconds` | histogram | `limiter`, `plan`, `quota` |
+//!
+//! `kind` of a store error: `timeout`, `redis`, `pool`, `protocol` (an
+//! outage, or a reply this crate does not understand), or `refused` (the
+//! store refuses the limiter's calls for good, a misconfiguration: see
+//! [`on_refusal`](crate::RateLimitLayer::on_refusal)), or `invalid` (a call
+//! the limiter refused to make, such as settling another limiter's
+//! reservation).
 //!
 //! Label values come from the configuration only (the layer's
 //! [`name`](crate::RateLimitLayer::name), plan and quota names; `""` where
@@ -17,6 +24,8 @@
 
 #[cfg(feature = "metrics")]
 use std::time::Duration;
+
+use crate::error::StoreError;
 
 /// `outcome` label values of `ratelimit_decisions_total`.
 #[derive(Debug, Clone, Copy)]
@@ -69,14 +78,32 @@ pub(crate) fn decision(limiter: &'static str, plan: &'static str, quota: &'stati
     let _ = (limiter, plan, quota, o);
 }
 
-/// A failed store call.
+/// A failed store call, by the `kind` of its error.
 #[inline]
-pub(crate) fn store_error(limiter: &'static str, plan: &'static str) {
+pub(crate) fn store_error(limiter: &'static str, plan: &'static str, error: &StoreError) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("ratelimit_store_errors_total", "limiter" => limiter, "plan" => plan)
-        .increment(1);
+    metrics::counter!(
+        "ratelimit_store_errors_total",
+        "limiter" => limiter,
+        "plan" => plan,
+        "kind" => error_kind(error)
+    )
+    .increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = (limiter, plan);
+    let _ = (limiter, plan, error);
+}
+
+/// The `kind` label of a store error.
+#[cfg(feature = "metrics")]
+fn error_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Timeout(_) => "timeout",
+        StoreError::Redis(_) => "redis",
+        StoreError::Pool(_) => "pool",
+        StoreError::Protocol(_) => "protocol",
+        StoreError::Refused(_) => "refused",
+        StoreError::Invalid(_) => "invalid",
+    }
 }
 
 /// A denial answered from the deny cache.

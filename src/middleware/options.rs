@@ -6,19 +6,32 @@ use super::layer::RateLimitLayer;
 use super::policy::FailurePolicy;
 use crate::store::MemoryStore;
 
-/// The failure policy as configuration can name it.
+/// The failure policy as configuration can name it (for
+/// [`on_store_error`](RateLimitLayer::on_store_error) and
+/// [`on_refusal`](RateLimitLayer::on_refusal)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum OnStoreError {
-    /// [`FailurePolicy::Open`].
+    /// [`FailurePolicy::Open`] (the default of `on_store_error`, not of
+    /// `on_refusal`, whose absence keeps its default, `closed`).
     #[default]
     Open,
     /// [`FailurePolicy::Closed`].
     Closed,
     /// [`FailurePolicy::Fallback`] with a new [`MemoryStore`].
     Fallback,
+}
+
+impl From<OnStoreError> for FailurePolicy {
+    fn from(policy: OnStoreError) -> Self {
+        match policy {
+            OnStoreError::Open => FailurePolicy::Open,
+            OnStoreError::Closed => FailurePolicy::Closed,
+            OnStoreError::Fallback => FailurePolicy::Fallback(MemoryStore::new()),
+        }
+    }
 }
 
 /// The policy options of a [`RateLimitLayer`], as a configuration file
@@ -28,6 +41,7 @@ pub enum OnStoreError {
 /// ```toml
 /// headers = "both"            # ietf | legacy | both | none
 /// on_store_error = "fallback" # open | closed | fallback
+/// on_refusal = "closed"       # the same choices, for a store's refusals
 /// shadow = false
 /// shadow_headers = true
 /// deny_cache = true
@@ -43,6 +57,8 @@ pub struct LayerOptions {
     pub headers: Option<HeaderStyle>,
     /// [`RateLimitLayer::on_store_error`].
     pub on_store_error: Option<OnStoreError>,
+    /// [`RateLimitLayer::on_refusal`].
+    pub on_refusal: Option<OnStoreError>,
     /// [`RateLimitLayer::shadow`].
     pub shadow: Option<bool>,
     /// [`RateLimitLayer::shadow_headers`].
@@ -65,11 +81,10 @@ impl RateLimitLayer {
             self = self.headers(style);
         }
         if let Some(policy) = options.on_store_error {
-            self = self.on_store_error(match policy {
-                OnStoreError::Open => FailurePolicy::Open,
-                OnStoreError::Closed => FailurePolicy::Closed,
-                OnStoreError::Fallback => FailurePolicy::Fallback(MemoryStore::new()),
-            });
+            self = self.on_store_error(policy.into());
+        }
+        if let Some(policy) = options.on_refusal {
+            self = self.on_refusal(policy.into());
         }
         if let Some(shadow) = options.shadow {
             self = self.shadow(shadow);

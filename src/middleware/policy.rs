@@ -1,17 +1,28 @@
 //! [`FailurePolicy`] and [`MissingKey`]: what happens when no decision can be made.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
 
 use http::StatusCode;
 use http::request::Parts;
 
+use crate::error::StoreError;
 use crate::key::{KeyExtractor, MissingCause};
 use crate::limiter::RateLimiter;
+use crate::plans::ActivePlan;
 use crate::store::MemoryStore;
 
 /// What the middleware does when the store fails: an error, or no answer
-/// within the timeout.
+/// within the timeout
+/// ([`on_store_error`](crate::RateLimitLayer::on_store_error), default
+/// [`Open`](Self::Open)); and when the store refuses the limiter's calls
+/// for good, a [`StoreError::Refused`] such as an ACL without a permission
+/// ([`on_refusal`](crate::RateLimitLayer::on_refusal), default
+/// [`Closed`](Self::Closed): a misconfiguration must not silently turn
+/// the limits off; see the README's "Failure modes").
 ///
 /// ```
 /// use tower_redis_ratelimit::MemoryStore;
@@ -26,23 +37,25 @@ use crate::store::MemoryStore;
 #[non_exhaustive]
 pub enum FailurePolicy {
     /// Let the request through, without rate-limit headers, and log a
-    /// warning (the default: an outage of Redis is not an outage of the API).
+    /// warning (the default of `on_store_error`: an outage of Redis is not
+    /// an outage of the API). Under `on_refusal`, logged at ERROR.
     #[default]
     Open,
     /// Answer `503 Service Unavailable` with `Retry-After: 1` (gRPC:
-    /// `UNAVAILABLE`) without calling the service.
+    /// `UNAVAILABLE`) without calling the service (the default of
+    /// `on_refusal`).
     Closed,
     /// Decide with the same quotas in this in-process store (each instance
     /// then enforces the limits on its own).
     Fallback(MemoryStore),
 }
 
-/// The failure policy, resolved against the limiter.
+/// A failure policy, resolved against the limiter.
 #[derive(Clone, Debug)]
 pub(crate) enum Failure {
     Open,
     Closed,
-    Fallback(RateLimiter),
+    Fallback(Arc<Fallback>),
 }
 
 impl Failure {
@@ -51,8 +64,145 @@ impl Failure {
         match policy {
             FailurePolicy::Open => Failure::Open,
             FailurePolicy::Closed => Failure::Closed,
-            FailurePolicy::Fallback(store) => Failure::Fallback(limiter.with_store(store)),
+            FailurePolicy::Fallback(store) => Failure::Fallback(Arc::new(Fallback {
+                limiter: limiter.with_store(store.clone()),
+                store,
+                plans: Mutex::default(),
+            })),
         }
+    }
+
+    /// The policy's name, for the log.
+    fn name(&self) -> &'static str {
+        match self {
+            Failure::Open => "FailurePolicy::Open",
+            Failure::Closed => "FailurePolicy::Closed",
+            Failure::Fallback(_) => "FailurePolicy::Fallback",
+        }
+    }
+}
+
+/// A [`FailurePolicy::Fallback`]: the layer's limiter over the fallback
+/// store, and each plan's, made on first need.
+pub(crate) struct Fallback {
+    limiter: RateLimiter,
+    store: MemoryStore,
+    /// By plan name: the latest build's limiter, with its generation.
+    plans: Mutex<HashMap<&'static str, (u64, RateLimiter)>>,
+}
+
+impl Fallback {
+    /// The limiter that decides a request of `plan` (the layer's without plans).
+    pub(crate) fn limiter_for(&self, plan: Option<&ActivePlan>) -> RateLimiter {
+        let Some((plan, limiter)) = plan.and_then(|p| Some((p, p.limiter()?))) else {
+            return self.limiter.clone();
+        };
+        let mut made = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        // one per plan: a plan's new build replaces its old fallback limiter
+        let entry = made
+            .entry(plan.name())
+            .or_insert_with(|| (plan.generation, limiter.with_store(self.store.clone())));
+        if entry.0 != plan.generation {
+            *entry = (plan.generation, limiter.with_store(self.store.clone()));
+        }
+        entry.1.clone()
+    }
+}
+
+impl fmt::Debug for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Logs a failed store call under `failure`, at most once per interval of
+/// its throttle: an outage at WARN (once a second per layer), a refusal at
+/// ERROR (once every [`REFUSAL_LOG_INTERVAL_MS`] per layer), each line
+/// with the number of failures not logged since the previous one.
+pub(crate) fn log_failure(
+    failures: &LogThrottle,
+    refusals: &LogThrottle,
+    failure: &Failure,
+    error: &StoreError,
+    limiter: &'static str,
+    plan: &'static str,
+) {
+    let _ = (failure.name(), error, limiter, plan);
+    if matches!(error, StoreError::Refused(_)) {
+        if let Some(_suppressed) = refusals.to_log(REFUSAL_LOG_INTERVAL_MS) {
+            let _outcome = match failure {
+                Failure::Open => "request allowed, NOT rate limited",
+                Failure::Closed => "request refused with 503",
+                Failure::Fallback(_) => "deciding in memory",
+            };
+            event!(
+                error,
+                error = %error,
+                limiter,
+                plan,
+                suppressed = _suppressed,
+                "rate limit store refused the limiter's call: a misconfiguration, not an outage \
+                 (fix the ACL, command or key it names; verify() finds it at startup); {_outcome} \
+                 (on_refusal: {})",
+                failure.name()
+            );
+        }
+        return;
+    }
+    if let Some(_suppressed) = failures.to_log(FAILURE_LOG_INTERVAL_MS) {
+        match failure {
+            Failure::Open => {
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request allowed (FailurePolicy::Open)");
+            }
+            Failure::Closed => {
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; request refused with 503 (FailurePolicy::Closed)");
+            }
+            Failure::Fallback(_) => {
+                event!(warn, error = %error, suppressed = _suppressed, "rate limit store failed; deciding in memory (FailurePolicy::Fallback)");
+            }
+        }
+    }
+}
+
+/// At most one store-failure warning per this interval and layer: an outage
+/// must not flood the log with one line per request.
+const FAILURE_LOG_INTERVAL_MS: u64 = 1_000;
+
+/// At most one refusal ERROR per this interval and layer: a refusal fails
+/// every call alike, so one line every 10 s says it all without drowning
+/// the log.
+pub(crate) const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
+
+/// The time base of every [`LogThrottle`].
+static LOG_EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Lets one log line through per interval, counting those it holds back.
+#[derive(Debug, Default)]
+pub(crate) struct LogThrottle {
+    /// When the last line was logged (ms since `LOG_EPOCH`, plus one; 0: never).
+    last_ms: AtomicU64,
+    /// Lines held back since the last one logged.
+    unlogged: AtomicU64,
+}
+
+impl LogThrottle {
+    /// Whether to log now (`interval_ms` since the last line, or never
+    /// logged); if so, how many were held back before it.
+    pub(crate) fn to_log(&self, interval_ms: u64) -> Option<u64> {
+        let now = LOG_EPOCH.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= interval_ms)
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.unlogged.swap(0, Ordering::Relaxed));
+        }
+        self.unlogged.fetch_add(1, Ordering::Relaxed);
+        None
     }
 }
 
@@ -177,5 +327,22 @@ impl fmt::Debug for MissingKey {
             MissingKeyKind::Skip => f.write_str("MissingKey::Skip"),
             MissingKeyKind::Fallback(_) => f.write_str("MissingKey::Fallback(..)"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_lets_the_first_line_through_then_counts_what_it_holds_back() {
+        let t = LogThrottle::default();
+        assert_eq!(t.to_log(REFUSAL_LOG_INTERVAL_MS), Some(0));
+        for _ in 0..5 {
+            assert_eq!(t.to_log(REFUSAL_LOG_INTERVAL_MS), None);
+        }
+        // an interval of 0: every line goes, with the count held back before it
+        assert_eq!(t.to_log(0), Some(5));
+        assert_eq!(t.to_log(0), Some(0));
     }
 }

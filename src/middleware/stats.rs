@@ -6,9 +6,9 @@
 //! snapshot. Labelled metrics (one counter per outcome, labelled with the
 //! limiter's and the quota's names, never the user's key) belong here too.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+
+use super::policy::LogThrottle;
 
 /// A snapshot of a layer's counters (since it was built).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +20,12 @@ pub struct Stats {
     pub deny_cache_hits: u64,
     /// Store calls that failed or timed out.
     pub store_errors: u64,
+    /// Of [`store_errors`](Self::store_errors), those the store refused for
+    /// good ([`StoreError::Refused`](crate::error::StoreError::Refused): an
+    /// ACL without a permission, a key of another type): a
+    /// misconfiguration, decided by the layer's
+    /// [`on_refusal`](crate::RateLimitLayer::on_refusal).
+    pub refused: u64,
     /// Decisions made by the [`FailurePolicy::Fallback`](crate::middleware::FailurePolicy::Fallback) store.
     pub fallback_decisions: u64,
     /// Denials let through by shadow mode (the layer's or the plan's):
@@ -36,6 +42,7 @@ impl Stats {
             denied: c.denied.load(Ordering::Relaxed),
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
             store_errors: c.store_errors.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
             fallback_decisions: c.fallback_decisions.load(Ordering::Relaxed),
             shadow_denied: c.shadow_denied.load(Ordering::Relaxed),
             settle_errors: c.settle_errors.load(Ordering::Relaxed),
@@ -49,23 +56,17 @@ pub(crate) struct Counters {
     pub(crate) denied: AtomicU64,
     pub(crate) deny_cache_hits: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) refused: AtomicU64,
     pub(crate) fallback_decisions: AtomicU64,
     pub(crate) shadow_denied: AtomicU64,
     pub(crate) settle_errors: AtomicU64,
-    /// When the last store-failure warning was logged (ms since `WARN_EPOCH`, plus one).
-    last_warning_ms: AtomicU64,
-    /// Store failures not logged since the last warning.
-    unlogged_failures: AtomicU64,
+    /// The store-failure warnings (WARN, once a second).
+    pub(crate) failure_log: LogThrottle,
+    /// The refusal errors (ERROR, once every 10 s).
+    pub(crate) refusal_log: LogThrottle,
     /// Whether a request without a key has been logged (once per layer).
     missing_key_logged: AtomicBool,
 }
-
-/// The time base of the warning throttle.
-static WARN_EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-/// At most one store-failure warning per this interval and layer: an outage
-/// must not flood the log with one line per request.
-const WARN_INTERVAL_MS: u64 = 1_000;
 
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
@@ -75,21 +76,5 @@ impl Counters {
     /// Whether this is the layer's first request without a key (logged, once).
     pub(crate) fn first_missing_key(&self) -> bool {
         !self.missing_key_logged.swap(true, Ordering::Relaxed)
-    }
-
-    /// Whether to log this store failure now; if so, how many went unlogged before it.
-    pub(crate) fn failure_to_log(&self) -> Option<u64> {
-        let now = WARN_EPOCH.elapsed().as_millis() as u64 + 1;
-        let last = self.last_warning_ms.load(Ordering::Relaxed);
-        if (last == 0 || now.saturating_sub(last) >= WARN_INTERVAL_MS)
-            && self
-                .last_warning_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.unlogged_failures.swap(0, Ordering::Relaxed));
-        }
-        self.unlogged_failures.fetch_add(1, Ordering::Relaxed);
-        None
     }
 }

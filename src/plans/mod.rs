@@ -524,8 +524,15 @@ impl Shared {
         runtime.spawn(async move {
             let _result = shared.sync_now().await;
             #[cfg(feature = "tracing")]
-            if let Err(e) = &_result {
-                tracing::warn!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits failed; the limits in force stay");
+            match &_result {
+                // a refusal (an ACL without `<prefix>:plans`) lasts: ERROR
+                Err(e @ LimitsError::Store(StoreError::Refused(_))) => {
+                    tracing::error!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits was refused: a misconfiguration (see Plans::verify); the limits in force stay");
+                }
+                Err(e) => {
+                    tracing::warn!(target: "tower_redis_ratelimit", error = %e, "reading the shared limits failed; the limits in force stay");
+                }
+                Ok(_) => {}
             }
             if let Some(sync) = &shared.sync {
                 sync.polling.store(false, Ordering::Release);
@@ -560,6 +567,55 @@ impl Shared {
         }
         *lock(&sync.last_text) = Some(text);
         Ok(changed)
+    }
+}
+
+/// The startup check of every plan and of the shared limits.
+impl Plans {
+    /// Checks that the store can make every plan's decisions and hold the
+    /// shared limits, for a startup check: [`RateLimiter::verify`] of each
+    /// limited plan in force (by name), then, with
+    /// [`sync_interval`](PlansBuilder::sync_interval), that the limits
+    /// document (`<prefix>:plans`) may be read ([`LimitsHandle::sync`]) and
+    /// written ([`LimitsHandle::publish`]): one atomic call that writes it
+    /// back as it is, or writes and deletes an empty one where there is none.
+    /// Leaves no state. A memory store always passes.
+    ///
+    /// # Errors
+    ///
+    /// The first failure: [`StoreError::Refused`] names what the server
+    /// refuses for good (an ACL permission, `NOPERM`: see the README's ACL
+    /// line, which covers `{<prefix>:*`, `{<prefix>.*` and
+    /// `<prefix>:plans`); any other [`StoreError`] if the store could not be
+    /// reached.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tower_redis_ratelimit::plans::{Plan, Plans};
+    /// # use tower_redis_ratelimit::{Quota, Rate, RedisStore};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let plans = Plans::builder()
+    ///     .store(RedisStore::from_url("redis://limiter:secret@127.0.0.1/")?)
+    ///     .prefix("api")
+    ///     .plan("free", Plan::new([Quota::gcra(Rate::per_minute(60))]))
+    ///     .sync_interval(Duration::from_secs(10))
+    ///     .build()?;
+    /// plans.verify().await?; // fails at startup, not on the first request
+    /// # Ok(()) }
+    /// ```
+    pub async fn verify(&self) -> Result<(), StoreError> {
+        let snapshot = self.shared.current.load_full();
+        let mut names: Vec<&String> = snapshot.by_name.keys().collect();
+        names.sort();
+        for name in names {
+            if let Some(limiter) = snapshot.by_name.get(name).and_then(|p| p.limiter()) {
+                limiter.verify().await?;
+            }
+        }
+        if let Some(sync) = &self.shared.sync {
+            self.shared.store.check_document(&sync.key).await?;
+        }
+        Ok(())
     }
 }
 

@@ -433,6 +433,19 @@ impl Backend {
         }
     }
 
+    /// Checks that the document `key` may be read and written (Redis: one
+    /// script call that leaves it as it was; memory: always).
+    pub(crate) async fn check_document(&self, key: &str) -> Result<(), StoreError> {
+        match self {
+            Backend::Redis(s) => protocol::check_document(&s.inner, key).await,
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(s) => protocol::check_document(&s.inner, key).await,
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => protocol::check_document(&s.inner, key).await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     pub(crate) async fn set_document(&self, key: &str, text: &str) -> Result<(), StoreError> {
         let mut cmd = ::redis::cmd("SET");
         cmd.arg(key).arg(text);

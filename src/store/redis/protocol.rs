@@ -318,8 +318,22 @@ pub(crate) async fn decide<P: Pooled>(
 /// command, so nothing was written): Redis out of memory, a count at its
 /// maximum, a key of another type.
 fn count_refused(e: &StoreError) -> bool {
-    let StoreError::Redis(source) = e else {
-        return false;
+    // (a key of another type, a count at its maximum are refusals, their
+    // client error the cause; a refused permission is not one of these)
+    let source: &(dyn std::error::Error + 'static) = match e {
+        StoreError::Redis(source) => &**source,
+        StoreError::Refused(r)
+            if matches!(
+                r.kind(),
+                crate::error::RefusalKind::WrongType | crate::error::RefusalKind::ScriptError
+            ) =>
+        {
+            match std::error::Error::source(r) {
+                Some(source) => source,
+                None => return false,
+            }
+        }
+        _ => return false,
     };
     source
         .downcast_ref::<redis::RedisError>()
@@ -424,6 +438,29 @@ pub(crate) async fn verify<P: Pooled>(
             )));
         }
     }
+    Ok(())
+}
+
+/// The script of [`check_document`] (`lua/document_check.lua`), prepared once.
+fn document_check_script() -> &'static LimiterScript {
+    static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        let source = include_str!("../../../lua/document_check.lua").to_owned();
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        LimiterScript { source, sha }
+    })
+}
+
+/// Checks that the document `key` (a `Plans`' shared limits) may be read
+/// and written, in one atomic call that leaves it as it was.
+pub(crate) async fn check_document<P: Pooled>(
+    conns: &Connections<P>,
+    key: &str,
+) -> Result<(), StoreError> {
+    let script = document_check_script();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.sha.as_str()).arg(1).arg(key);
+    let _: redis::Value = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     Ok(())
 }
 
