@@ -254,6 +254,58 @@ async fn an_invalid_change_is_rejected_naming_the_field_and_the_old_limits_stay(
     assert_eq!(e.field(), "plans.a.quotas", "{e}");
 }
 
+/// A quota's or plan's own error inside a configuration reads once: one
+/// prefix, the whole path, the message.
+#[cfg(feature = "serde")]
+#[test]
+fn a_nested_config_error_reads_once_with_its_whole_path() {
+    let prefix = "invalid rate limiter configuration: ";
+    let rate = "invalid rate \"10/eon\" at byte 3:";
+    for (json, field) in [
+        // a plan as one string, its quotas as one string, a list of strings
+        (
+            r#"{"default": "free", "plans": {"free": "60/min; 10/eon"}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": {"quotas": "60/min; 10/eon"}}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": {"quotas": ["60/min", "10/eon"]}}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": "60/min burst=x"}}"#,
+            "plans.free.quotas[0].burst",
+        ),
+    ] {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let e = PlansConfig::deserialize_from(&mut de).unwrap_err();
+        assert_eq!(e.field(), field, "{json}: {e}");
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("{prefix}{field}: ")), "{text}");
+        assert_eq!(text.matches(prefix).count(), 1, "{text}");
+        if field.ends_with("rate") {
+            assert!(text.contains(rate), "{text}");
+        }
+    }
+    let toml = "default = \"free\"\n[plans]\nfree = { quotas = [\"60/min\", \"10/eon\"] }\n";
+    let e = PlansConfig::deserialize_from(toml::Deserializer::parse(toml).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{prefix}plans.free.quotas[1].rate: invalid rate \"10/eon\" at byte 3: unknown period unit \"eon\"; use us (or µs, usec, micros, microsecond[s]), ms (msec, millis, millisecond[s]), s (sec, secs, second[s]), m (min, mins, minute[s]), h (hr, hrs, hour[s]) or d (day, days)"
+        )
+    );
+    // the text notation too
+    let e = "default free\nplan free: 60/min; 10/eon\n"
+        .parse::<PlansConfig>()
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.free.quotas[1].rate", "{e}");
+    assert_eq!(e.to_string().matches(prefix).count(), 1, "{e}");
+}
+
 /// Two instances (two `Plans`) on one store: a change published by one is
 /// read by the other's sync.
 async fn a_published_change_reaches_the_other_instance(store: Store<'_>) {
