@@ -18,6 +18,7 @@ use crate::decision::{
 };
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
+use crate::middleware::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use crate::quota::{Quota, QuotaSpec};
 use crate::reserve::Reserver;
 use crate::store::memory::{LocalCall, MemoryStore};
@@ -96,6 +97,9 @@ struct Inner {
     /// When decisions go straight to a [`MemoryStore`] (see
     /// [`RateLimiter::decide_direct`]).
     direct: Option<Direct>,
+    /// The denials the middleware's layers over this limiter answer
+    /// without a store call (forgotten by its admin operations).
+    deny: DenyCache,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -491,10 +495,34 @@ impl RateLimiter {
         self.check_n(key, 0).await
     }
 
-    /// Forgets every quota's state for `key` (one round trip).
+    /// Forgets every quota's state for `key` (one round trip), and its block
+    /// if the limiter blocks. The middleware's next request for `key` on this
+    /// instance asks the store (see [`forget_denial`](Self::forget_denial)).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
         let (base, keys) = self.keys_of(&storable_key(key.as_ref()));
-        self.inner.store.reset(&base, &keys).await
+        self.inner.store.reset(&base, &keys).await?;
+        self.forget_denial(key.as_ref());
+        Ok(())
+    }
+
+    /// Forgets the denial of `key` that the middleware's layers over this
+    /// limiter keep in their deny cache, so that their next request for
+    /// `key` asks the store. Every admin operation of the limiter
+    /// ([`reset`](Self::reset), [`reward`](Self::reward),
+    /// [`set_remaining`](Self::set_remaining), [`block`](Self::block),
+    /// [`unblock`](Self::unblock), [`penalize`](Self::penalize)) does it
+    /// once its store call succeeds; call it after changing `key`'s state
+    /// by other means (say another limiter of the same configuration).
+    /// Other instances' caches, and this one's after a failed call (which
+    /// may have been applied), keep a denial for at most a second (see the
+    /// README's "Local deny cache").
+    pub fn forget_denial(&self, key: impl AsRef<[u8]>) {
+        self.inner.deny.forget(key.as_ref());
+    }
+
+    /// The deny cache of the middleware's layers over this limiter.
+    pub(crate) fn deny_cache(&self) -> &DenyCache {
+        &self.inner.deny
     }
 
     /// Gives back a [`Concurrency`](Strategy::Concurrency) lease (one round trip).
@@ -543,6 +571,7 @@ impl RateLimiter {
                 block: i.block,
                 settle,
                 direct,
+                deny: DenyCache::new(DEFAULT_CAPACITY),
             }),
         }
     }
@@ -1158,6 +1187,7 @@ impl RateLimiterBuilder {
                 block,
                 settle,
                 direct,
+                deny: DenyCache::new(DEFAULT_CAPACITY),
             }),
         })
     }

@@ -235,6 +235,7 @@ impl RateLimiter {
                 self.manual_now_us(),
             )
             .await
+            .inspect(|_| self.forget_denial(key))
     }
 
     /// Denies `key` for `duration` from now, whatever its quotas hold (an
@@ -278,5 +279,6 @@ impl RateLimiter {
                 self.manual_now_us(),
             )
             .await
+            .inspect(|_| self.forget_denial(key))
     }
 }

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 
-use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::headers::{HeaderStyle, Policy};
 use super::policy::{Failure, MissingKey};
 use super::stats::Counters;
@@ -38,7 +37,8 @@ pub(crate) struct Config {
     pub(crate) bypass: Option<Arc<BypassFn>>,
     pub(crate) missing: MissingKey,
     pub(crate) deny: Option<Arc<DenyFn>>,
-    pub(crate) deny_cache: Option<Arc<DenyCache>>,
+    /// Whether denials are answered from the limiter's deny cache.
+    pub(crate) deny_cache: bool,
     /// Whether the middleware answers in gRPC form: `None` decides per
     /// request (HTTP/2 with a gRPC content type).
     pub(crate) grpc: Option<bool>,
@@ -79,7 +79,7 @@ impl Config {
             bypass: None,
             missing: MissingKey::default(),
             deny: None,
-            deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
+            deny_cache: true,
             grpc: None,
             policy,
             counters: Arc::new(Counters::default()),

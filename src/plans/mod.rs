@@ -85,7 +85,7 @@ mod text;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,6 +128,8 @@ struct Shared {
     /// began before a local change must not undo it.
     applied: AtomicU64,
     sync: Option<Sync>,
+    /// The capacity of each plan's deny cache (0: the default).
+    deny_capacity: AtomicUsize,
 }
 
 /// Reading the limits from the store.
@@ -157,7 +159,8 @@ pub struct ActivePlan {
     limiter: Option<RateLimiter>,
     /// `RateLimit-Policy` of its quotas (middleware).
     pub(crate) policy: Option<Arc<Policy>>,
-    /// Distinct for every build of a plan (the deny cache keys by it).
+    /// Distinct for every build of a plan (the middleware's fallback
+    /// limiters key by it).
     pub(crate) generation: u64,
 }
 
@@ -266,6 +269,18 @@ impl Plans {
     /// The key prefix the plans were built with.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
+    }
+
+    /// Sets the capacity of every plan's deny cache, now and in later
+    /// builds (the middleware's `deny_cache_capacity`).
+    pub(crate) fn set_deny_cache_capacity(&self, keys: usize) {
+        let _update = self.shared.lock_update();
+        self.shared.deny_capacity.store(keys, Ordering::Relaxed);
+        for plan in self.shared.current.load().by_name.values() {
+            if let Some(limiter) = plan.limiter() {
+                limiter.deny_cache().set_capacity(keys);
+            }
+        }
     }
 
     /// The prefix of the plan `plan`'s storage keys (see the [module docs](self)).
@@ -492,6 +507,10 @@ impl Shared {
                     None => e,
                 }
             })?;
+        match self.deny_capacity.load(Ordering::Relaxed) {
+            0 => {}
+            keys => limiter.deny_cache().set_capacity(keys),
+        }
         let policy = Some(Arc::new(Policy::new(&limiter)));
         Ok(ActivePlan {
             name,
@@ -737,6 +756,7 @@ impl PlansBuilder {
             generation: AtomicU64::new(1),
             applied: AtomicU64::new(0),
             sync,
+            deny_capacity: AtomicUsize::new(0),
         };
         let snapshot = shared.build(config, None)?;
         shared.current = ArcSwap::from_pointee(snapshot);
