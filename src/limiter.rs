@@ -946,7 +946,7 @@ fn new_instance_id() -> u64 {
 const MAX_BLOCK_US: u64 = 366 * 86_400 * 1_000_000;
 
 /// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
-#[derive(Default)]
+#[derive(Default, Clone)]
 #[must_use]
 pub struct RateLimiterBuilder {
     store: Option<Backend>,
@@ -1199,6 +1199,12 @@ impl RateLimiterBuilder {
     pub(crate) fn backend(mut self, store: Backend) -> Self {
         self.store = Some(store);
         self
+    }
+
+    /// Whether the limiters built block ([`blocking`](Self::blocking) or
+    /// [`block_for`](Self::block_for)).
+    pub(crate) fn blocks(&self) -> bool {
+        self.blocking || self.block.is_some()
     }
 }
 

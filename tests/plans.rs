@@ -425,3 +425,137 @@ async fn a_sync_racing_a_publish_does_not_undo_it_on_redis() {
         assert_eq!(c.config(), three, "round {round}");
     }
 }
+
+/// The penalty box and the admin operations of plans: a denial blocks the
+/// key in its plan (`block_for`), an operator's block holds whatever the
+/// key's plan, and the state of a key is read and set by plan. The block
+/// key is the last key of the plan's one script call.
+async fn plans_block_and_are_administered_by_key(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let plans = store
+        .builder(&clock, &format!("admin-{s}"))
+        .config(tiers())
+        .block_for(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let free = plans.resolve(Some("free"));
+    let keys = free.limiter().unwrap().storage_keys("u");
+    assert_eq!(
+        keys.last().map(String::as_str),
+        Some(format!("{{admin-{s}.free:u}}:!").as_str()),
+        "{s}: the block key, decided in the same call"
+    );
+    // the penalty: denied for ten minutes, though the window ends after one
+    for _ in 0..3 {
+        assert!(allowed(&plans, "free", "u").await, "{s}");
+    }
+    assert!(!allowed(&plans, "free", "u").await, "{s}");
+    clock.advance(Duration::from_secs(120));
+    let d = plans.check("free", "u").await.unwrap().unwrap();
+    assert!(d.denied(), "{s}: blocked past the window");
+    assert!(
+        d.retry_after().unwrap() > Duration::from_secs(400),
+        "{s}: {d:?}"
+    );
+    // the other plan's state is its own
+    assert!(allowed(&plans, "pro", "u").await, "{s}");
+    plans.unblock("u").await.unwrap();
+    assert!(allowed(&plans, "free", "u").await, "{s}: unblocked");
+
+    // an operator's block: whatever the plan, until unblocked
+    plans.block("v", Duration::from_secs(3_600)).await.unwrap();
+    for plan in ["free", "pro", "gold"] {
+        let d = plans.check(plan, "v").await.unwrap().unwrap();
+        assert!(d.denied(), "{s}: {plan} blocked");
+        let got = plans.get(plan, "v").await.unwrap().unwrap();
+        assert!(got.denied(), "{s}: get of a blocked key in {plan}");
+    }
+    assert!(plans.check("internal", "v").await.unwrap().is_none());
+    assert!(plans.get("internal", "v").await.unwrap().is_none());
+    plans.unblock("v").await.unwrap();
+    for plan in ["free", "pro"] {
+        assert!(allowed(&plans, plan, "v").await, "{s}: {plan} unblocked");
+    }
+    // read and set by plan
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        2,
+        "{s}"
+    );
+    plans.set_remaining("free", "v", 0).await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        0
+    );
+    assert_eq!(
+        plans.get("pro", "v").await.unwrap().unwrap().remaining(),
+        5,
+        "{s}: pro untouched"
+    );
+    plans.reward("free", "v", 1).await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        1
+    );
+    plans.penalize("pro", "v", 2).await.unwrap();
+    assert_eq!(plans.get("pro", "v").await.unwrap().unwrap().remaining(), 3);
+    // reset: every plan's state, blocks included
+    plans.block("v", Duration::from_secs(60)).await.unwrap();
+    plans.reset("v").await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        3
+    );
+    assert_eq!(plans.get("pro", "v").await.unwrap().unwrap().remaining(), 6);
+    // a plan whose limits change keeps the block
+    plans.block("w", Duration::from_secs(60)).await.unwrap();
+    plans
+        .handle()
+        .set_plan(
+            "pro",
+            Plan::new([Quota::fixed_window(Rate::per_minute(7)).name("minute")]),
+        )
+        .unwrap();
+    assert!(!allowed(&plans, "pro", "w").await, "{s}: still blocked");
+    // without blocking: an error, not a silent no-op
+    let plain = store
+        .builder(&clock, &format!("plain-{s}"))
+        .config(tiers())
+        .build()
+        .unwrap();
+    let e = plain.block("v", Duration::from_secs(1)).await.unwrap_err();
+    assert!(e.to_string().contains(".blocking()"), "{e}");
+}
+
+#[tokio::test]
+async fn plans_block_and_are_administered_by_key_on_redis() {
+    let redis = RedisServer::start();
+    plans_block_and_are_administered_by_key(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn plans_block_and_are_administered_by_key_in_memory() {
+    plans_block_and_are_administered_by_key(Store::Memory(MemoryStore::new())).await;
+}
+
+#[test]
+fn plans_reject_a_block_that_could_not_apply() {
+    let b = || Plans::builder().store(MemoryStore::new()).config(tiers());
+    let e = b().block_for(Duration::ZERO).build().unwrap_err();
+    assert_eq!(e.field(), "block_for", "{e}");
+    let e = b()
+        .block_for(Duration::from_secs(367 * 86_400))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "block_for", "{e}");
+    let e = b()
+        .blocking()
+        .plan(
+            "dry",
+            Plan::new([Quota::gcra(Rate::per_minute(1)).shadow(true)]),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.dry.blocking", "{e}");
+}

@@ -95,7 +95,7 @@ pub use self::config::{Plan, PlansConfig};
 use crate::clock::Clock;
 use crate::decision::{Decision, intern};
 use crate::error::{ConfigError, StoreError};
-use crate::limiter::{MAX_PREFIX_LEN, RateLimiter};
+use crate::limiter::{MAX_PREFIX_LEN, RateLimiter, RateLimiterBuilder};
 use crate::middleware::headers::Policy;
 use crate::store::{Backend, Store};
 
@@ -118,7 +118,9 @@ pub struct LimitsHandle {
 struct Shared {
     store: Backend,
     prefix: String,
-    clock: Clock,
+    /// Every plan's limiter options but its prefix and quotas (store,
+    /// clock, blocks).
+    template: RateLimiterBuilder,
     carry_over: bool,
     current: ArcSwap<Snapshot>,
     /// Serializes updates (never taken by a check).
@@ -252,6 +254,129 @@ impl Plans {
             Some(limiter) => limiter.check_n(key.as_ref(), cost).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The state of `key` under the plan `plan` (the default plan if
+    /// unknown), without consuming anything, as [`RateLimiter::get`]:
+    /// `None` if that plan is unlimited.
+    pub async fn get(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Decision>, StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.get(key).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets what is left of every quota of `key` under the plan `plan` (the
+    /// default plan if unknown), as [`RateLimiter::set_remaining`]; an
+    /// unlimited plan has nothing to set.
+    pub async fn set_remaining(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.set_remaining(key, remaining).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Charges `units` to `key` under the plan `plan` (the default plan if
+    /// unknown), as [`RateLimiter::penalize`].
+    pub async fn penalize(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.penalize(key, units).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Gives `units` back to `key` under the plan `plan` (the default plan
+    /// if unknown), as [`RateLimiter::reward`].
+    pub async fn reward(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.reward(key, units).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets the state of `key` under every plan, its block included, as
+    /// [`RateLimiter::reset`] (one store call per limited plan).
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.reset(key).await })
+            .await
+    }
+
+    /// Denies `key` for `duration` from now, whatever its plan (every
+    /// limited plan in force: one store call each; an unlimited plan makes
+    /// no store call, so it is never blocked), as [`RateLimiter::block`].
+    /// Needs plans built with [`blocking`](PlansBuilder::blocking) or
+    /// [`block_for`](PlansBuilder::block_for). A plan added later does not
+    /// carry the block; a plan whose limits change keeps it. A zero
+    /// duration lifts the block.
+    pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        self.blocks()?;
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.block(key, duration).await })
+            .await
+    }
+
+    /// Lifts a block of `key` under every plan (see [`block`](Self::block)).
+    pub async fn unblock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        self.blocks()?;
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.unblock(key).await })
+            .await
+    }
+
+    fn blocks(&self) -> Result<(), StoreError> {
+        if self.shared.template.blocks() {
+            Ok(())
+        } else {
+            Err(StoreError::Protocol(
+                "blocking is not enabled for these plans: build them with .blocking() or .block_for(..)"
+                    .to_owned(),
+            ))
+        }
+    }
+
+    /// Runs `op` on every limited plan's limiter in force (all of them,
+    /// even after one failed): the first error.
+    async fn each_limiter<F, Fut>(&self, op: F) -> Result<(), StoreError>
+    where
+        F: Fn(RateLimiter) -> Fut,
+        Fut: std::future::Future<Output = Result<(), StoreError>>,
+    {
+        let limiters: Vec<RateLimiter> = {
+            let snapshot = self.shared.current.load();
+            snapshot
+                .by_name
+                .values()
+                .filter_map(|p| p.limiter().cloned())
+                .collect()
+        };
+        let mut first = Ok(());
+        for limiter in limiters {
+            let result = op(limiter).await;
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
     }
 
     /// The handle that changes these plans' limits.
@@ -491,10 +616,10 @@ impl Shared {
                 "no quota configured; give the plan quotas or make it Plan::unlimited()",
             ));
         }
-        let limiter = RateLimiter::builder()
-            .backend(self.store.clone())
+        let limiter = self
+            .template
+            .clone()
             .prefix(self.plan_prefix(name))
-            .clock(self.clock.clone())
             .quotas(plan.quotas.iter().cloned())
             .build()
             .map_err(|e| {
@@ -615,6 +740,8 @@ pub struct PlansBuilder {
     default: Option<String>,
     config: Option<PlansConfig>,
     sync: Option<Duration>,
+    block: Option<Duration>,
+    blocking: bool,
 }
 
 impl fmt::Debug for PlansBuilder {
@@ -676,6 +803,23 @@ impl PlansBuilder {
         self
     }
 
+    /// The penalty box for every plan, as
+    /// [`RateLimiterBuilder::block_for`]: once a request is denied, its key
+    /// stays denied for `duration` in its plan; also enables
+    /// [`Plans::block`] and [`Plans::unblock`]. Zero is rejected
+    /// (`block_for`).
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block = Some(duration);
+        self
+    }
+
+    /// Enables [`Plans::block`] and [`Plans::unblock`] without an automatic
+    /// penalty, as [`RateLimiterBuilder::blocking`].
+    pub fn blocking(mut self) -> Self {
+        self.blocking = true;
+        self
+    }
+
     /// Keeps the limits in the store too (on Redis, the key
     /// `<prefix>:plans`) and reads them at most once per `interval`, in a
     /// task of its own started by a check once the interval has passed, so
@@ -703,9 +847,18 @@ impl PlansBuilder {
         })?;
         store.validate()?;
         let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
-        // the prefix's own rules (a plan's adds `.<plan>`)
-        RateLimiter::builder()
+        let mut template = RateLimiter::builder()
             .backend(store.clone())
+            .clock(self.clock.clone());
+        if let Some(d) = self.block {
+            template = template.block_for(d);
+        }
+        if self.blocking {
+            template = template.blocking();
+        }
+        // the prefix's and the blocks' own rules (a plan's prefix adds `.<plan>`)
+        template
+            .clone()
             .prefix(prefix.clone())
             .quota(crate::Rate::per_second(1))
             .build()?;
@@ -738,7 +891,7 @@ impl PlansBuilder {
         let mut shared = Shared {
             store,
             prefix,
-            clock: self.clock,
+            template,
             carry_over: self.carry_over,
             // replaced below, once built
             current: ArcSwap::from_pointee(Snapshot {
