@@ -104,6 +104,17 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         estimate: u64,
     ) -> Result<Reservation, StoreError> {
+        match self.current() {
+            Some(current) => current.reserve_n_here(key, estimate).await,
+            None => self.reserve_n_here(key, estimate).await,
+        }
+    }
+
+    async fn reserve_n_here(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u64,
+    ) -> Result<Reservation, StoreError> {
         let (decision, at, user, keys) = self.take_decision(key.as_ref(), estimate).await?;
         Ok(Reservation {
             decision,
@@ -127,6 +138,13 @@ impl RateLimiter {
     /// A reservation settles once: settling it (or a clone) again does
     /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.settle_here(reservation, actual).await,
+            None => self.settle_here(reservation, actual).await,
+        }
+    }
+
+    async fn settle_here(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
         if reservation.limiter != self.instance() {
             return Err(StoreError::Protocol(
                 "this reservation was made by another limiter: settle it with that one".to_owned(),
@@ -186,6 +204,13 @@ impl RateLimiter {
     /// denied until the debt is repaid at the quota's rate. One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.penalize_here(key.as_ref(), units).await,
+            None => self.penalize_here(key.as_ref(), units).await,
+        }
+    }
+
+    async fn penalize_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(self, units);
         self.adjust(key.as_ref(), Adjustment::By(units)).await
     }
@@ -194,6 +219,13 @@ impl RateLimiter {
     /// forgives failed ones), never above the limit. One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.reward_here(key.as_ref(), units).await,
+            None => self.reward_here(key.as_ref(), units).await,
+        }
+    }
+
+    async fn reward_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(self, units);
         self.adjust(key.as_ref(), Adjustment::By(-units)).await
     }
@@ -204,6 +236,17 @@ impl RateLimiter {
     /// arrival time is set from now). One atomic call; leaky-bucket and
     /// concurrency quotas are left as they are.
     pub async fn set_remaining(
+        &self,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.set_remaining_here(key.as_ref(), remaining).await,
+            None => self.set_remaining_here(key.as_ref(), remaining).await,
+        }
+    }
+
+    async fn set_remaining_here(
         &self,
         key: impl AsRef<[u8]>,
         remaining: u64,
@@ -245,6 +288,17 @@ impl RateLimiter {
     /// limiters never read blocks, and this returns an error. A zero
     /// duration lifts the block.
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.block_here(key.as_ref(), duration).await,
+            None => self.block_here(key.as_ref(), duration).await,
+        }
+    }
+
+    async fn block_here(
+        &self,
+        key: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
         // (a block shorter than a microsecond is one: zero would lift it)
         let us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
@@ -255,6 +309,13 @@ impl RateLimiter {
 
     /// Lifts a block of `key` (one call); a key not blocked is left as it is.
     pub async fn unblock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.unblock_here(key.as_ref()).await,
+            None => self.unblock_here(key.as_ref()).await,
+        }
+    }
+
+    async fn unblock_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
         self.set_block(key.as_ref(), 0).await
     }
 

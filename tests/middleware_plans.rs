@@ -519,3 +519,47 @@ mod operator {
         }
     }
 }
+
+/// A layer over a limiter with runtime limits checks every request with the
+/// limits in force: its headers, its denials.
+#[tokio::test]
+async fn a_layer_over_a_limiter_with_runtime_limits_follows_its_changes() {
+    let clock = clock();
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .prefix("runtime")
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .runtime_limits()
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter.clone(), user);
+    let app = app(layer.clone());
+    for _ in 0..2 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some(r#""minute";q=2;w=60"#)
+    );
+    limiter
+        .limits()
+        .unwrap()
+        .set_quotas([Quota::fixed_window(Rate::per_minute(3)).name("minute")])
+        .unwrap();
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK, "raised: admitted at once");
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some(r#""minute";q=3;w=60"#)
+    );
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // the limiter's admin operations reach the layer's cache
+    limiter.reward("user-1", 1).await.unwrap();
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}

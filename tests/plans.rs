@@ -5,13 +5,15 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{GENEROUS, RedisServer};
 use tower_redis_ratelimit::clock::ManualClock;
 use tower_redis_ratelimit::plans::{Plan, Plans, PlansBuilder, PlansConfig};
 use tower_redis_ratelimit::strategy::Strategy;
-use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RedisStore};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 /// The two stores every scenario runs on.
 enum Store<'a> {
@@ -558,4 +560,161 @@ fn plans_reject_a_block_that_could_not_apply() {
         .build()
         .unwrap_err();
     assert_eq!(e.field(), "plans.dry.blocking", "{e}");
+}
+
+/// A plain limiter built with runtime limits, on `store`.
+fn runtime_limiter(
+    store: &Store<'_>,
+    clock: &ManualClock,
+    prefix: &str,
+    sync: bool,
+) -> RateLimiter {
+    let b = RateLimiter::builder()
+        .prefix(prefix)
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .runtime_limits();
+    let b = match store {
+        Store::Redis(server) => b.store(RedisStore::new(server.pool(4)).timeout(GENEROUS)),
+        Store::Memory(store) => b.store(store.clone()),
+    };
+    let b = if sync {
+        b.sync_interval(Duration::from_secs(3_600))
+    } else {
+        b
+    };
+    b.build().unwrap()
+}
+
+/// A plain limiter's limits change while it runs, by the plans' mechanism:
+/// its keys stay its own, its state is kept, every clone sees the change,
+/// and a change published on one instance reaches another.
+async fn a_plain_limiter_changes_its_limits_while_running(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let limiter = runtime_limiter(&store, &clock, &format!("rt-{s}"), true);
+    let clone = limiter.clone();
+    // the keys of the same limiter built without runtime limits
+    assert_eq!(
+        limiter.storage_keys("ip"),
+        [format!("{{rt-{s}:ip}}:f1m/minute")],
+        "{s}"
+    );
+    assert!(limiter.check("ip").await.unwrap().allowed());
+    assert!(limiter.check("ip").await.unwrap().allowed());
+    assert!(limiter.check("ip").await.unwrap().denied(), "{s}");
+    let handle = limiter.limits().expect("runtime limits");
+    handle
+        .set_quotas([Quota::fixed_window(Rate::per_minute(5)).name("minute")])
+        .unwrap();
+    let d = clone.check("ip").await.unwrap();
+    assert!(d.allowed(), "{s}: raised, state kept");
+    assert_eq!((d.limit(), d.remaining()), (5, 2), "{s}");
+    assert_eq!(
+        handle.quotas(),
+        [Quota::fixed_window(Rate::per_minute(5)).name("minute")]
+    );
+    // an invalid change names the limiter's field and changes nothing
+    let e = handle
+        .set_quotas([Quota::token_bucket(Rate::per_minute(5)).burst(0)])
+        .unwrap_err();
+    assert_eq!(e.field(), "quotas[0].burst", "{e}");
+    assert_eq!(
+        e.to_string()
+            .matches("invalid rate limiter configuration")
+            .count(),
+        1
+    );
+    let e = handle.set_quotas(Vec::<Quota>::new()).unwrap_err();
+    assert_eq!(e.field(), "quotas", "{e}");
+    let e = handle.replace(tiers()).unwrap_err();
+    assert_eq!(e.field(), "plans", "{e}: a limiter's limits are one plan");
+    assert_eq!(limiter.check("ip").await.unwrap().limit(), 5, "{s}");
+    // the admin operations act on the limits in force
+    limiter.reset("ip").await.unwrap();
+    assert_eq!(limiter.get("ip").await.unwrap().remaining(), 5, "{s}");
+    limiter.set_remaining("ip", 1).await.unwrap();
+    assert_eq!(limiter.get("ip").await.unwrap().remaining(), 1, "{s}");
+    // published on one instance, read by another
+    let other = runtime_limiter(&store, &clock, &format!("rt-{s}"), true);
+    handle
+        .publish_quotas([Quota::fixed_window(Rate::per_minute(9)).name("minute")])
+        .await
+        .unwrap();
+    assert!(other.limits().unwrap().sync().await.unwrap(), "{s}");
+    assert_eq!(other.get("ip").await.unwrap().limit(), 9, "{s}");
+    // a limiter without runtime limits has no handle
+    let fixed = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(Rate::per_second(1))
+        .build()
+        .unwrap();
+    assert!(fixed.limits().is_none());
+}
+
+#[tokio::test]
+async fn a_plain_limiter_changes_its_limits_while_running_on_redis() {
+    let redis = RedisServer::start();
+    a_plain_limiter_changes_its_limits_while_running(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn a_plain_limiter_changes_its_limits_while_running_in_memory() {
+    a_plain_limiter_changes_its_limits_while_running(Store::Memory(MemoryStore::new())).await;
+}
+
+/// Limits flipped while requests run on other threads: no error, no
+/// panic, and every decision is made under the old limits or the new.
+async fn a_change_while_requests_run_is_seen_whole(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let limiter = runtime_limiter(&store, &clock, &format!("race-{s}"), false);
+    let handle = limiter.limits().unwrap();
+    let limits = |n: u64| {
+        [
+            Quota::fixed_window(Rate::per_minute(n)).name("minute"),
+            Quota::gcra(Rate::per_hour(n * 10)).name("hour"),
+        ]
+    };
+    handle.set_quotas(limits(100)).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let (limiter, stop) = (limiter.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = 0;
+            while !stop.load(Ordering::Relaxed) || seen < 50 {
+                let d = limiter.check(format!("k{t}-{}", seen % 7)).await.unwrap();
+                let minute = d.quota_named("minute").unwrap().limit();
+                let hour = d.quota_named("hour").unwrap().limit();
+                assert!(
+                    (minute, hour) == (100, 1_000) || (minute, hour) == (200, 2_000),
+                    "a mix of limits: {minute}, {hour}"
+                );
+                seen += 1;
+            }
+            seen
+        }));
+    }
+    for i in 0..200 {
+        handle
+            .set_quotas(limits(if i % 2 == 0 { 200 } else { 100 }))
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        assert!(t.await.unwrap() >= 50, "{s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_requests_run_is_seen_whole_on_redis() {
+    let redis = RedisServer::start();
+    a_change_while_requests_run_is_seen_whole(Store::Redis(&redis)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_requests_run_is_seen_whole_in_memory() {
+    a_change_while_requests_run_is_seen_whole(Store::Memory(MemoryStore::new())).await;
 }

@@ -86,7 +86,7 @@ impl Checked {
 
     /// The `plan` label of metrics.
     pub(crate) fn plan_name(&self) -> &'static str {
-        self.plan.as_deref().map_or("", ActivePlan::name)
+        self.plan.as_deref().map_or("", |p| p.label)
     }
 }
 
@@ -215,7 +215,7 @@ fn cached_denial(
     plan: Option<&ActivePlan>,
     decision: Decision,
 ) -> Check {
-    let plan_name = plan.map_or("", ActivePlan::name);
+    let plan_name = plan.map_or("", |p| p.label);
     Counters::bump(&config.counters.deny_cache_hits);
     metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
     metrics::decision(
@@ -267,7 +267,7 @@ async fn decide(
     shadow: bool,
 ) -> Checked {
     let limiter = limiter_of(&config, plan.as_deref());
-    let plan_name = plan.as_deref().map_or("", ActivePlan::name);
+    let plan_name = plan.as_deref().map_or("", |p| p.label);
     // Read before the call: a cached denial then ends no later than the store's.
     let started = started(&config, limiter);
     let timer = metrics::start();

@@ -70,7 +70,7 @@ impl Config {
     pub(crate) fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         let policy = Arc::new(Policy::new(&limiter));
         let name = crate::decision::intern(limiter.prefix());
-        Self {
+        let mut config = Self {
             limiter,
             extractor: Arc::new(extractor),
             style: HeaderStyle::default(),
@@ -91,6 +91,12 @@ impl Config {
             fallback_store: None,
             fallbacks: Arc::default(),
             settle: None,
+        };
+        // a limiter whose limits change at run time: checked as plans, with
+        // the limiter in force (its policy, its deny cache)
+        if let Some(plans) = config.limiter.runtime_plans() {
+            config.plans = Some((plans.clone(), Arc::new(|_: &Parts| None::<&'static str>)));
         }
+        config
     }
 }

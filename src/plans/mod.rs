@@ -97,6 +97,7 @@ use crate::decision::{Decision, intern};
 use crate::error::{ConfigError, StoreError};
 use crate::limiter::{MAX_PREFIX_LEN, RateLimiter, RateLimiterBuilder};
 use crate::middleware::headers::Policy;
+use crate::quota::Quota;
 use crate::store::{Backend, Store};
 
 /// Every plan's limiter, swapped whole by a [`LimitsHandle`]; see the
@@ -122,6 +123,9 @@ struct Shared {
     /// clock, blocks).
     template: RateLimiterBuilder,
     carry_over: bool,
+    /// The limits of one [`RateLimiter`] with runtime limits: one limited
+    /// plan, labelled as no plan.
+    single: bool,
     current: ArcSwap<Snapshot>,
     /// Serializes updates (never taken by a check).
     update: Mutex<()>,
@@ -157,6 +161,9 @@ struct Snapshot {
 /// unlimited plan), from [`Plans::resolve`].
 pub struct ActivePlan {
     name: &'static str,
+    /// The `plan` label of metrics: the name, or none for the plan of a
+    /// [`RateLimiter`] with runtime limits.
+    pub(crate) label: &'static str,
     plan: Plan,
     limiter: Option<RateLimiter>,
     /// `RateLimit-Policy` of its quotas (middleware).
@@ -523,6 +530,57 @@ impl LimitsHandle {
     pub fn current(&self) -> PlansConfig {
         self.shared.current.load().config.clone()
     }
+
+    /// Replaces the quotas of the default plan on this instance, at once
+    /// (for a [`RateLimiter`] with
+    /// [runtime limits](crate::limiter::RateLimiterBuilder::runtime_limits),
+    /// its quotas). The plan's shadow mode stays.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field (`quotas[1].burst` for a limiter,
+    /// `plans.free.quotas[1].burst` for plans); the old limits then stay.
+    pub fn set_quotas<Q: Into<Quota>>(
+        &self,
+        quotas: impl IntoIterator<Item = Q>,
+    ) -> Result<(), ConfigError> {
+        let _update = self.shared.lock_update();
+        let config = self.with_quotas(quotas);
+        self.shared
+            .apply(config)
+            .map_err(|e| self.shared.unplanned(e))
+    }
+
+    /// [`set_quotas`](Self::set_quotas), then writes the limits to the
+    /// store, as [`publish`](Self::publish).
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish).
+    pub async fn publish_quotas<Q: Into<Quota>>(
+        &self,
+        quotas: impl IntoIterator<Item = Q>,
+    ) -> Result<(), LimitsError> {
+        let config = self.with_quotas(quotas);
+        self.publish(config).await.map_err(|e| match e {
+            LimitsError::Config(e) => LimitsError::Config(self.shared.unplanned(e)),
+            e => e,
+        })
+    }
+
+    /// The quotas of the default plan in force (a limiter's quotas).
+    pub fn quotas(&self) -> Vec<Quota> {
+        let snapshot = self.shared.current.load();
+        snapshot.default.plan.quotas.clone()
+    }
+
+    /// The configuration in force with the default plan's quotas replaced.
+    fn with_quotas<Q: Into<Quota>>(&self, quotas: impl IntoIterator<Item = Q>) -> PlansConfig {
+        let snapshot = self.shared.current.load();
+        let default = snapshot.config.default.clone();
+        let plan = Plan::new(quotas).shadow(snapshot.default.plan.shadow);
+        snapshot.config.clone().plan(default, plan)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -532,6 +590,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     fn lock_update(&self) -> std::sync::MutexGuard<'_, ()> {
         lock(&self.update)
+    }
+
+    /// A limiter's error about its runtime limits names its own field
+    /// (`quotas[1].burst`), not its plan's (`plans.default.quotas[1].burst`).
+    fn unplanned(&self, e: ConfigError) -> ConfigError {
+        if !self.single {
+            return e;
+        }
+        let plan = format!("plans.{}.", self.current.load().config.default);
+        match e.field().strip_prefix(&plan) {
+            Some(field) => {
+                let field = field.to_owned();
+                e.with_field(field)
+            }
+            None => e,
+        }
+    }
+
+    fn label(&self, name: &'static str) -> &'static str {
+        if self.single { "" } else { name }
     }
 
     fn plan_prefix(&self, plan: &str) -> String {
@@ -574,6 +652,12 @@ impl Shared {
             };
             by_name.insert(name.clone(), active);
         }
+        if self.single && (by_name.len() != 1 || by_name.values().any(|p| p.limiter.is_none())) {
+            return Err(ConfigError::new(
+                "plans",
+                "a limiter's runtime limits are one plan with quotas",
+            ));
+        }
         let default = by_name.get(&config.default).cloned().ok_or_else(|| {
             let names: Vec<&str> = config.plans.keys().map(String::as_str).collect();
             ConfigError::new(
@@ -604,6 +688,7 @@ impl Shared {
             }
             return Ok(ActivePlan {
                 name,
+                label: self.label(name),
                 plan: plan.clone(),
                 limiter: None,
                 policy: None,
@@ -639,6 +724,7 @@ impl Shared {
         let policy = Some(Arc::new(Policy::new(&limiter)));
         Ok(ActivePlan {
             name,
+            label: self.label(name),
             plan: plan.clone(),
             limiter: Some(limiter),
             policy,
@@ -874,7 +960,45 @@ impl PlansBuilder {
         {
             config.default = single;
         }
-        let sync = match self.sync {
+        Plans::new(
+            store,
+            prefix,
+            template,
+            self.carry_over,
+            false,
+            self.sync,
+            config,
+        )
+    }
+}
+
+impl Plans {
+    /// The limits of a [`RateLimiter`] with runtime limits: one plan,
+    /// `default`, of `quotas`, under the limiter's own prefix (`template`:
+    /// its options, prefix included, without quotas).
+    pub(crate) fn single(
+        template: RateLimiterBuilder,
+        prefix: String,
+        quotas: Vec<Quota>,
+        sync: Option<Duration>,
+    ) -> Result<Plans, ConfigError> {
+        let store = template
+            .store_backend()
+            .ok_or_else(|| ConfigError::new("store", "no store configured"))?;
+        let config = PlansConfig::new("default").plan("default", Plan::new(quotas));
+        Plans::new(store, prefix, template, true, true, sync, config)
+    }
+
+    fn new(
+        store: Backend,
+        prefix: String,
+        template: RateLimiterBuilder,
+        carry_over: bool,
+        single: bool,
+        sync: Option<Duration>,
+        config: PlansConfig,
+    ) -> Result<Plans, ConfigError> {
+        let sync = match sync {
             Some(d) if d.is_zero() => {
                 return Err(ConfigError::new("sync_interval", "must be above zero"));
             }
@@ -892,13 +1016,15 @@ impl PlansBuilder {
             store,
             prefix,
             template,
-            carry_over: self.carry_over,
+            carry_over,
+            single,
             // replaced below, once built
             current: ArcSwap::from_pointee(Snapshot {
                 config: PlansConfig::new(""),
                 by_name: HashMap::new(),
                 default: Arc::new(ActivePlan {
                     name: "",
+                    label: "",
                     plan: Plan::unlimited(),
                     limiter: None,
                     policy: None,
