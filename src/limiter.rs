@@ -18,6 +18,7 @@ use crate::decision::{
 };
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
+use crate::middleware::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use crate::quota::{Quota, QuotaSpec};
 use crate::reserve::Reserver;
 use crate::store::memory::{LocalCall, MemoryStore};
@@ -96,6 +97,13 @@ struct Inner {
     /// When decisions go straight to a [`MemoryStore`] (see
     /// [`RateLimiter::decide_direct`]).
     direct: Option<Direct>,
+    /// The denials the middleware's layers over this limiter answer
+    /// without a store call (forgotten by its admin operations).
+    deny: DenyCache,
+    /// Limits that change at run time ([`RateLimiterBuilder::runtime_limits`]):
+    /// a plan of one, whose limiter in force makes every decision (this
+    /// one's own quotas are those it was built with).
+    runtime: Option<crate::plans::Plans>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -187,6 +195,13 @@ impl RateLimiter {
     /// unspent units stay counted until their window ends (never more than
     /// were taken). Without reservations it does nothing.
     pub async fn flush_reservations(&self) {
+        match self.current() {
+            Some(current) => current.flush_reservations_here().await,
+            None => self.flush_reservations_here().await,
+        }
+    }
+
+    async fn flush_reservations_here(&self) {
         if let Some(reserve) = &self.inner.reserve {
             reserve.flush(self).await;
         }
@@ -462,6 +477,13 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn verify(&self) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.verify_here().await,
+            None => self.verify_here().await,
+        }
+    }
+
+    async fn verify_here(&self) -> Result<(), StoreError> {
         /// Stored hashed, like every key that starts with `~`, so no user
         /// key's state is touched.
         const PROBE: &[u8] = b"~tower-redis-ratelimit:verify";
@@ -496,30 +518,126 @@ impl RateLimiter {
         self.check_n(key, 0).await
     }
 
-    /// Forgets every quota's state for `key` (one round trip).
+    /// Forgets every quota's state for `key` (one round trip), and its block
+    /// if the limiter blocks. The middleware's next request for `key` on this
+    /// instance asks the store (see [`forget_denial`](Self::forget_denial)).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.reset_here(key.as_ref()).await,
+            None => self.reset_here(key.as_ref()).await,
+        }
+    }
+
+    async fn reset_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
         let (base, keys) = self.keys_of(&storable_key(key.as_ref()));
-        self.inner.store.reset(&base, &keys).await
+        self.inner.store.reset(&base, &keys).await?;
+        self.forget_denial(key.as_ref());
+        Ok(())
+    }
+
+    /// Forgets the denial of `key` that the middleware's layers over this
+    /// limiter keep in their deny cache, so that their next request for
+    /// `key` asks the store. Every admin operation of the limiter
+    /// ([`reset`](Self::reset), [`reward`](Self::reward),
+    /// [`set_remaining`](Self::set_remaining), [`block`](Self::block),
+    /// [`unblock`](Self::unblock), [`penalize`](Self::penalize)) does it
+    /// once its store call succeeds; call it after changing `key`'s state
+    /// by other means (say another limiter of the same configuration).
+    /// Other instances' caches, and this one's after a failed call (which
+    /// may have been applied), keep a denial for at most a second (see the
+    /// README's "Local deny cache").
+    pub fn forget_denial(&self, key: impl AsRef<[u8]>) {
+        if let Some(current) = self.current() {
+            return current.forget_denial(key);
+        }
+        self.inner.deny.forget(key.as_ref());
+    }
+
+    /// The deny cache of the middleware's layers over this limiter.
+    pub(crate) fn deny_cache(&self) -> &DenyCache {
+        &self.inner.deny
     }
 
     /// Gives back a [`Concurrency`](Strategy::Concurrency) lease (one round trip).
     /// Releasing twice, or after the lease expired, is harmless.
     pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.release_here(lease).await,
+            None => self.release_here(lease).await,
+        }
+    }
+
+    async fn release_here(&self, lease: &Lease) -> Result<(), StoreError> {
         self.inner.store.release(lease).await
     }
 
     /// The storage keys `key` maps to, one per quota (for inspection and tests).
     pub fn storage_keys(&self, key: impl AsRef<[u8]>) -> Vec<String> {
+        if let Some(current) = self.current() {
+            return current.storage_keys(key);
+        }
         self.keys_of(&storable_key(key.as_ref())).1
     }
 
-    /// The quotas' names, in order.
+    /// The quotas' names, in order. For a limiter with
+    /// [runtime limits](RateLimiterBuilder::runtime_limits), those it was
+    /// built with ([`LimitsHandle::quotas`](crate::plans::LimitsHandle::quotas)
+    /// tells the quotas in force).
     pub fn quota_names(&self) -> &[QuotaName] {
         &self.inner.names
     }
 
+    /// The handle that changes this limiter's limits while it runs, if it
+    /// was built with [`runtime_limits`](RateLimiterBuilder::runtime_limits)
+    /// (or a [`sync_interval`](RateLimiterBuilder::sync_interval)).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quota(Quota::fixed_window(Rate::per_minute(1)).name("minute"))
+    ///     .runtime_limits()
+    ///     .build()?;
+    /// assert!(limiter.check("10.0.0.1").await?.allowed());
+    /// assert!(limiter.check("10.0.0.1").await?.denied());
+    ///
+    /// // every clone (a layer's too) decides with the new limits from now on
+    /// let handle = limiter.limits().expect("built with runtime limits");
+    /// handle.set_quotas([Quota::fixed_window(Rate::per_minute(5)).name("minute")])?;
+    /// assert!(limiter.check("10.0.0.1").await?.allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limits(&self) -> Option<crate::plans::LimitsHandle> {
+        self.inner.runtime.as_ref().map(crate::plans::Plans::handle)
+    }
+
+    /// The plans behind [runtime limits](RateLimiterBuilder::runtime_limits)
+    /// (the middleware checks with their limiter in force).
+    pub(crate) fn runtime_plans(&self) -> Option<&crate::plans::Plans> {
+        self.inner.runtime.as_ref()
+    }
+
+    /// The limiter in force, for a limiter with
+    /// [runtime limits](RateLimiterBuilder::runtime_limits); `None` for any
+    /// other (which decides itself). Lock-free: one atomic load.
+    #[inline]
+    pub(crate) fn current(&self) -> Option<RateLimiter> {
+        let plans = self.inner.runtime.as_ref()?;
+        plans.resolve(None).limiter().cloned()
+    }
+
     /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
+    ///
+    /// For a limiter with [runtime limits](RateLimiterBuilder::runtime_limits):
+    /// the limits in force now, which do not change with it.
     pub fn with_store(&self, store: impl Store) -> RateLimiter {
+        if let Some(current) = self.current() {
+            return current.with_store(store);
+        }
         let i = &*self.inner;
         let store =
             store
@@ -548,6 +666,8 @@ impl RateLimiter {
                 block: i.block,
                 settle,
                 direct,
+                deny: DenyCache::new(DEFAULT_CAPACITY),
+                runtime: None,
             }),
         }
     }
@@ -765,6 +885,10 @@ impl<K: AsRef<[u8]>> Future for Check<'_, K> {
             if let Some(decision) = limiter.decide_direct(key, cost) {
                 return Poll::Ready(Ok(decision));
             }
+            if let Some(current) = limiter.current() {
+                this.store = Some(check_current(current, key, cost));
+                return this.poll_store(cx);
+            }
             if !limiter.reserves(cost)
                 && let Some(decision) = limiter.decide_sync(key, cost)
             {
@@ -773,11 +897,26 @@ impl<K: AsRef<[u8]>> Future for Check<'_, K> {
             let key = key.to_vec();
             this.store = Some(boxed_in_place(|| limiter.check_later(key, cost)));
         }
-        match &mut this.store {
+        this.poll_store(cx)
+    }
+}
+
+impl<K> Check<'_, K> {
+    fn poll_store(&mut self, cx: &mut Context<'_>) -> Poll<Result<Decision, StoreError>> {
+        match &mut self.store {
             Some(store) => store.as_mut().poll(cx),
             None => panic!("`Check` polled after completion"),
         }
     }
+}
+
+/// The check of a limiter with [runtime limits](RateLimiterBuilder::runtime_limits):
+/// `current`'s, the limiter in force.
+#[cold]
+#[inline(never)]
+fn check_current<'a>(current: RateLimiter, key: &[u8], cost: u64) -> StoreFuture<'a> {
+    let key = key.to_vec();
+    Box::pin(async move { current.check_n(&key, cost).await })
 }
 
 /// `Box::pin(make())`, but with the box allocated first so that the value
@@ -923,7 +1062,7 @@ fn new_instance_id() -> u64 {
 const MAX_BLOCK_US: u64 = 366 * 86_400 * 1_000_000;
 
 /// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
-#[derive(Default)]
+#[derive(Default, Clone)]
 #[must_use]
 pub struct RateLimiterBuilder {
     store: Option<Backend>,
@@ -934,6 +1073,8 @@ pub struct RateLimiterBuilder {
     hold: Option<Duration>,
     block: Option<Duration>,
     blocking: bool,
+    runtime: bool,
+    sync: Option<Duration>,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -1046,8 +1187,45 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Lets the limits change while the limiter runs: [`RateLimiter::limits`]
+    /// then gives the [`LimitsHandle`](crate::plans::LimitsHandle) that
+    /// replaces its quotas ([`set_quotas`](crate::plans::LimitsHandle::set_quotas)),
+    /// on this instance or, with a [`sync_interval`](Self::sync_interval),
+    /// on every instance. Every clone of the limiter, and every layer over
+    /// it, decides with the limits in force: a request sees the old limits
+    /// or the new ones, read with one atomic load (no lock, no store call).
+    /// The mechanism is that of [`Plans`](crate::plans::Plans): the limiter
+    /// is one plan (named `default`) whose keys are the limiter's own, so
+    /// what stored state means under new limits is as the plans' module
+    /// docs say.
+    ///
+    /// A [`Reservation`](crate::settle::Reservation) is settled by the
+    /// limits it was made under: settling one made before a change through
+    /// this limiter is an error (the middleware settles each request with
+    /// the limits that admitted it).
+    pub fn runtime_limits(mut self) -> Self {
+        self.runtime = true;
+        self
+    }
+
+    /// [`runtime_limits`](Self::runtime_limits), with the limits kept in
+    /// the store too (on Redis, the key `<prefix>:plans`, as
+    /// [`PlansBuilder::sync_interval`](crate::plans::PlansBuilder::sync_interval):
+    /// give each limiter a prefix of its own) and read at most once per
+    /// `interval`, so that a
+    /// [`publish_quotas`](crate::plans::LimitsHandle::publish_quotas) on one
+    /// instance reaches every other. Zero is rejected (`sync_interval`).
+    pub fn sync_interval(mut self, interval: Duration) -> Self {
+        self.runtime = true;
+        self.sync = Some(interval);
+        self
+    }
+
     /// Validates the configuration. The error names the field at fault.
     pub fn build(self) -> Result<RateLimiter, ConfigError> {
+        if self.runtime {
+            return self.build_runtime();
+        }
         let store = self.store.ok_or_else(|| {
             ConfigError::new(
                 "store",
@@ -1164,6 +1342,8 @@ impl RateLimiterBuilder {
                 block,
                 settle,
                 direct,
+                deny: DenyCache::new(DEFAULT_CAPACITY),
+                runtime: None,
             }),
         })
     }
@@ -1171,10 +1351,42 @@ impl RateLimiterBuilder {
 
 /// What [`Plans`](crate::plans::Plans) needs to build one limiter per plan.
 impl RateLimiterBuilder {
+    /// [`build`](Self::build) with [runtime limits](Self::runtime_limits):
+    /// the limiter as built (checked as any), over a plan of one.
+    fn build_runtime(mut self) -> Result<RateLimiter, ConfigError> {
+        self.runtime = false;
+        let sync = self.sync.take();
+        let quotas = std::mem::take(&mut self.quotas);
+        let limiter = self.clone().quotas(quotas.iter().cloned()).build()?;
+        let mut inner = Arc::into_inner(limiter.inner).ok_or_else(|| {
+            ConfigError::new("runtime_limits", "the limiter was shared while built")
+        })?;
+        let prefix = inner.prefix.clone();
+        let template = self.prefix(prefix.clone());
+        inner.runtime = Some(crate::plans::Plans::single(template, prefix, quotas, sync)?);
+        // (this one never decides: the limiter in force does)
+        inner.direct = None;
+        inner.reserve = None;
+        Ok(RateLimiter {
+            inner: Arc::new(inner),
+        })
+    }
+
     /// The store, as the internal dispatch enum (a clone of another's).
     pub(crate) fn backend(mut self, store: Backend) -> Self {
         self.store = Some(store);
         self
+    }
+
+    /// The store given, if any.
+    pub(crate) fn store_backend(&self) -> Option<Backend> {
+        self.store.clone()
+    }
+
+    /// Whether the limiters built block ([`blocking`](Self::blocking) or
+    /// [`block_for`](Self::block_for)).
+    pub(crate) fn blocks(&self) -> bool {
+        self.blocking || self.block.is_some()
     }
 }
 

@@ -122,6 +122,17 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         estimate: u64,
     ) -> Result<Reservation, StoreError> {
+        match self.current() {
+            Some(current) => current.reserve_n_here(key, estimate).await,
+            None => self.reserve_n_here(key, estimate).await,
+        }
+    }
+
+    async fn reserve_n_here(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u64,
+    ) -> Result<Reservation, StoreError> {
         let (decision, at, user, keys) = self.take_decision(key.as_ref(), estimate).await?;
         Ok(Reservation {
             decision,
@@ -150,6 +161,13 @@ impl RateLimiter {
     /// A reservation settles once: settling it (or a clone) again does
     /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.settle_here(reservation, actual).await,
+            None => self.settle_here(reservation, actual).await,
+        }
+    }
+
+    async fn settle_here(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
         if reservation.limiter != self.instance() {
             return Err(StoreError::Invalid(
                 "this reservation was made by another limiter: settle it with that one".to_owned(),
@@ -218,6 +236,13 @@ impl RateLimiter {
     /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.penalize_here(key.as_ref(), units).await,
+            None => self.penalize_here(key.as_ref(), units).await,
+        }
+    }
+
+    async fn penalize_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(units)).await
     }
@@ -227,6 +252,13 @@ impl RateLimiter {
     /// quota's rate repays in [`MAX_DEBT`](Self::MAX_DEBT)). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.reward_here(key.as_ref(), units).await,
+            None => self.reward_here(key.as_ref(), units).await,
+        }
+    }
+
+    async fn reward_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         let units = clamp_units(units);
         self.adjust(key.as_ref(), Adjustment::By(-units)).await
     }
@@ -237,6 +269,17 @@ impl RateLimiter {
     /// arrival time is set from now). One atomic call; leaky-bucket and
     /// concurrency quotas are left as they are.
     pub async fn set_remaining(
+        &self,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.set_remaining_here(key.as_ref(), remaining).await,
+            None => self.set_remaining_here(key.as_ref(), remaining).await,
+        }
+    }
+
+    async fn set_remaining_here(
         &self,
         key: impl AsRef<[u8]>,
         remaining: u64,
@@ -268,6 +311,7 @@ impl RateLimiter {
                 self.manual_now_us(),
             )
             .await
+            .inspect(|_| self.forget_denial(key))
     }
 
     /// Denies `key` for `duration` from now, whatever its quotas hold (an
@@ -282,6 +326,17 @@ impl RateLimiter {
     /// a [`StoreError::Invalid`] naming the maximum, and nothing is changed
     /// (an admin endpoint answers it with a 400).
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.block_here(key.as_ref(), duration).await,
+            None => self.block_here(key.as_ref(), duration).await,
+        }
+    }
+
+    async fn block_here(
+        &self,
+        key: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
         if duration > Self::MAX_BLOCK {
             return Err(StoreError::Invalid(format!(
                 "a block lasts at most {} s (366 days); {} s asked for",
@@ -298,6 +353,13 @@ impl RateLimiter {
 
     /// Lifts a block of `key` (one call); a key not blocked is left as it is.
     pub async fn unblock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        match self.current() {
+            Some(current) => current.unblock_here(key.as_ref()).await,
+            None => self.unblock_here(key.as_ref()).await,
+        }
+    }
+
+    async fn unblock_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
         self.set_block(key.as_ref(), 0).await
     }
 
@@ -322,5 +384,6 @@ impl RateLimiter {
                 self.manual_now_us(),
             )
             .await
+            .inspect(|_| self.forget_denial(key))
     }
 }

@@ -532,3 +532,184 @@ async fn shadow_mode_never_delays_a_request_and_reports_the_wait_it_spared_on_re
     )
     .await;
 }
+
+/// Operator actions through the deny cache.
+mod operator {
+    use super::*;
+
+    /// A limiter of 2 per minute on `store`, that blocks if `blocks`.
+    fn limiter(
+        store: impl tower_redis_ratelimit::store::Store,
+        clock: &ManualClock,
+        blocks: bool,
+    ) -> RateLimiter {
+        let b = RateLimiter::builder()
+            .store(store)
+            .prefix(if blocks { "ops-b" } else { "ops" })
+            .clock(clock.clone())
+            .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"));
+        if blocks { b.blocking() } else { b }.build().unwrap()
+    }
+
+    async fn status(app: &Router) -> StatusCode {
+        send(app, get_req("/")).await.status()
+    }
+
+    /// Spends the key's two requests; the next is denied, and the one after
+    /// that comes from the deny cache.
+    async fn deny_from_the_cache(app: &Router, layer: &RateLimitLayer) {
+        while status(app).await == StatusCode::OK {}
+        let hits = layer.stats().deny_cache_hits;
+        assert_eq!(status(app).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(layer.stats().deny_cache_hits, hits + 1, "from the cache");
+    }
+
+    /// Each admin operation holds on the next request of the layer over the
+    /// limiter that made it, and on another instance's (another limiter of
+    /// the same configuration and store) once its cached denial is a second
+    /// old.
+    async fn admin_operations_hold_on_the_next_request(
+        make: impl Fn() -> RateLimiter,
+        clock: &ManualClock,
+        what: &str,
+    ) {
+        let (here, there) = (make(), make());
+        let layer = RateLimitLayer::new(here.clone(), user);
+        let other = RateLimitLayer::new(there, user);
+        let (app, other_app) = (super::app(layer.clone()), super::app(other.clone()));
+        let key = "user-1";
+        type Op<'a> = Box<dyn Fn() -> futures_like::Boxed<'a> + 'a>;
+        let ops: Vec<(&str, Op<'_>)> = vec![
+            (
+                "reward",
+                Box::new(|| Box::pin(async { here.reward(key, 1).await.unwrap() })),
+            ),
+            (
+                "reset",
+                Box::new(|| Box::pin(async { here.reset(key).await.unwrap() })),
+            ),
+            (
+                "set_remaining",
+                Box::new(|| Box::pin(async { here.set_remaining(key, 2).await.unwrap() })),
+            ),
+        ];
+        for (name, op) in &ops {
+            clock.advance(Duration::from_secs(60));
+            deny_from_the_cache(&app, &layer).await;
+            deny_from_the_cache(&other_app, &other).await;
+            op().await;
+            assert_eq!(status(&app).await, StatusCode::OK, "{what}: {name}, here");
+            // the other instance: denied from its cache for up to a second
+            assert_eq!(
+                status(&other_app).await,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{what}: {name}, there"
+            );
+            clock.advance(Duration::from_secs(1));
+            let there = status(&other_app).await;
+            // (reset and set_remaining(2) left one request; the reward's
+            // unit went to the request here)
+            let expected = if *name == "reward" {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            assert_eq!(there, expected, "{what}: {name}, there a second later");
+        }
+        if here.block(key, Duration::ZERO).await.is_err() {
+            return; // (no blocks)
+        }
+        // a block is cached too now, and an unblock lifts it here at once
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(status(&app).await, StatusCode::OK);
+        here.block(key, Duration::from_secs(3_600)).await.unwrap();
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(
+            res.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{what}: blocked"
+        );
+        assert_eq!(header(&res, "retry-after"), Some("3600"), "{what}");
+        let hits = layer.stats().deny_cache_hits;
+        assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            layer.stats().deny_cache_hits,
+            hits + 1,
+            "{what}: from the cache"
+        );
+        here.unblock(key).await.unwrap();
+        assert_eq!(status(&app).await, StatusCode::OK, "{what}: unblocked");
+    }
+
+    /// Boxed futures without a dependency.
+    mod futures_like {
+        pub(super) type Boxed<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+    }
+
+    #[tokio::test]
+    async fn admin_operations_hold_on_the_next_request_in_memory() {
+        let clock = clock();
+        let store = MemoryStore::new();
+        for blocks in [false, true] {
+            let make = || limiter(store.clone(), &clock, blocks);
+            admin_operations_hold_on_the_next_request(make, &clock, &format!("memory {blocks}"))
+                .await;
+        }
+    }
+
+    #[tokio::test]
+    async fn admin_operations_hold_on_the_next_request_on_redis() {
+        let server = RedisServer::start();
+        let clock = clock();
+        let store = RedisStore::new(server.pool(2)).timeout(GENEROUS);
+        for blocks in [false, true] {
+            let make = || limiter(store.clone(), &clock, blocks);
+            admin_operations_hold_on_the_next_request(make, &clock, &format!("redis {blocks}"))
+                .await;
+        }
+    }
+}
+
+/// A layer over a limiter with runtime limits checks every request with the
+/// limits in force: its headers, its denials.
+#[tokio::test]
+async fn a_layer_over_a_limiter_with_runtime_limits_follows_its_changes() {
+    let clock = clock();
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .prefix("runtime")
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .runtime_limits()
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter.clone(), user);
+    let app = app(layer.clone());
+    for _ in 0..2 {
+        assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+    }
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some(r#""minute";q=2;w=60"#)
+    );
+    limiter
+        .limits()
+        .unwrap()
+        .set_quotas([Quota::fixed_window(Rate::per_minute(3)).name("minute")])
+        .unwrap();
+    let res = send(&app, get_req("/")).await;
+    assert_eq!(res.status(), StatusCode::OK, "raised: admitted at once");
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some(r#""minute";q=3;w=60"#)
+    );
+    assert_eq!(
+        send(&app, get_req("/")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // the limiter's admin operations reach the layer's cache
+    limiter.reward("user-1", 1).await.unwrap();
+    assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}

@@ -5,13 +5,15 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{GENEROUS, RedisServer};
 use tower_redis_ratelimit::clock::ManualClock;
 use tower_redis_ratelimit::plans::{Plan, Plans, PlansBuilder, PlansConfig};
 use tower_redis_ratelimit::strategy::Strategy;
-use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RedisStore};
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 /// The two stores every scenario runs on.
 enum Store<'a> {
@@ -252,6 +254,58 @@ async fn an_invalid_change_is_rejected_naming_the_field_and_the_old_limits_stay(
         .build()
         .unwrap_err();
     assert_eq!(e.field(), "plans.a.quotas", "{e}");
+}
+
+/// A quota's or plan's own error inside a configuration reads once: one
+/// prefix, the whole path, the message.
+#[cfg(feature = "serde")]
+#[test]
+fn a_nested_config_error_reads_once_with_its_whole_path() {
+    let prefix = "invalid rate limiter configuration: ";
+    let rate = "invalid rate \"10/eon\" at byte 3:";
+    for (json, field) in [
+        // a plan as one string, its quotas as one string, a list of strings
+        (
+            r#"{"default": "free", "plans": {"free": "60/min; 10/eon"}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": {"quotas": "60/min; 10/eon"}}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": {"quotas": ["60/min", "10/eon"]}}}"#,
+            "plans.free.quotas[1].rate",
+        ),
+        (
+            r#"{"default": "free", "plans": {"free": "60/min burst=x"}}"#,
+            "plans.free.quotas[0].burst",
+        ),
+    ] {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let e = PlansConfig::deserialize_from(&mut de).unwrap_err();
+        assert_eq!(e.field(), field, "{json}: {e}");
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("{prefix}{field}: ")), "{text}");
+        assert_eq!(text.matches(prefix).count(), 1, "{text}");
+        if field.ends_with("rate") {
+            assert!(text.contains(rate), "{text}");
+        }
+    }
+    let toml = "default = \"free\"\n[plans]\nfree = { quotas = [\"60/min\", \"10/eon\"] }\n";
+    let e = PlansConfig::deserialize_from(toml::Deserializer::parse(toml).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{prefix}plans.free.quotas[1].rate: invalid rate \"10/eon\" at byte 3: unknown period unit \"eon\"; use us (or µs, usec, micros, microsecond[s]), ms (msec, millis, millisecond[s]), s (sec, secs, second[s]), m (min, mins, minute[s]), h (hr, hrs, hour[s]) or d (day, days)"
+        )
+    );
+    // the text notation too
+    let e = "default free\nplan free: 60/min; 10/eon\n"
+        .parse::<PlansConfig>()
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.free.quotas[1].rate", "{e}");
+    assert_eq!(e.to_string().matches(prefix).count(), 1, "{e}");
 }
 
 /// Two instances (two `Plans`) on one store: a change published by one is
@@ -661,4 +715,295 @@ async fn raising_the_rate_admits_at_once_on_redis_time() {
         assert!(d.allowed(), "{strategy}: {d:?}");
         assert_eq!(d.remaining(), 12, "{strategy}");
     }
+}
+
+/// The penalty box and the admin operations of plans: a denial blocks the
+/// key in its plan (`block_for`), an operator's block holds whatever the
+/// key's plan, and the state of a key is read and set by plan. The block
+/// key is the last key of the plan's one script call.
+async fn plans_block_and_are_administered_by_key(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let plans = store
+        .builder(&clock, &format!("admin-{s}"))
+        .config(tiers())
+        .block_for(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let free = plans.resolve(Some("free"));
+    let keys = free.limiter().unwrap().storage_keys("u");
+    assert_eq!(
+        keys.last().map(String::as_str),
+        Some(format!("{{admin-{s}.free:u}}:!").as_str()),
+        "{s}: the block key, decided in the same call"
+    );
+    // the penalty: denied for ten minutes, though the window ends after one
+    for _ in 0..3 {
+        assert!(allowed(&plans, "free", "u").await, "{s}");
+    }
+    assert!(!allowed(&plans, "free", "u").await, "{s}");
+    clock.advance(Duration::from_secs(120));
+    let d = plans.check("free", "u").await.unwrap().unwrap();
+    assert!(d.denied(), "{s}: blocked past the window");
+    assert!(
+        d.retry_after().unwrap() > Duration::from_secs(400),
+        "{s}: {d:?}"
+    );
+    // the other plan's state is its own
+    assert!(allowed(&plans, "pro", "u").await, "{s}");
+    plans.unblock("u").await.unwrap();
+    assert!(allowed(&plans, "free", "u").await, "{s}: unblocked");
+
+    // an operator's block: whatever the plan, until unblocked
+    plans.block("v", Duration::from_secs(3_600)).await.unwrap();
+    for plan in ["free", "pro", "gold"] {
+        let d = plans.check(plan, "v").await.unwrap().unwrap();
+        assert!(d.denied(), "{s}: {plan} blocked");
+        let got = plans.get(plan, "v").await.unwrap().unwrap();
+        assert!(got.denied(), "{s}: get of a blocked key in {plan}");
+    }
+    assert!(plans.check("internal", "v").await.unwrap().is_none());
+    assert!(plans.get("internal", "v").await.unwrap().is_none());
+    plans.unblock("v").await.unwrap();
+    for plan in ["free", "pro"] {
+        assert!(allowed(&plans, plan, "v").await, "{s}: {plan} unblocked");
+    }
+    // read and set by plan
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        2,
+        "{s}"
+    );
+    plans.set_remaining("free", "v", 0).await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        0
+    );
+    assert_eq!(
+        plans.get("pro", "v").await.unwrap().unwrap().remaining(),
+        5,
+        "{s}: pro untouched"
+    );
+    plans.reward("free", "v", 1).await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        1
+    );
+    plans.penalize("pro", "v", 2).await.unwrap();
+    assert_eq!(plans.get("pro", "v").await.unwrap().unwrap().remaining(), 3);
+    // reset: every plan's state, blocks included
+    plans.block("v", Duration::from_secs(60)).await.unwrap();
+    plans.reset("v").await.unwrap();
+    assert_eq!(
+        plans.get("free", "v").await.unwrap().unwrap().remaining(),
+        3
+    );
+    assert_eq!(plans.get("pro", "v").await.unwrap().unwrap().remaining(), 6);
+    // a plan whose limits change keeps the block
+    plans.block("w", Duration::from_secs(60)).await.unwrap();
+    plans
+        .handle()
+        .set_plan(
+            "pro",
+            Plan::new([Quota::fixed_window(Rate::per_minute(7)).name("minute")]),
+        )
+        .unwrap();
+    assert!(!allowed(&plans, "pro", "w").await, "{s}: still blocked");
+    // without blocking: an error, not a silent no-op
+    let plain = store
+        .builder(&clock, &format!("plain-{s}"))
+        .config(tiers())
+        .build()
+        .unwrap();
+    let e = plain.block("v", Duration::from_secs(1)).await.unwrap_err();
+    assert!(e.to_string().contains(".blocking()"), "{e}");
+}
+
+#[tokio::test]
+async fn plans_block_and_are_administered_by_key_on_redis() {
+    let redis = RedisServer::start();
+    plans_block_and_are_administered_by_key(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn plans_block_and_are_administered_by_key_in_memory() {
+    plans_block_and_are_administered_by_key(Store::Memory(MemoryStore::new())).await;
+}
+
+#[test]
+fn plans_reject_a_block_that_could_not_apply() {
+    let b = || Plans::builder().store(MemoryStore::new()).config(tiers());
+    let e = b().block_for(Duration::ZERO).build().unwrap_err();
+    assert_eq!(e.field(), "block_for", "{e}");
+    let e = b()
+        .block_for(Duration::from_secs(367 * 86_400))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "block_for", "{e}");
+    let e = b()
+        .blocking()
+        .plan(
+            "dry",
+            Plan::new([Quota::gcra(Rate::per_minute(1)).shadow(true)]),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "plans.dry.blocking", "{e}");
+}
+
+/// A plain limiter built with runtime limits, on `store`.
+fn runtime_limiter(
+    store: &Store<'_>,
+    clock: &ManualClock,
+    prefix: &str,
+    sync: bool,
+) -> RateLimiter {
+    let b = RateLimiter::builder()
+        .prefix(prefix)
+        .clock(clock.clone())
+        .quota(Quota::fixed_window(Rate::per_minute(2)).name("minute"))
+        .runtime_limits();
+    let b = match store {
+        Store::Redis(server) => b.store(RedisStore::new(server.pool(4)).timeout(GENEROUS)),
+        Store::Memory(store) => b.store(store.clone()),
+    };
+    let b = if sync {
+        b.sync_interval(Duration::from_secs(3_600))
+    } else {
+        b
+    };
+    b.build().unwrap()
+}
+
+/// A plain limiter's limits change while it runs, by the plans' mechanism:
+/// its keys stay its own, its state is kept, every clone sees the change,
+/// and a change published on one instance reaches another.
+async fn a_plain_limiter_changes_its_limits_while_running(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let limiter = runtime_limiter(&store, &clock, &format!("rt-{s}"), true);
+    let clone = limiter.clone();
+    // the keys of the same limiter built without runtime limits
+    assert_eq!(
+        limiter.storage_keys("ip"),
+        [format!("{{rt-{s}:ip}}:f1m/minute")],
+        "{s}"
+    );
+    assert!(limiter.check("ip").await.unwrap().allowed());
+    assert!(limiter.check("ip").await.unwrap().allowed());
+    assert!(limiter.check("ip").await.unwrap().denied(), "{s}");
+    let handle = limiter.limits().expect("runtime limits");
+    handle
+        .set_quotas([Quota::fixed_window(Rate::per_minute(5)).name("minute")])
+        .unwrap();
+    let d = clone.check("ip").await.unwrap();
+    assert!(d.allowed(), "{s}: raised, state kept");
+    assert_eq!((d.limit(), d.remaining()), (5, 2), "{s}");
+    assert_eq!(
+        handle.quotas(),
+        [Quota::fixed_window(Rate::per_minute(5)).name("minute")]
+    );
+    // an invalid change names the limiter's field and changes nothing
+    let e = handle
+        .set_quotas([Quota::token_bucket(Rate::per_minute(5)).burst(0)])
+        .unwrap_err();
+    assert_eq!(e.field(), "quotas[0].burst", "{e}");
+    assert_eq!(
+        e.to_string()
+            .matches("invalid rate limiter configuration")
+            .count(),
+        1
+    );
+    let e = handle.set_quotas(Vec::<Quota>::new()).unwrap_err();
+    assert_eq!(e.field(), "quotas", "{e}");
+    let e = handle.replace(tiers()).unwrap_err();
+    assert_eq!(e.field(), "plans", "{e}: a limiter's limits are one plan");
+    assert_eq!(limiter.check("ip").await.unwrap().limit(), 5, "{s}");
+    // the admin operations act on the limits in force
+    limiter.reset("ip").await.unwrap();
+    assert_eq!(limiter.get("ip").await.unwrap().remaining(), 5, "{s}");
+    limiter.set_remaining("ip", 1).await.unwrap();
+    assert_eq!(limiter.get("ip").await.unwrap().remaining(), 1, "{s}");
+    // published on one instance, read by another
+    let other = runtime_limiter(&store, &clock, &format!("rt-{s}"), true);
+    handle
+        .publish_quotas([Quota::fixed_window(Rate::per_minute(9)).name("minute")])
+        .await
+        .unwrap();
+    assert!(other.limits().unwrap().sync().await.unwrap(), "{s}");
+    assert_eq!(other.get("ip").await.unwrap().limit(), 9, "{s}");
+    // a limiter without runtime limits has no handle
+    let fixed = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(Rate::per_second(1))
+        .build()
+        .unwrap();
+    assert!(fixed.limits().is_none());
+}
+
+#[tokio::test]
+async fn a_plain_limiter_changes_its_limits_while_running_on_redis() {
+    let redis = RedisServer::start();
+    a_plain_limiter_changes_its_limits_while_running(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn a_plain_limiter_changes_its_limits_while_running_in_memory() {
+    a_plain_limiter_changes_its_limits_while_running(Store::Memory(MemoryStore::new())).await;
+}
+
+/// Limits flipped while requests run on other threads: no error, no
+/// panic, and every decision is made under the old limits or the new.
+async fn a_change_while_requests_run_is_seen_whole(store: Store<'_>) {
+    let s = store.name();
+    let clock = clock();
+    let limiter = runtime_limiter(&store, &clock, &format!("race-{s}"), false);
+    let handle = limiter.limits().unwrap();
+    let limits = |n: u64| {
+        [
+            Quota::fixed_window(Rate::per_minute(n)).name("minute"),
+            Quota::gcra(Rate::per_hour(n * 10)).name("hour"),
+        ]
+    };
+    handle.set_quotas(limits(100)).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let (limiter, stop) = (limiter.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = 0;
+            while !stop.load(Ordering::Relaxed) || seen < 50 {
+                let d = limiter.check(format!("k{t}-{}", seen % 7)).await.unwrap();
+                let minute = d.quota_named("minute").unwrap().limit();
+                let hour = d.quota_named("hour").unwrap().limit();
+                assert!(
+                    (minute, hour) == (100, 1_000) || (minute, hour) == (200, 2_000),
+                    "a mix of limits: {minute}, {hour}"
+                );
+                seen += 1;
+            }
+            seen
+        }));
+    }
+    for i in 0..200 {
+        handle
+            .set_quotas(limits(if i % 2 == 0 { 200 } else { 100 }))
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        assert!(t.await.unwrap() >= 50, "{s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_requests_run_is_seen_whole_on_redis() {
+    let redis = RedisServer::start();
+    a_change_while_requests_run_is_seen_whole(Store::Redis(&redis)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_requests_run_is_seen_whole_in_memory() {
+    a_change_while_requests_run_is_seen_whole(Store::Memory(MemoryStore::new())).await;
 }

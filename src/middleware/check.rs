@@ -13,7 +13,6 @@
 //! store call); shadow mode skips the deny cache and lets a denial through
 //! (`future.rs` makes it a "would have denied" outcome).
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +23,7 @@ use http::Response;
 use http::request::Parts;
 
 use super::config::Config;
+use super::deny_cache::Started;
 use super::headers::{Policy, RateHeaders};
 use super::metrics::{self, Outcome};
 use super::policy::{self, Failure, Resolved};
@@ -86,7 +86,7 @@ impl Checked {
 
     /// The `plan` label of metrics.
     pub(crate) fn plan_name(&self) -> &'static str {
-        self.plan.as_deref().map_or("", ActivePlan::name)
+        self.plan.as_deref().map_or("", |p| p.label)
     }
 }
 
@@ -166,26 +166,19 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
     let limiter = limiter_of(config, plan.as_deref());
     if !shadow
-        && let Some(cache) = &config.deny_cache
-        && let Some(decision) = cache.lookup(limiter, &cache_key(plan.as_deref(), key), cost)
+        && config.deny_cache
+        && let Some(decision) = limiter.deny_cache().lookup(limiter, key, cost)
     {
         return cached_denial(config, parts, plan.as_deref(), decision);
     }
     // A memory store decides at once: no future, no store error.
-    let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
+    let started = started(config, limiter);
     // (a layer that settles takes a reservation: always the store call)
     if config.settle.is_none()
         && let Some(decision) = limiter.decide_now(key, cost)
     {
         remember(
-            config,
-            plan.as_deref(),
-            limiter,
-            key,
-            cost,
-            started,
-            &decision,
-            shadow,
+            config, limiter, limiter, key, cost, started, &decision, shadow,
         );
         return Check::Decided(Checked {
             verdict: Verdict::Decided(decision),
@@ -222,7 +215,7 @@ fn cached_denial(
     plan: Option<&ActivePlan>,
     decision: Decision,
 ) -> Check {
-    let plan_name = plan.map_or("", ActivePlan::name);
+    let plan_name = plan.map_or("", |p| p.label);
     Counters::bump(&config.counters.deny_cache_hits);
     metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
     metrics::decision(
@@ -255,18 +248,13 @@ fn store_call(
     }))
 }
 
-/// The deny cache's key of `key`: under a plan, prefixed with the plan's
-/// generation, so a plan's new limits never meet its old denials.
-fn cache_key<'a>(plan: Option<&ActivePlan>, key: &'a [u8]) -> Cow<'a, [u8]> {
-    match plan {
-        None => Cow::Borrowed(key),
-        Some(p) => {
-            let mut k = Vec::with_capacity(8 + key.len());
-            k.extend_from_slice(&p.generation.to_le_bytes());
-            k.extend_from_slice(key);
-            Cow::Owned(k)
-        }
-    }
+/// When a decision of `limiter` starts, for its deny cache (`None`: the
+/// layer does not use it).
+#[inline]
+fn started(config: &Config, limiter: &RateLimiter) -> Option<Started> {
+    config
+        .deny_cache
+        .then(|| limiter.deny_cache().started(limiter))
 }
 
 /// Checks `key` with the store (bounded by the store's own timeout),
@@ -279,9 +267,9 @@ async fn decide(
     shadow: bool,
 ) -> Checked {
     let limiter = limiter_of(&config, plan.as_deref());
-    let plan_name = plan.as_deref().map_or("", ActivePlan::name);
+    let plan_name = plan.as_deref().map_or("", |p| p.label);
     // Read before the call: a cached denial then ends no later than the store's.
-    let started = config.deny_cache.as_ref().map(|c| c.started(limiter));
+    let started = started(&config, limiter);
     let timer = metrics::start();
     // (`Check` is small: the store's own future, kilobytes, is on the heap)
     let mut reservation = None;
@@ -301,14 +289,7 @@ async fn decide(
     let verdict = match result {
         Ok(decision) => {
             remember(
-                &config,
-                plan.as_deref(),
-                limiter,
-                &key,
-                cost,
-                started,
-                &decision,
-                shadow,
+                &config, limiter, limiter, &key, cost, started, &decision, shadow,
             );
             Verdict::Decided(decision)
         }
@@ -341,15 +322,9 @@ async fn decide(
                     let fallback = fallback.limiter_for(plan.as_deref());
                     match fallback.check_n(&key, cost).await {
                         Ok(decision) => {
+                            // (in the cache of the limiter it stands in for)
                             remember(
-                                &config,
-                                plan.as_deref(),
-                                &fallback,
-                                &key,
-                                cost,
-                                started,
-                                &decision,
-                                shadow,
+                                &config, limiter, &fallback, &key, cost, started, &decision, shadow,
                             );
                             Verdict::Fallback(decision, fallback, error)
                         }
@@ -369,16 +344,17 @@ async fn decide(
     }
 }
 
-/// Counts a denial and keeps it in the deny cache (a shadowed denial is
-/// counted apart and never cached: it must not deny).
+/// Counts a denial of `decider` (`limiter`, or its fallback) and keeps it
+/// in `limiter`'s deny cache (a shadowed denial is counted apart and never
+/// cached: it must not deny).
 #[allow(clippy::too_many_arguments)]
 fn remember(
     config: &Config,
-    plan: Option<&ActivePlan>,
     limiter: &RateLimiter,
+    decider: &RateLimiter,
     key: &[u8],
     cost: u64,
-    started: Option<u64>,
+    started: Option<Started>,
     decision: &Decision,
     shadow: bool,
 ) {
@@ -402,7 +378,9 @@ fn remember(
         retry_after = ?decision.retry_after(),
         "rate limited"
     );
-    if let (Some(cache), Some(now)) = (&config.deny_cache, started) {
-        cache.insert(limiter, &cache_key(plan, key), cost, now, decision);
+    if let Some(started) = started {
+        limiter
+            .deny_cache()
+            .insert(decider, key, cost, started, decision);
     }
 }

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 
-use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::headers::{HeaderStyle, Policy};
 use super::policy::{Failure, MissingKey};
 use super::stats::Counters;
@@ -38,7 +37,8 @@ pub(crate) struct Config {
     pub(crate) bypass: Option<Arc<BypassFn>>,
     pub(crate) missing: MissingKey,
     pub(crate) deny: Option<Arc<DenyFn>>,
-    pub(crate) deny_cache: Option<Arc<DenyCache>>,
+    /// Whether denials are answered from the limiter's deny cache.
+    pub(crate) deny_cache: bool,
     /// Whether the middleware answers in gRPC form: `None` decides per
     /// request (HTTP/2 with a gRPC content type).
     pub(crate) grpc: Option<bool>,
@@ -65,7 +65,7 @@ impl Config {
     pub(crate) fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         let policy = Arc::new(Policy::new(&limiter));
         let name = crate::decision::intern(limiter.prefix());
-        Self {
+        let mut config = Self {
             limiter,
             extractor: Arc::new(extractor),
             style: HeaderStyle::default(),
@@ -75,7 +75,7 @@ impl Config {
             bypass: None,
             missing: MissingKey::default(),
             deny: None,
-            deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
+            deny_cache: true,
             grpc: None,
             policy,
             counters: Arc::new(Counters::default()),
@@ -85,6 +85,12 @@ impl Config {
             near_limit: None,
             name,
             settle: None,
+        };
+        // a limiter whose limits change at run time: checked as plans, with
+        // the limiter in force (its policy, its deny cache)
+        if let Some(plans) = config.limiter.runtime_plans() {
+            config.plans = Some((plans.clone(), Arc::new(|_: &Parts| None::<&'static str>)));
         }
+        config
     }
 }

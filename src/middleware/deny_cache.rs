@@ -1,10 +1,17 @@
 //! The local deny cache: a key denied until an instant is answered from
-//! process memory until then, so a client that keeps knocking after its
-//! denial costs the store nothing.
+//! process memory until then (for at most [`MAX_AGE_US`]), so a client
+//! that keeps knocking after its denial costs the store nothing.
+//!
+//! Each [`RateLimiter`] holds one, which the middleware's layers over it
+//! fill and read; the limiter's own admin operations (`reset`, `reward`,
+//! `set_remaining`, `block`, `unblock`, `penalize`) [forget](DenyCache::forget)
+//! the key's denial, so an operator's change holds on this instance's next
+//! request. Another instance's change holds here once the cached denial is
+//! [`MAX_AGE_US`] old.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock::duration_us;
@@ -21,21 +28,41 @@ const COUNTER_SKEW_US: u64 = 1_000;
 /// Default number of keys the cache holds.
 pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
 
+/// The longest a denial is answered from the cache (µs): after that the
+/// store is asked again, so a change made on another instance (an
+/// operator's `unblock`, `reset`, `reward`, new limits) holds here within
+/// a second.
+pub(crate) const MAX_AGE_US: u64 = 1_000_000;
+
 type Shard = HashMap<Box<[u8]>, Entry>;
 
 pub(crate) struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
-    per_shard: usize,
+    per_shard: AtomicUsize,
     /// Entries over all shards: lets the hot path skip hashing and locking
     /// while nobody is denied.
     len: AtomicUsize,
+    /// Counts [`forget`](Self::forget)s: a decision that started before one
+    /// is not cached (it may predate the change that forgot the key).
+    forgets: AtomicU64,
     epoch: tokio::time::Instant,
+}
+
+/// When a decision started, for [`DenyCache::insert`]: its cache time
+/// (µs), and the [`DenyCache::forget`]s made by then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    now: u64,
+    forgets: u64,
 }
 
 struct Entry {
     /// Until when (cache time, µs) the key is denied.
     until: u64,
+    /// Until when (cache time, µs) the cache answers for the store:
+    /// `until`, or [`MAX_AGE_US`] after the decision if sooner.
+    expires: u64,
     /// When the decision was made (cache time, µs).
     at: u64,
     /// The denied cost: a request at least as heavy is denied too.
@@ -46,7 +73,10 @@ struct Entry {
 impl std::fmt::Debug for DenyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DenyCache")
-            .field("capacity", &(self.per_shard * self.shards.len()))
+            .field(
+                "capacity",
+                &(self.per_shard.load(Ordering::Relaxed) * self.shards.len()),
+            )
             .field("len", &self.len.load(Ordering::Relaxed))
             .finish()
     }
@@ -58,9 +88,36 @@ impl DenyCache {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
-            per_shard: capacity.div_ceil(SHARDS).max(1),
+            per_shard: AtomicUsize::new(Self::per_shard(capacity)),
             len: AtomicUsize::new(0),
+            forgets: AtomicU64::new(0),
             epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    fn per_shard(capacity: usize) -> usize {
+        capacity.div_ceil(SHARDS).max(1)
+    }
+
+    /// Holds about `capacity` keys from now on (a smaller cache sheds its
+    /// excess as denials are added).
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        self.per_shard
+            .store(Self::per_shard(capacity), Ordering::Relaxed);
+    }
+
+    /// Forgets the cached denial of `key` (an operator changed its state),
+    /// and keeps decisions already under way from caching theirs (they may
+    /// have been made before the change).
+    pub(crate) fn forget(&self, key: &[u8]) {
+        // (counted before the shard is locked: an insert either sees the
+        // count, or is made before this removal)
+        self.forgets.fetch_add(1, Ordering::SeqCst);
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        if self.shard(key).remove(key).is_some() {
+            self.len.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -80,13 +137,15 @@ impl DenyCache {
     /// store's counter clock is read on whichever core the thread is on, and
     /// two cores' counters may disagree by a little: that clock is read
     /// [`COUNTER_SKEW_US`] early.
-    pub(crate) fn started(&self, limiter: &RateLimiter) -> u64 {
+    pub(crate) fn started(&self, limiter: &RateLimiter) -> Started {
+        let forgets = self.forgets.load(Ordering::SeqCst);
         let now = self.now(limiter);
-        if limiter.decides_by_counter() {
+        let now = if limiter.decides_by_counter() {
             now.saturating_sub(COUNTER_SKEW_US)
         } else {
             now
-        }
+        };
+        Started { now, forgets }
     }
 
     fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
@@ -110,7 +169,7 @@ impl DenyCache {
         }
         let mut shard = self.shard(key);
         let entry = shard.get(key)?;
-        if entry.until <= now {
+        if entry.expires <= now {
             shard.remove(key);
             self.len.fetch_sub(1, Ordering::Relaxed);
             return None;
@@ -126,27 +185,25 @@ impl DenyCache {
         Some(d)
     }
 
-    /// Remembers a denial made at `now` for a request of `cost`, if it can
-    /// be trusted until its `retry_after`: not when a
+    /// Remembers a denial of `limiter` (this cache's, or its fallback)
+    /// for a request of `cost` that started at `started`, if it can be
+    /// trusted until its `retry_after` (or for [`MAX_AGE_US`]): not when a
     /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota denied it (a lease may be
-    /// released any moment), nor when the request can never fit.
+    /// released any moment), nor when the request can never fit, nor when
+    /// the key may have been [forgotten](Self::forget) since it started.
     pub(crate) fn insert(
         &self,
         limiter: &RateLimiter,
         key: &[u8],
         cost: u64,
-        now: u64,
+        started: Started,
         decision: &Decision,
     ) {
+        let now = started.now;
         let Some(retry) = decision.retry_after() else {
             return;
         };
         if decision.allowed() || retry.is_zero() || cost == 0 {
-            return;
-        }
-        // a limiter with blocks: an operator's `unblock` must take effect
-        // at once, so none of its denials are cached
-        if limiter.block_us().is_some() {
             return;
         }
         let uncacheable = decision.quotas().enumerate().any(|(i, q)| {
@@ -158,8 +215,10 @@ impl DenyCache {
         if uncacheable {
             return;
         }
+        let until = now.saturating_add(duration_us(retry));
         let entry = Entry {
-            until: now.saturating_add(duration_us(retry)),
+            until,
+            expires: until.min(now.saturating_add(MAX_AGE_US)),
             at: now,
             cost,
             decision: Decision {
@@ -168,18 +227,24 @@ impl DenyCache {
             },
         };
         let mut shard = self.shard(key);
-        if shard.len() >= self.per_shard && !shard.contains_key(key) {
+        if self.forgets.load(Ordering::SeqCst) != started.forgets {
+            // an operator changed some key's state while this was decided
+            return;
+        }
+        let per_shard = self.per_shard.load(Ordering::Relaxed);
+        if shard.len() >= per_shard && !shard.contains_key(key) {
             let before = shard.len();
-            shard.retain(|_, e| e.until > now);
-            if shard.len() >= self.per_shard {
+            shard.retain(|_, e| e.expires > now);
+            while shard.len() >= per_shard {
                 // Still full of live denials: drop the one that ends first.
                 let first = shard
                     .iter()
-                    .min_by_key(|(_, e)| e.until)
+                    .min_by_key(|(_, e)| e.expires)
                     .map(|(k, _)| k.clone());
-                if let Some(k) = first {
-                    shard.remove(&k);
-                }
+                match first {
+                    Some(k) => shard.remove(&k),
+                    None => break,
+                };
             }
             self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
         }
@@ -195,6 +260,10 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::{MemoryStore, Quota, Rate};
     use std::time::Duration;
+
+    fn at(now: u64) -> Started {
+        Started { now, forgets: 0 }
+    }
 
     fn limiter(quota: Quota) -> RateLimiter {
         RateLimiter::builder()
@@ -226,10 +295,10 @@ mod tests {
         );
         // a decision is recorded as made a little early (another core's counter)
         let started = cache.started(&l);
-        assert!(started + COUNTER_SKEW_US <= cache.now(&l));
+        assert!(started.now + COUNTER_SKEW_US <= cache.now(&l));
         // a manual clock is exact
         let manual = limiter(Quota::fixed_window(Rate::per_second(1)));
-        assert_eq!(cache.started(&manual), cache.now(&manual));
+        assert_eq!(cache.started(&manual).now, cache.now(&manual));
     }
 
     #[tokio::test]
@@ -240,7 +309,7 @@ mod tests {
         let denied = l.check("k").await.unwrap();
         assert!(!denied.allowed());
         let now = cache.now(&l);
-        cache.insert(&l, b"k", 1, now, &denied);
+        cache.insert(&l, b"k", 1, at(now), &denied);
 
         let hit = cache.get(b"k", 1, now + 400_000).unwrap();
         assert!(!hit.allowed());
@@ -272,7 +341,7 @@ mod tests {
         l.check_n("k", 3).await.unwrap();
         let denied = l.check_n("k", 3).await.unwrap();
         assert!(!denied.allowed());
-        cache.insert(&l, b"k", 3, 0, &denied);
+        cache.insert(&l, b"k", 3, at(0), &denied);
         assert!(cache.get(b"k", 2, 1).is_none());
         assert!(cache.get(b"k", 3, 1).is_some());
     }
@@ -284,13 +353,13 @@ mod tests {
         let _held = l.check("k").await.unwrap();
         let denied = l.check("k").await.unwrap();
         assert!(!denied.allowed() && denied.retry_after().is_some());
-        cache.insert(&l, b"k", 1, 0, &denied);
+        cache.insert(&l, b"k", 1, at(0), &denied);
         assert!(cache.get(b"k", 1, 1).is_none());
 
         let l = limiter(Quota::fixed_window(Rate::per_second(2)));
         let never = l.check_n("k", 3).await.unwrap();
         assert!(!never.allowed() && never.retry_after().is_none());
-        cache.insert(&l, b"k", 3, 0, &never);
+        cache.insert(&l, b"k", 3, at(0), &never);
         assert!(cache.get(b"k", 3, 1).is_none());
     }
 
@@ -301,10 +370,50 @@ mod tests {
         l.check("k").await.unwrap();
         let denied = l.check("k").await.unwrap();
         for i in 0..1_000u32 {
-            cache.insert(&l, &i.to_be_bytes(), 1, u64::from(i), &denied);
+            cache.insert(&l, &i.to_be_bytes(), 1, at(u64::from(i)), &denied);
         }
-        let held: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
-        assert!(held <= SHARDS * 2, "{held}");
-        assert_eq!(cache.len.load(Ordering::Relaxed), held);
+        let held = || -> usize { cache.shards.iter().map(|s| s.lock().unwrap().len()).sum() };
+        assert!(held() <= SHARDS * 2, "{}", held());
+        assert_eq!(cache.len.load(Ordering::Relaxed), held());
+        // a smaller capacity sheds the excess as denials come
+        cache.set_capacity(SHARDS);
+        for i in 1_000..2_000u32 {
+            cache.insert(&l, &i.to_be_bytes(), 1, at(1_000), &denied);
+        }
+        assert!(held() <= SHARDS, "{}", held());
+        assert_eq!(cache.len.load(Ordering::Relaxed), held());
+    }
+
+    #[tokio::test]
+    async fn a_denial_is_served_for_at_most_a_second_and_forgotten_on_demand() {
+        // a denial of a minute: served from the cache for one second
+        let l = limiter(Quota::fixed_window(Rate::per_minute(1)));
+        let cache = DenyCache::new(100);
+        l.check("k").await.unwrap();
+        let denied = l.check("k").await.unwrap();
+        assert!(denied.retry_after().unwrap() > Duration::from_secs(50));
+        cache.insert(&l, b"k", 1, at(0), &denied);
+        let hit = cache.get(b"k", 1, MAX_AGE_US - 1).unwrap();
+        assert_eq!(
+            hit.retry_after(),
+            Some(denied.retry_after().unwrap() - Duration::from_micros(MAX_AGE_US - 1)),
+            "the real retry, not the cache's bound"
+        );
+        assert!(cache.get(b"k", 1, MAX_AGE_US).is_none());
+
+        // forgotten: gone, and a decision under way when it was forgotten
+        // is not cached
+        let started = cache.started(&l);
+        cache.insert(&l, b"k", 1, started, &denied);
+        cache.insert(&l, b"other", 1, started, &denied);
+        let under_way = cache.started(&l);
+        cache.forget(b"k");
+        assert!(cache.get(b"k", 1, started.now).is_none());
+        assert!(cache.get(b"other", 1, started.now).is_some());
+        cache.insert(&l, b"k", 1, under_way, &denied);
+        assert!(cache.get(b"k", 1, started.now).is_none());
+        let after = cache.started(&l);
+        cache.insert(&l, b"k", 1, after, &denied);
+        assert!(cache.get(b"k", 1, after.now).is_some());
     }
 }

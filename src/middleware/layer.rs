@@ -9,7 +9,6 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::config::Config;
-use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::headers::HeaderStyle;
 use super::policy::{Failure, FailurePolicy, MissingKey};
 use super::service::RateLimit;
@@ -187,26 +186,33 @@ impl RateLimitLayer {
     /// Turns the local deny cache on (the default) or off.
     ///
     /// A key denied with a `retry_after` is then answered from process
-    /// memory until that instant, without asking the store: a flooding
-    /// client costs Redis one call per denial period. Denials by a
+    /// memory until that instant, for at most a second, without asking the
+    /// store: a flooding client costs the store about one call per second
+    /// (and per instance). Denials by a
     /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota are not cached
-    /// (a lease may be released any moment). Each instance has its own
-    /// cache: a [`RateLimiter::reset`] is seen by other instances once
-    /// their cached denial ends.
+    /// (a lease may be released any moment). The cache is the limiter's
+    /// (each plan's, with [plans](Self::with_plans)), shared by the layers
+    /// over it: the limiter's admin operations ([`RateLimiter::reset`],
+    /// [`reward`](RateLimiter::reward), [`set_remaining`](RateLimiter::set_remaining),
+    /// [`unblock`](RateLimiter::unblock), ...) forget the key's denial, so
+    /// they hold on this instance's next request; on other instances they
+    /// hold within a second, once the cached denial is that old.
     pub fn deny_cache(self, enabled: bool) -> Self {
-        self.with(|c| {
-            c.deny_cache = match (enabled, c.deny_cache.take()) {
-                (false, _) => None,
-                (true, Some(cache)) => Some(cache),
-                (true, None) => Some(Arc::new(DenyCache::new(DEFAULT_CAPACITY))),
-            }
-        })
+        self.with(|c| c.deny_cache = enabled)
     }
 
     /// Turns the deny cache on with room for about `keys` denied keys
     /// (default 10 000); when full, the denial that ends first is dropped.
+    /// The cache is the limiter's (each plan's), so this sets it for every
+    /// layer over the same limiter.
     pub fn deny_cache_capacity(self, keys: usize) -> Self {
-        self.with(|c| c.deny_cache = Some(Arc::new(DenyCache::new(keys))))
+        self.with(|c| {
+            c.deny_cache = true;
+            c.limiter.deny_cache().set_capacity(keys);
+            if let Some((plans, _)) = &c.plans {
+                plans.set_deny_cache_capacity(keys);
+            }
+        })
     }
 
     /// Whether the middleware's own answers (429, 503, missing key) take the
@@ -231,8 +237,9 @@ impl RateLimitLayer {
     /// [`ActivePlan`](crate::plans::ActivePlan) is in its extensions (as an
     /// `Arc<ActivePlan>`).
     ///
-    /// The same defaults as [`new`](Self::new); the deny cache keeps each
-    /// plan's denials apart and forgets them when the plan's limits change.
+    /// The same defaults as [`new`](Self::new); each plan's limiter has its
+    /// own deny cache, so a plan's denials are forgotten when its limits
+    /// change.
     ///
     /// ```
     /// use tower_redis_ratelimit::middleware::PlanFromHeader;

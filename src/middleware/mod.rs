@@ -96,7 +96,7 @@ macro_rules! event {
 mod body;
 mod check;
 mod config;
-mod deny_cache;
+pub(crate) mod deny_cache;
 mod future;
 pub(crate) mod headers;
 pub(crate) mod layer;

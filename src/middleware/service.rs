@@ -126,7 +126,7 @@ where
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
             Check::Unlimited(plan) => {
-                metrics::decision(self.config.name, plan.name(), "", Outcome::Unlimited);
+                metrics::decision(self.config.name, plan.label, "", Outcome::Unlimited);
                 parts.extensions.insert(RateLimitOutcome::Unlimited);
                 parts.extensions.insert(plan);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))

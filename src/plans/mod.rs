@@ -84,7 +84,7 @@ mod text;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,8 +94,9 @@ pub use self::config::{Plan, PlansConfig};
 use crate::clock::Clock;
 use crate::decision::{Decision, intern};
 use crate::error::{ConfigError, StoreError};
-use crate::limiter::{MAX_PREFIX_LEN, RateLimiter};
+use crate::limiter::{MAX_PREFIX_LEN, RateLimiter, RateLimiterBuilder};
 use crate::middleware::headers::Policy;
+use crate::quota::Quota;
 use crate::store::{Backend, Store};
 
 /// Every plan's limiter, swapped whole by a [`LimitsHandle`]; see the
@@ -117,8 +118,13 @@ pub struct LimitsHandle {
 struct Shared {
     store: Backend,
     prefix: String,
-    clock: Clock,
+    /// Every plan's limiter options but its prefix and quotas (store,
+    /// clock, blocks).
+    template: RateLimiterBuilder,
     carry_over: bool,
+    /// The limits of one [`RateLimiter`] with runtime limits: one limited
+    /// plan, labelled as no plan.
+    single: bool,
     current: ArcSwap<Snapshot>,
     /// Serializes updates (never taken by a check).
     update: Mutex<()>,
@@ -127,6 +133,8 @@ struct Shared {
     /// began before a local change must not undo it.
     applied: AtomicU64,
     sync: Option<Sync>,
+    /// The capacity of each plan's deny cache (0: the default).
+    deny_capacity: AtomicUsize,
 }
 
 /// Reading the limits from the store.
@@ -152,11 +160,15 @@ struct Snapshot {
 /// unlimited plan), from [`Plans::resolve`].
 pub struct ActivePlan {
     name: &'static str,
+    /// The `plan` label of metrics: the name, or none for the plan of a
+    /// [`RateLimiter`] with runtime limits.
+    pub(crate) label: &'static str,
     plan: Plan,
     limiter: Option<RateLimiter>,
     /// `RateLimit-Policy` of its quotas (middleware).
     pub(crate) policy: Option<Arc<Policy>>,
-    /// Distinct for every build of a plan (the deny cache keys by it).
+    /// Distinct for every build of a plan (the middleware's fallback
+    /// limiters key by it).
     pub(crate) generation: u64,
 }
 
@@ -250,6 +262,129 @@ impl Plans {
         }
     }
 
+    /// The state of `key` under the plan `plan` (the default plan if
+    /// unknown), without consuming anything, as [`RateLimiter::get`]:
+    /// `None` if that plan is unlimited.
+    pub async fn get(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Decision>, StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.get(key).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets what is left of every quota of `key` under the plan `plan` (the
+    /// default plan if unknown), as [`RateLimiter::set_remaining`]; an
+    /// unlimited plan has nothing to set.
+    pub async fn set_remaining(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.set_remaining(key, remaining).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Charges `units` to `key` under the plan `plan` (the default plan if
+    /// unknown), as [`RateLimiter::penalize`].
+    pub async fn penalize(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.penalize(key, units).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Gives `units` back to `key` under the plan `plan` (the default plan
+    /// if unknown), as [`RateLimiter::reward`].
+    pub async fn reward(
+        &self,
+        plan: &str,
+        key: impl AsRef<[u8]>,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        match self.resolve(Some(plan)).limiter() {
+            Some(limiter) => limiter.reward(key, units).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets the state of `key` under every plan, its block included, as
+    /// [`RateLimiter::reset`] (one store call per limited plan).
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.reset(key).await })
+            .await
+    }
+
+    /// Denies `key` for `duration` from now, whatever its plan (every
+    /// limited plan in force: one store call each; an unlimited plan makes
+    /// no store call, so it is never blocked), as [`RateLimiter::block`].
+    /// Needs plans built with [`blocking`](PlansBuilder::blocking) or
+    /// [`block_for`](PlansBuilder::block_for). A plan added later does not
+    /// carry the block; a plan whose limits change keeps it. A zero
+    /// duration lifts the block.
+    pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
+        self.blocks()?;
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.block(key, duration).await })
+            .await
+    }
+
+    /// Lifts a block of `key` under every plan (see [`block`](Self::block)).
+    pub async fn unblock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        self.blocks()?;
+        let key = key.as_ref();
+        self.each_limiter(|limiter| async move { limiter.unblock(key).await })
+            .await
+    }
+
+    fn blocks(&self) -> Result<(), StoreError> {
+        if self.shared.template.blocks() {
+            Ok(())
+        } else {
+            Err(StoreError::Protocol(
+                "blocking is not enabled for these plans: build them with .blocking() or .block_for(..)"
+                    .to_owned(),
+            ))
+        }
+    }
+
+    /// Runs `op` on every limited plan's limiter in force (all of them,
+    /// even after one failed): the first error.
+    async fn each_limiter<F, Fut>(&self, op: F) -> Result<(), StoreError>
+    where
+        F: Fn(RateLimiter) -> Fut,
+        Fut: std::future::Future<Output = Result<(), StoreError>>,
+    {
+        let limiters: Vec<RateLimiter> = {
+            let snapshot = self.shared.current.load();
+            snapshot
+                .by_name
+                .values()
+                .filter_map(|p| p.limiter().cloned())
+                .collect()
+        };
+        let mut first = Ok(());
+        for limiter in limiters {
+            let result = op(limiter).await;
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+
     /// The handle that changes these plans' limits.
     pub fn handle(&self) -> LimitsHandle {
         LimitsHandle {
@@ -265,6 +400,18 @@ impl Plans {
     /// The key prefix the plans were built with.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
+    }
+
+    /// Sets the capacity of every plan's deny cache, now and in later
+    /// builds (the middleware's `deny_cache_capacity`).
+    pub(crate) fn set_deny_cache_capacity(&self, keys: usize) {
+        let _update = self.shared.lock_update();
+        self.shared.deny_capacity.store(keys, Ordering::Relaxed);
+        for plan in self.shared.current.load().by_name.values() {
+            if let Some(limiter) = plan.limiter() {
+                limiter.deny_cache().set_capacity(keys);
+            }
+        }
     }
 
     /// The prefix of the plan `plan`'s storage keys (see the [module docs](self)).
@@ -382,6 +529,57 @@ impl LimitsHandle {
     pub fn current(&self) -> PlansConfig {
         self.shared.current.load().config.clone()
     }
+
+    /// Replaces the quotas of the default plan on this instance, at once
+    /// (for a [`RateLimiter`] with
+    /// [runtime limits](crate::limiter::RateLimiterBuilder::runtime_limits),
+    /// its quotas). The plan's shadow mode stays.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field (`quotas[1].burst` for a limiter,
+    /// `plans.free.quotas[1].burst` for plans); the old limits then stay.
+    pub fn set_quotas<Q: Into<Quota>>(
+        &self,
+        quotas: impl IntoIterator<Item = Q>,
+    ) -> Result<(), ConfigError> {
+        let _update = self.shared.lock_update();
+        let config = self.with_quotas(quotas);
+        self.shared
+            .apply(config)
+            .map_err(|e| self.shared.unplanned(e))
+    }
+
+    /// [`set_quotas`](Self::set_quotas), then writes the limits to the
+    /// store, as [`publish`](Self::publish).
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish).
+    pub async fn publish_quotas<Q: Into<Quota>>(
+        &self,
+        quotas: impl IntoIterator<Item = Q>,
+    ) -> Result<(), LimitsError> {
+        let config = self.with_quotas(quotas);
+        self.publish(config).await.map_err(|e| match e {
+            LimitsError::Config(e) => LimitsError::Config(self.shared.unplanned(e)),
+            e => e,
+        })
+    }
+
+    /// The quotas of the default plan in force (a limiter's quotas).
+    pub fn quotas(&self) -> Vec<Quota> {
+        let snapshot = self.shared.current.load();
+        snapshot.default.plan.quotas.clone()
+    }
+
+    /// The configuration in force with the default plan's quotas replaced.
+    fn with_quotas<Q: Into<Quota>>(&self, quotas: impl IntoIterator<Item = Q>) -> PlansConfig {
+        let snapshot = self.shared.current.load();
+        let default = snapshot.config.default.clone();
+        let plan = Plan::new(quotas).shadow(snapshot.default.plan.shadow);
+        snapshot.config.clone().plan(default, plan)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -391,6 +589,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     fn lock_update(&self) -> std::sync::MutexGuard<'_, ()> {
         lock(&self.update)
+    }
+
+    /// A limiter's error about its runtime limits names its own field
+    /// (`quotas[1].burst`), not its plan's (`plans.default.quotas[1].burst`).
+    fn unplanned(&self, e: ConfigError) -> ConfigError {
+        if !self.single {
+            return e;
+        }
+        let plan = format!("plans.{}.", self.current.load().config.default);
+        match e.field().strip_prefix(&plan) {
+            Some(field) => {
+                let field = field.to_owned();
+                e.with_field(field)
+            }
+            None => e,
+        }
+    }
+
+    fn label(&self, name: &'static str) -> &'static str {
+        if self.single { "" } else { name }
     }
 
     fn plan_prefix(&self, plan: &str) -> String {
@@ -433,6 +651,12 @@ impl Shared {
             };
             by_name.insert(name.clone(), active);
         }
+        if self.single && (by_name.len() != 1 || by_name.values().any(|p| p.limiter.is_none())) {
+            return Err(ConfigError::new(
+                "plans",
+                "a limiter's runtime limits are one plan with quotas",
+            ));
+        }
         let default = by_name.get(&config.default).cloned().ok_or_else(|| {
             let names: Vec<&str> = config.plans.keys().map(String::as_str).collect();
             ConfigError::new(
@@ -463,6 +687,7 @@ impl Shared {
             }
             return Ok(ActivePlan {
                 name,
+                label: self.label(name),
                 plan: plan.clone(),
                 limiter: None,
                 policy: None,
@@ -475,10 +700,10 @@ impl Shared {
                 "no quota configured; give the plan quotas or make it Plan::unlimited()",
             ));
         }
-        let limiter = RateLimiter::builder()
-            .backend(self.store.clone())
+        let limiter = self
+            .template
+            .clone()
             .prefix(self.plan_prefix(name))
-            .clock(self.clock.clone())
             .quotas(plan.quotas.iter().cloned())
             .build()
             .map_err(|e| {
@@ -491,9 +716,14 @@ impl Shared {
                     None => e,
                 }
             })?;
+        match self.deny_capacity.load(Ordering::Relaxed) {
+            0 => {}
+            keys => limiter.deny_cache().set_capacity(keys),
+        }
         let policy = Some(Arc::new(Policy::new(&limiter)));
         Ok(ActivePlan {
             name,
+            label: self.label(name),
             plan: plan.clone(),
             limiter: Some(limiter),
             policy,
@@ -651,6 +881,8 @@ pub struct PlansBuilder {
     default: Option<String>,
     config: Option<PlansConfig>,
     sync: Option<Duration>,
+    block: Option<Duration>,
+    blocking: bool,
 }
 
 impl fmt::Debug for PlansBuilder {
@@ -712,6 +944,23 @@ impl PlansBuilder {
         self
     }
 
+    /// The penalty box for every plan, as
+    /// [`RateLimiterBuilder::block_for`]: once a request is denied, its key
+    /// stays denied for `duration` in its plan; also enables
+    /// [`Plans::block`] and [`Plans::unblock`]. Zero is rejected
+    /// (`block_for`).
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block = Some(duration);
+        self
+    }
+
+    /// Enables [`Plans::block`] and [`Plans::unblock`] without an automatic
+    /// penalty, as [`RateLimiterBuilder::blocking`].
+    pub fn blocking(mut self) -> Self {
+        self.blocking = true;
+        self
+    }
+
     /// Keeps the limits in the store too (on Redis, the key
     /// `<prefix>:plans`) and reads them at most once per `interval`, in a
     /// task of its own started by a check once the interval has passed, so
@@ -739,9 +988,18 @@ impl PlansBuilder {
         })?;
         store.validate()?;
         let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
-        // the prefix's own rules (a plan's adds `.<plan>`)
-        RateLimiter::builder()
+        let mut template = RateLimiter::builder()
             .backend(store.clone())
+            .clock(self.clock.clone());
+        if let Some(d) = self.block {
+            template = template.block_for(d);
+        }
+        if self.blocking {
+            template = template.blocking();
+        }
+        // the prefix's and the blocks' own rules (a plan's prefix adds `.<plan>`)
+        template
+            .clone()
             .prefix(prefix.clone())
             .quota(crate::Rate::per_second(1))
             .build()?;
@@ -757,7 +1015,45 @@ impl PlansBuilder {
         {
             config.default = single;
         }
-        let sync = match self.sync {
+        Plans::new(
+            store,
+            prefix,
+            template,
+            self.carry_over,
+            false,
+            self.sync,
+            config,
+        )
+    }
+}
+
+impl Plans {
+    /// The limits of a [`RateLimiter`] with runtime limits: one plan,
+    /// `default`, of `quotas`, under the limiter's own prefix (`template`:
+    /// its options, prefix included, without quotas).
+    pub(crate) fn single(
+        template: RateLimiterBuilder,
+        prefix: String,
+        quotas: Vec<Quota>,
+        sync: Option<Duration>,
+    ) -> Result<Plans, ConfigError> {
+        let store = template
+            .store_backend()
+            .ok_or_else(|| ConfigError::new("store", "no store configured"))?;
+        let config = PlansConfig::new("default").plan("default", Plan::new(quotas));
+        Plans::new(store, prefix, template, true, true, sync, config)
+    }
+
+    fn new(
+        store: Backend,
+        prefix: String,
+        template: RateLimiterBuilder,
+        carry_over: bool,
+        single: bool,
+        sync: Option<Duration>,
+        config: PlansConfig,
+    ) -> Result<Plans, ConfigError> {
+        let sync = match sync {
             Some(d) if d.is_zero() => {
                 return Err(ConfigError::new("sync_interval", "must be above zero"));
             }
@@ -774,14 +1070,16 @@ impl PlansBuilder {
         let mut shared = Shared {
             store,
             prefix,
-            clock: self.clock,
-            carry_over: self.carry_over,
+            template,
+            carry_over,
+            single,
             // replaced below, once built
             current: ArcSwap::from_pointee(Snapshot {
                 config: PlansConfig::new(""),
                 by_name: HashMap::new(),
                 default: Arc::new(ActivePlan {
                     name: "",
+                    label: "",
                     plan: Plan::unlimited(),
                     limiter: None,
                     policy: None,
@@ -792,6 +1090,7 @@ impl PlansBuilder {
             generation: AtomicU64::new(1),
             applied: AtomicU64::new(0),
             sync,
+            deny_capacity: AtomicUsize::new(0),
         };
         let snapshot = shared.build(config, None)?;
         shared.current = ArcSwap::from_pointee(snapshot);

@@ -12,6 +12,7 @@
 //!   `unlimited = true` and `shadow = true`;
 //! - plans: `{ default = "free", plans = { free = ..., pro = ... } }`.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -113,7 +114,7 @@ impl<'de> Deserialize<'de> for Quota {
                 f.write_str("a quota: \"gcra 60/min burst=10\" or { strategy, rate, burst, name }")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Quota, E> {
-                s.parse::<Quota>().map_err(E::custom)
+                s.parse::<Quota>().map_err(nested)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Quota, A::Error> {
                 let t = QuotaTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
@@ -143,7 +144,14 @@ impl<'de> Deserialize<'de> for Quotas {
                 f.write_str("a list of quotas, or \"100/minute; 10000/day\"")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Quotas, E> {
-                let plan: Plan = s.parse().map_err(E::custom)?;
+                // (the plan's `quotas[1].rate` is `[1].rate` of this list)
+                let plan: Plan = s.parse().map_err(|e: ConfigError| {
+                    let field = e.field().strip_prefix("quotas").map(str::to_owned);
+                    nested(match field {
+                        Some(field) => e.with_field(field),
+                        None => e,
+                    })
+                })?;
                 Ok(Quotas(plan.quotas))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Quotas, A::Error> {
@@ -195,7 +203,7 @@ impl<'de> Deserialize<'de> for Plan {
                 f.write_str("a plan: \"100/minute; 10000/day\" or { quotas, unlimited, shadow }")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Plan, E> {
-                s.parse().map_err(E::custom)
+                s.parse().map_err(nested)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Plan, A::Error> {
                 let t = PlanTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
@@ -242,6 +250,21 @@ impl<'de> Deserialize<'de> for PlansConfig {
     }
 }
 
+thread_local! {
+    /// The [`ConfigError`] of the quota or plan whose text failed to parse
+    /// during this thread's deserialization (the deserializer keeps only
+    /// its message): [`PlansConfig::deserialize_from`] puts it at its path.
+    static NESTED: RefCell<Option<ConfigError>> = const { RefCell::new(None) };
+}
+
+/// The deserializer's error for `e`, which is kept for
+/// [`PlansConfig::deserialize_from`].
+fn nested<E: de::Error>(e: ConfigError) -> E {
+    let error = E::custom(&e);
+    NESTED.with(|n| *n.borrow_mut() = Some(e));
+    error
+}
+
 impl PlansConfig {
     /// Deserializes plans from any `serde` format, with an error that names
     /// the path of the field at fault:
@@ -274,10 +297,16 @@ impl PlansConfig {
     ///
     /// A [`ConfigError`] whose [`field`](ConfigError::field) is the path.
     pub fn deserialize_from<'de, D: Deserializer<'de>>(d: D) -> Result<Self, ConfigError> {
+        NESTED.with(|n| n.borrow_mut().take());
         serde_path_to_error::deserialize(d).map_err(|e| {
             let path = e.path().to_string();
             let path = if path == "." { String::new() } else { path };
-            ConfigError::new(path, e.into_inner().to_string())
+            // a quota's or plan's own error, at its place in the document
+            // (its message once, not inside the deserializer's)
+            match NESTED.with(|n| n.borrow_mut().take()) {
+                Some(inner) => inner.within(&path),
+                None => ConfigError::new(path, e.into_inner().to_string()),
+            }
         })
     }
 }
