@@ -1075,6 +1075,9 @@ pub struct RateLimiterBuilder {
     blocking: bool,
     runtime: bool,
     sync: Option<Duration>,
+    /// A plan's name: its keys live under `<prefix>/<plan>` (a `/` no
+    /// prefix may hold, so no limiter's keys can be a plan's).
+    plan: Option<String>,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -1097,7 +1100,9 @@ impl RateLimiterBuilder {
     /// Namespace of every storage key (default `rl`): 1 to 64 bytes of ASCII
     /// letters, digits, `-`, `_` or `.`. No `:`: the first `:` of a key's hash
     /// tag ends the prefix, so limiters of different prefixes never share a
-    /// key, whatever their user keys.
+    /// key, whatever their user keys. No `/`: a [`Plans`](crate::plans::Plans)'
+    /// plan keeps its keys under `<prefix>/<plan>`, which no limiter's prefix
+    /// can be.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -1233,8 +1238,12 @@ impl RateLimiterBuilder {
             )
         })?;
         store.validate()?;
-        let prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
+        let mut prefix = self.prefix.unwrap_or_else(|| "rl".to_owned());
         validate_prefix(&prefix)?;
+        if let Some(plan) = &self.plan {
+            // (the plan's name is checked by the plans)
+            prefix = format!("{prefix}/{plan}");
+        }
         if self.quotas.is_empty() {
             return Err(ConfigError::new(
                 "quota",
@@ -1351,6 +1360,12 @@ impl RateLimiterBuilder {
 
 /// What [`Plans`](crate::plans::Plans) needs to build one limiter per plan.
 impl RateLimiterBuilder {
+    /// Keeps the limiter's keys under `<prefix>/<plan>`: a plan's limiter.
+    pub(crate) fn plan_scope(mut self, plan: &str) -> Self {
+        self.plan = Some(plan.to_owned());
+        self
+    }
+
     /// [`build`](Self::build) with [runtime limits](Self::runtime_limits):
     /// the limiter as built (checked as any), over a plan of one.
     fn build_runtime(mut self) -> Result<RateLimiter, ConfigError> {

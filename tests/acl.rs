@@ -711,7 +711,7 @@ fn synced_plans(store: &RedisStore) -> Plans {
 }
 
 /// The issue's case: the README's ACL line covered `{api:*` alone, so a
-/// `Plans` of prefix `api` (keys `{api.free:…}`, the document `api:plans`)
+/// `Plans` of prefix `api` (keys `{api/free:…}`, the document `api:plans`)
 /// was refused every call.
 #[tokio::test]
 async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key_patterns() {
@@ -768,7 +768,7 @@ async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key
     for want in ["{api:user-1}:!", "api:plans"] {
         assert!(keys.iter().any(|k| k == want), "{want} not in {keys:?}");
     }
-    for want in ["{api.free:user-1}", "{api.pro:user-1}"] {
+    for want in ["{api/free:user-1}", "{api/pro:user-1}"] {
         assert!(
             keys.iter().any(|k| k.starts_with(want)),
             "{want} not in {keys:?}"
@@ -779,8 +779,8 @@ async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key
 #[test]
 fn the_key_pattern_matcher_of_these_tests_matches_as_redis_does() {
     assert!(glob("{api:*", "{api:user}:g1m/hour"));
-    assert!(!glob("{api:*", "{api.free:user}:g1m/hour"));
-    assert!(glob("{api.*", "{api.free:user}:g1m/hour"));
+    assert!(!glob("{api:*", "{api/free:user}:g1m/hour"));
+    assert!(glob("{api/*", "{api/free:user}:g1m/hour"));
     assert!(glob("api:plans", "api:plans"));
     assert!(!glob("api:plans", "api:plans2"));
     assert!(glob("a*b*c", "a-b-b-c"));
@@ -837,7 +837,7 @@ async fn plans_verify_checks_every_plan_and_the_shared_limits() {
     set_user(&server, &as_it_was).await;
     let e = synced_plans(&store).verify().await.expect_err("as it was");
     assert!(no_permission(&e), "the line as it was: {e:?}");
-    for rule in ["~{api.*", "~api:plans"] {
+    for rule in ["~{api/*", "~api:plans"] {
         set_user(&server, &without(rule)).await;
         let e = synced_plans(&store).verify().await.expect_err(rule);
         assert!(no_permission(&e), "without {rule}: {e:?}");

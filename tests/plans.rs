@@ -100,13 +100,13 @@ async fn each_plan_has_its_own_quotas_and_state(store: Store<'_>) {
     assert_eq!(
         free.limiter().unwrap().storage_keys("u"),
         [
-            format!("{{tiers-{s}.free:u}}:f1m/minute"),
-            format!("{{tiers-{s}.free:u}}:f1d/day")
+            format!("{{tiers-{s}/free:u}}:f1m/minute"),
+            format!("{{tiers-{s}/free:u}}:f1d/day")
         ]
     );
     assert_eq!(
         pro.limiter().unwrap().storage_keys("u"),
-        [format!("{{tiers-{s}.pro:u}}:f1m/minute")]
+        [format!("{{tiers-{s}/pro:u}}:f1m/minute")]
     );
     // a minute later the free caller is admitted again
     clock.advance(Duration::from_secs(60));
@@ -122,6 +122,59 @@ async fn each_plan_has_its_own_quotas_and_state_on_redis() {
 #[tokio::test]
 async fn each_plan_has_its_own_quotas_and_state_in_memory() {
     each_plan_has_its_own_quotas_and_state(Store::Memory(MemoryStore::new())).await;
+}
+
+/// A plan's keys are no limiter's: a limiter whose prefix reads as a plan's
+/// (`tiers.free` beside the plans of prefix `tiers`) has keys of its own, and
+/// a prefix with the plans' separator `/` is refused at `build()`.
+async fn a_limiters_prefix_never_names_a_plans_keys(store: Store<'_>) {
+    let (s, clock) = (store.name(), clock());
+    let plans = store
+        .builder(&clock, &format!("sep-{s}"))
+        .config(tiers())
+        .build()
+        .unwrap();
+    let limiter = |prefix: String| {
+        let b = RateLimiter::builder()
+            .prefix(prefix)
+            .clock(clock.clone())
+            .quota(Quota::fixed_window(Rate::per_minute(3)).name("minute"));
+        match &store {
+            Store::Redis(server) => b.store(RedisStore::new(server.pool(2)).timeout(GENEROUS)),
+            Store::Memory(m) => b.store(m.clone()),
+        }
+        .build()
+    };
+    let dotted = limiter(format!("sep-{s}.free")).unwrap();
+    for i in 0..3 {
+        assert!(dotted.check("u").await.unwrap().allowed(), "{s}: #{i}");
+    }
+    assert!(dotted.check("u").await.unwrap().denied(), "{s}");
+    // the plan's own minute is untouched (it shared the key before)
+    for i in 0..3 {
+        assert!(allowed(&plans, "free", "u").await, "{s}: plan #{i}");
+    }
+    assert_ne!(
+        dotted.storage_keys("u")[0],
+        plans
+            .resolve(Some("free"))
+            .limiter()
+            .unwrap()
+            .storage_keys("u")[0]
+    );
+    let err = limiter(format!("sep-{s}/free")).unwrap_err();
+    assert_eq!(err.field(), "prefix", "{s}: {err}");
+}
+
+#[tokio::test]
+async fn a_limiters_prefix_never_names_a_plans_keys_on_redis() {
+    let redis = RedisServer::start();
+    a_limiters_prefix_never_names_a_plans_keys(Store::Redis(&redis)).await;
+}
+
+#[tokio::test]
+async fn a_limiters_prefix_never_names_a_plans_keys_in_memory() {
+    a_limiters_prefix_never_names_a_plans_keys(Store::Memory(MemoryStore::new())).await;
 }
 
 #[tokio::test]
@@ -734,7 +787,7 @@ async fn plans_block_and_are_administered_by_key(store: Store<'_>) {
     let keys = free.limiter().unwrap().storage_keys("u");
     assert_eq!(
         keys.last().map(String::as_str),
-        Some(format!("{{admin-{s}.free:u}}:!").as_str()),
+        Some(format!("{{admin-{s}/free:u}}:!").as_str()),
         "{s}: the block key, decided in the same call"
     );
     // the penalty: denied for ten minutes, though the window ends after one

@@ -20,8 +20,8 @@
 //!
 //! # Keys, and what happens to stored state when limits change
 //!
-//! Each plan's keys live under the prefix `<prefix>.<plan>` (so a plan named
-//! `pro` of prefix `api` keeps `{api.pro:<key>}:<quota id>`): keys of
+//! Each plan's keys live under the prefix `<prefix>/<plan>` (so a plan named
+//! `pro` of prefix `api` keeps `{api/pro:<key>}:<quota id>`): keys of
 //! different plans never share state, and a caller who moves to another
 //! plan starts fresh on it (and finds its old state again if it moves back
 //! before that state expired). [`PlansBuilder::carry_over`] puts every plan
@@ -615,7 +615,7 @@ impl Shared {
         if self.carry_over {
             self.prefix.clone()
         } else {
-            format!("{}.{plan}", self.prefix)
+            format!("{}/{plan}", self.prefix)
         }
     }
 
@@ -700,10 +700,11 @@ impl Shared {
                 "no quota configured; give the plan quotas or make it Plan::unlimited()",
             ));
         }
-        let limiter = self
-            .template
-            .clone()
-            .prefix(self.plan_prefix(name))
+        let mut builder = self.template.clone().prefix(self.prefix.clone());
+        if !self.carry_over {
+            builder = builder.plan_scope(name);
+        }
+        let limiter = builder
             .quotas(plan.quotas.iter().cloned())
             .build()
             .map_err(|e| {
@@ -863,7 +864,7 @@ fn validate_plan_name(name: &str, prefix: &str, carry_over: bool) -> Result<(), 
     }
     if !carry_over && prefix.len() + 1 + name.len() > MAX_PREFIX_LEN {
         return Err(format!(
-            "plan name {name:?} makes the key prefix {prefix}.{name} longer than {MAX_PREFIX_LEN} bytes"
+            "plan name {name:?} makes the key prefix {prefix}/{name} longer than {MAX_PREFIX_LEN} bytes"
         ));
     }
     Ok(())
@@ -903,7 +904,7 @@ impl PlansBuilder {
     }
 
     /// Namespace of every storage key (default `rl`); each plan's keys are
-    /// under `<prefix>.<plan>` (see [`carry_over`](Self::carry_over)).
+    /// under `<prefix>/<plan>` (see [`carry_over`](Self::carry_over)).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -936,7 +937,7 @@ impl PlansBuilder {
     }
 
     /// Whether every plan keeps its state under the prefix itself (default
-    /// `false`: each under `<prefix>.<plan>`, and a caller who changes plan
+    /// `false`: each under `<prefix>/<plan>`, and a caller who changes plan
     /// starts fresh). With `true`, quotas of the same strategy, period and
     /// name in two plans share one state, which a caller who upgrades keeps.
     pub fn carry_over(mut self, carry_over: bool) -> Self {
