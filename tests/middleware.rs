@@ -191,7 +191,7 @@ async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
         .unwrap();
     let res = send(&app, peek).await;
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(text(res).await, "remaining=6", "cost 0 peeks");
+    assert_eq!(text(res).await, "remaining=5", "a cost of 0 counts as 1");
     for _ in 0..50 {
         let res = send(&app, get_req("/health")).await;
         assert_eq!(res.status(), StatusCode::OK);
@@ -207,7 +207,7 @@ async fn cost_weighs_requests_and_bypass_skips_the_limiter() {
     let res = send(&app, too_heavy).await;
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE, "never fits");
     assert_eq!(header(&res, "retry-after"), None, "no wait would admit it");
-    assert_eq!(text(send(&app, get_req("/")).await).await, "remaining=5");
+    assert_eq!(text(send(&app, get_req("/")).await).await, "remaining=4");
 }
 
 /// A request whose cost exceeds the capacity can never be admitted: `413`
@@ -791,4 +791,68 @@ async fn an_unblock_takes_effect_at_once_through_the_layer() {
     limiter.unblock("global").await.unwrap();
     // no cached denial outlives the unblock
     assert_eq!(send(&app, get_req("/")).await.status(), StatusCode::OK);
+}
+
+/// A cost of 0 from the layer's closure counts as 1: it cannot make a
+/// request free once the limit is reached, nor run one past a concurrency
+/// quota without a lease (it was admitted as a peek: 12 in flight on a
+/// limit of 2).
+#[tokio::test]
+async fn a_cost_of_zero_counts_as_one_and_never_walks_past_a_limit() {
+    let zero = |_: &Parts| 0;
+    let limiter = memory_limiter(
+        "cost-zero",
+        Quota::fixed_window(Rate::per_minute(2)).name("minute"),
+    );
+    let app = make_app(RateLimitLayer::new(limiter, peer).cost(zero));
+    for i in 0..2 {
+        assert_eq!(
+            send(&app, get_req("/")).await.status(),
+            StatusCode::OK,
+            "#{i}"
+        );
+    }
+    for i in 0..5 {
+        let res = send(&app, get_req("/")).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "#{i}");
+    }
+
+    // in flight: a concurrency quota of 2 holds 2 requests of cost 0, no more
+    let limiter = memory_limiter("cost-zero-leases", Quota::concurrency(2));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(AtomicUsize::new(0));
+    let app = {
+        let (release, entered) = (release.clone(), entered.clone());
+        Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let (release, entered) = (release.clone(), entered.clone());
+                    async move {
+                        entered.fetch_add(1, Ordering::SeqCst);
+                        release.notified().await;
+                        "done"
+                    }
+                }),
+            )
+            .layer(RateLimitLayer::new(limiter, peer).cost(zero))
+            .layer(MockConnectInfo(SocketAddr::from(PEER)))
+    };
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(send_owned(app.clone())))
+        .collect();
+    while entered.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    let third = send(&app, get_req("/")).await;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(entered.load(Ordering::SeqCst), 2, "the third never ran");
+    release.notify_waiters();
+    for h in held {
+        assert_eq!(h.await.unwrap(), StatusCode::OK);
+    }
+}
+
+async fn send_owned(app: Router) -> StatusCode {
+    send(&app, get_req("/")).await.status()
 }

@@ -439,9 +439,11 @@ async fn a_stream_dropped_before_any_report_keeps_the_estimate() {
     assert_eq!(remaining(&limiter).await, 80);
 }
 
-/// An estimate of 0 reserves nothing, but what the response reports (a
-/// header, the `UsageReporter` of a stream) is charged all the same, past
-/// the limit as a debt.
+/// An estimate of 0 reserves 1 (the layer takes at least one unit: an
+/// estimate of 0 would be admitted as a peek even with nothing left), and
+/// what the response reports (a header, the `UsageReporter` of a stream)
+/// is charged all the same, past the limit as a debt; a report of 0 gives
+/// the unit back.
 async fn zero_estimates_are_charged(limiter: RateLimiter) {
     let layer = RateLimitLayer::new(limiter.clone(), key::Global)
         .cost_from_response(ResponseCost::new().estimate(|_| 0).header(TOKENS));
@@ -456,10 +458,14 @@ async fn zero_estimates_are_charged(limiter: RateLimiter) {
         70,
         "a header's 30 on an estimate of 0"
     );
-    // nothing reported: the estimate, 0, stands
+    // nothing reported: the unit reserved stands
     let res = send(&app, get_req("/ok")).await;
     assert_eq!(text(res).await, "ok");
-    assert_eq!(remaining(&limiter).await, 70);
+    assert_eq!(remaining(&limiter).await, 69);
+    // a report of 0: the unit goes back
+    let res = send(&app, get_req("/tokens/0")).await;
+    assert_eq!(text(res).await, "done");
+    assert_eq!(remaining(&limiter).await, 69);
     // a stream reporting 50 on an estimate of 0
     let res = send(&app, get_req("/stream")).await;
     tx.send((20, "a")).await.unwrap();
@@ -468,7 +474,7 @@ async fn zero_estimates_are_charged(limiter: RateLimiter) {
     assert_eq!(text(res).await, "ab");
     assert_eq!(
         remaining(&limiter).await,
-        20,
+        19,
         "a stream's 50 on an estimate of 0"
     );
     // past the limit: a debt, and the next request (even of estimate 0) waits

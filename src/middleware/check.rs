@@ -162,7 +162,11 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
     }
     let key: &Vec<u8> = key;
     let estimate = config.settle.as_ref().and_then(|s| s.estimate(parts));
-    let cost = estimate.unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)));
+    // (at least 1: a request of cost 0 would be admitted as a peek even with
+    // nothing left, and take no concurrency lease nor leaky-bucket slot)
+    let cost = estimate
+        .unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)))
+        .max(1);
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
     let limiter = limiter_of(config, plan.as_deref());
     if !shadow

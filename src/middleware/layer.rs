@@ -138,9 +138,13 @@ impl RateLimitLayer {
         self.with(|c| c.refusal = Failure::resolve(policy, &c.limiter))
     }
 
-    /// The weight of a request (default 1). A cost of 0 only reports the
-    /// state (headers) without consuming anything; a cost above a quota's
-    /// capacity is always denied.
+    /// The weight of a request (default 1). A cost of 0 counts as 1: every
+    /// request that reaches the limiter takes at least one unit (a cost of 0
+    /// would be admitted as a peek even with nothing left, and would take no
+    /// concurrency lease and no leaky-bucket slot, so a cost computed from the
+    /// request could make it free); use [`bypass`](Self::bypass) for requests
+    /// that are not counted. A cost above a quota's capacity is always
+    /// denied (413).
     pub fn cost<F>(self, cost: F) -> Self
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,

@@ -66,12 +66,12 @@ impl SettleConfig {
 /// what was reported so far, or keeps the estimate if nothing was.
 ///
 /// What is reported is charged whatever the estimate was, past the limit
-/// if need be (a debt): an estimate of 0 settled to 500 charges 500. But an
-/// estimate of 0 is admitted whenever the key is not in debt, even with
-/// nothing left (see [`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n)):
-/// make the estimate at least 1 and bound it on the server's side, never
-/// the client's unchecked word (`examples/token_budget.rs`). A request a
-/// shadow layer would have denied is not settled.
+/// if need be (a debt): an estimate of 0 settled to 500 charges 500. The
+/// layer reserves at least 1 (an estimate of 0 would be admitted as a peek
+/// even with nothing left), and a reported 0 gives that unit back. Bound the
+/// estimate on the server's side, never the client's unchecked word
+/// (`examples/token_budget.rs`). A request a shadow layer would have denied
+/// is not settled.
 #[derive(Clone, Default)]
 pub struct ResponseCost {
     estimate: Option<Arc<CostFn>>,
@@ -87,7 +87,9 @@ impl ResponseCost {
     }
 
     /// The estimate reserved for a request, from its head (default: the
-    /// layer's [`cost`](crate::RateLimitLayer::cost), 1 unless set).
+    /// layer's [`cost`](crate::RateLimitLayer::cost), 1 unless set). An
+    /// estimate of 0 reserves 1, as a cost of 0 does: a request of usage 0
+    /// is then given its unit back when it settles.
     pub fn estimate<F>(mut self, estimate: F) -> Self
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,
