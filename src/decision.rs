@@ -850,6 +850,15 @@ mod tests {
         assert!(interned_bytes() <= INTERN_BUDGET);
     }
 
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn metrics_labels_of_interned_and_shared_names_read_the_same() {
+        let shared: Interned<str> = Interned::Shared(Arc::from("shared-label"));
+        assert_eq!(&*shared.label(), "shared-label");
+        let interned: Interned<str> = Interned::Static("static-label");
+        assert_eq!(&*interned.label(), "static-label");
+    }
+
     #[test]
     fn up_to_two_quotas_are_inline_and_more_spill() {
         for n in 0..5u64 {
