@@ -147,7 +147,7 @@ async fn hello(
     plan: Option<Extension<Arc<ActivePlan>>>,
     near: Option<Extension<NearLimit>>,
 ) -> String {
-    let plan = plan.map_or("?", |p| p.0.name());
+    let plan = plan.as_ref().map_or("?", |p| p.0.name());
     let mut s = match outcome.decision() {
         Some(d) => format!("plan {plan}: {} left of {:?}\n", d.remaining(), d.quota()),
         None => format!("plan {plan}: not limited\n"),

@@ -2,10 +2,10 @@
 //! from [`Decision::quotas`]), a quota's [`QuotaName`], and the [`Lease`] a
 //! concurrency quota hands out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 // `Decision` is public at the crate root only (one path per item).
@@ -13,7 +13,9 @@ pub(crate) mod root {
     use std::fmt;
     use std::time::Duration;
 
-    use super::{Lease, Part, Parts, QuotaDecision, QuotaName, Quotas, Templates, micros};
+    use super::{
+        Interned, Lease, Part, Parts, QuotaDecision, QuotaName, Quotas, Templates, micros,
+    };
 
     /// The answer to one [`RateLimiter::check`](crate::RateLimiter::check).
     ///
@@ -27,7 +29,9 @@ pub(crate) mod root {
     ///
     /// A decision is small (about a hundred bytes) and computes its durations
     /// when asked: a limiter with one or two quotas answers without
-    /// allocating, and cloning such a decision (without a lease) is a copy.
+    /// allocating, and cloning such a decision (without a lease) is a copy
+    /// (a reference count's increment for a limiter whose configuration was
+    /// built once the process's [interned names](QuotaName) were full).
     #[derive(Clone, PartialEq, Eq)]
     pub struct Decision {
         pub(crate) allowed: bool,
@@ -39,7 +43,7 @@ pub(crate) mod root {
         /// sets it): [`shadow_denied`](Self::shadow_denied).
         pub(crate) shadow_let_through: bool,
         pub(crate) parts: Parts,
-        pub(crate) templates: &'static Templates,
+        pub(crate) templates: Interned<Templates>,
         pub(crate) lease: Option<Lease>,
     }
 
@@ -120,7 +124,7 @@ pub(crate) mod root {
 
         /// The binding quota's name.
         pub fn quota(&self) -> QuotaName {
-            self.binding().1.name
+            self.binding().1.name.clone()
         }
 
         /// For [`LeakyBucket`](crate::strategy::Strategy::LeakyBucket): how
@@ -336,7 +340,7 @@ impl FromIterator<Part> for Parts {
 }
 
 /// What every decision of a limiter says of one quota.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Template {
     pub(crate) name: QuotaName,
     pub(crate) limit: u64,
@@ -345,22 +349,160 @@ pub(crate) struct Template {
     pub(crate) shadow: bool,
 }
 
-/// A limiter's [`Template`]s, in its order (interned: see [`Templates::intern`]).
+/// A limiter's [`Template`]s, in its order (interned: see [`intern_templates`]).
 pub(crate) type Templates = Vec<Template>;
 
-/// Every set of templates interned so far.
-static TEMPLATES: Mutex<BTreeSet<&'static Templates>> = Mutex::new(BTreeSet::new());
+/// A value made from a limiter's configuration: interned for the life of
+/// the process while the intern table has room ([`INTERN_BUDGET`]), else
+/// shared by the limiters (and decisions) that hold it and freed with the
+/// last.
+///
+/// An interned value is a plain reference: cloning it (once per decision)
+/// touches no reference count shared between threads. Only the
+/// configurations built once the table is full (a process that keeps
+/// building new ones) pay for an atomic count.
+pub(crate) enum Interned<T: ?Sized + 'static> {
+    Static(&'static T),
+    Shared(Arc<T>),
+}
 
-/// `templates`, kept for the life of the process (once per distinct set: a
-/// limiter's configuration), behind a thin pointer every decision carries.
-pub(crate) fn intern_templates(templates: Templates) -> &'static Templates {
-    let mut set = TEMPLATES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&interned) = set.get(&templates) {
-        return interned;
+impl<T: ?Sized> Clone for Interned<T> {
+    #[inline]
+    fn clone(&self) -> Self {
+        match self {
+            Interned::Static(t) => Interned::Static(t),
+            Interned::Shared(t) => Interned::Shared(t.clone()),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for Interned<T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        match self {
+            Interned::Static(t) => t,
+            Interned::Shared(t) => t,
+        }
+    }
+}
+
+impl<T: ?Sized + PartialEq> PartialEq for Interned<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: ?Sized + Eq> Eq for Interned<T> {}
+
+impl<T: ?Sized + PartialOrd> PartialOrd for Interned<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        (**self).partial_cmp(&**other)
+    }
+}
+
+impl<T: ?Sized + Ord> Ord for Interned<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl<T: ?Sized + std::hash::Hash> std::hash::Hash for Interned<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Interned<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Interned<str> {
+    /// The empty string (a metrics label of no plan, no quota).
+    pub(crate) const EMPTY: Interned<str> = Interned::Static("");
+
+    /// Whether this is kept for the life of the process.
+    pub(crate) fn is_static(&self) -> bool {
+        matches!(self, Interned::Static(_))
+    }
+
+    /// The string as a label value of the `metrics` crate: borrowed when
+    /// interned, else a count of the shared string.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn label(&self) -> metrics::SharedString {
+        match self {
+            Interned::Static(s) => metrics::SharedString::from(*s),
+            Interned::Shared(s) => metrics::SharedString::from(s.clone()),
+        }
+    }
+}
+
+/// The bytes the intern table may hold (strings and template sets, with an
+/// estimate of the table's own overhead): room for the names and limits of
+/// hundreds of limiter configurations. What comes after is shared by its
+/// holders instead, and freed with them.
+pub(crate) const INTERN_BUDGET: usize = 64 * 1024;
+
+/// The table's own overhead per entry, estimated.
+const ENTRY_OVERHEAD: usize = 32;
+
+/// Every string and set of templates interned so far.
+struct Table {
+    strings: BTreeSet<&'static str>,
+    templates: BTreeSet<&'static Templates>,
+    /// What they take, estimated: at most [`INTERN_BUDGET`].
+    bytes: usize,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    strings: BTreeSet::new(),
+    templates: BTreeSet::new(),
+    bytes: 0,
+});
+
+fn table() -> std::sync::MutexGuard<'static, Table> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Table {
+    /// Takes `bytes` of the budget, if there is room.
+    fn take(&mut self, bytes: usize) -> bool {
+        let total = self.bytes.saturating_add(bytes);
+        let room = total <= INTERN_BUDGET;
+        if room {
+            self.bytes = total;
+        }
+        room
+    }
+}
+
+/// The bytes the process's intern table holds, estimated (at most 64 KiB):
+/// for tests.
+#[doc(hidden)]
+pub fn interned_bytes() -> usize {
+    table().bytes
+}
+
+/// `templates`, interned (once per distinct set: a limiter's configuration)
+/// while the table has room and every name in it is interned, else shared.
+pub(crate) fn intern_templates(templates: Templates) -> Interned<Templates> {
+    let mut table = table();
+    if let Some(&interned) = table.templates.get(&templates) {
+        return Interned::Static(interned);
+    }
+    let bytes = std::mem::size_of::<Templates>()
+        + templates.len() * std::mem::size_of::<Template>()
+        + ENTRY_OVERHEAD;
+    // (a set that holds a shared name would keep it for ever)
+    if !templates.iter().all(|t| t.name.0.is_static()) || !table.take(bytes) {
+        return Interned::Shared(Arc::new(templates));
     }
     let interned: &'static Templates = Box::leak(Box::new(templates));
-    set.insert(interned);
-    interned
+    table.templates.insert(interned);
+    Interned::Static(interned)
 }
 
 /// The quotas of a [`Decision`], in the limiter's order: see
@@ -398,7 +540,7 @@ impl ExactSizeIterator for Quotas<'_> {}
 impl std::iter::FusedIterator for Quotas<'_> {}
 
 /// One quota's part of a [`Decision`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaDecision {
     name: QuotaName,
     allowed: bool,
@@ -414,7 +556,7 @@ impl QuotaDecision {
     fn new(t: &Template, p: &Part) -> Self {
         QuotaDecision {
             shadow: t.shadow,
-            name: t.name,
+            name: t.name.clone(),
             allowed: p.allowed,
             limit: t.limit,
             window: t.window,
@@ -426,7 +568,7 @@ impl QuotaDecision {
 
     /// The quota's name.
     pub fn name(&self) -> QuotaName {
-        self.name
+        self.name.clone()
     }
 
     /// Whether this quota alone would allow the request (for a
@@ -521,13 +663,16 @@ impl Lease {
 }
 
 /// A quota's name, as given to [`Quota::name`](crate::Quota::name) or derived
-/// from its strategy and rate: a string that is `Copy`.
+/// from its strategy and rate.
 ///
 /// It dereferences to `str` and compares with strings. Names are interned
-/// once per process (the first limiter built with a name keeps it for the
-/// life of the process: at most 80 bytes per distinct name), so handing one
-/// out with every decision costs no allocation and no reference count
-/// shared between threads.
+/// while the process's intern table has room (64 KiB of names and limits:
+/// hundreds of limiter configurations), so that handing one out with every
+/// decision costs no allocation and no reference count shared between
+/// threads; a process that keeps building limiters with new names (a
+/// configuration synced from the store that keeps changing) shares the
+/// later ones between their limiters and decisions instead, and frees them
+/// with the last. Cloning one is a copy, or for those a reference count.
 ///
 /// ```
 /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
@@ -545,46 +690,40 @@ impl Lease {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QuotaName(&'static &'static str);
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QuotaName(Interned<str>);
 
-/// Every string interned so far: quota names, and the `RateLimit-Policy`
-/// of each distinct set of quotas.
-static INTERNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-
-/// `s`, kept for the life of the process (once per distinct string): for
-/// strings made from a limiter's configuration only, so the set is bounded
-/// by the configurations a process builds.
-pub(crate) fn intern(s: &str) -> &'static str {
-    let mut set = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&interned) = set.get(s) {
-        return interned;
+/// `s`, interned (once per distinct string) while the table has room, else
+/// shared: for strings made from a limiter's configuration (quota and plan
+/// names, a limiter's prefix, the `RateLimit-Policy` of its quotas).
+pub(crate) fn intern(s: &str) -> Interned<str> {
+    let mut table = table();
+    if let Some(&interned) = table.strings.get(s) {
+        return Interned::Static(interned);
+    }
+    if !table.take(s.len() + ENTRY_OVERHEAD) {
+        return Interned::Shared(Arc::from(s));
     }
     let interned: &'static str = Box::leak(s.into());
-    set.insert(interned);
-    interned
+    table.strings.insert(interned);
+    Interned::Static(interned)
 }
 
-/// Every quota name interned so far, each behind a thin pointer of its own.
-static NAMES: Mutex<BTreeMap<&'static str, &'static &'static str>> = Mutex::new(BTreeMap::new());
-
 impl QuotaName {
-    /// The interned `name` (interned now if it is new).
+    /// The interned `name` (see [`intern`]).
     pub(crate) fn intern(name: &str) -> Self {
-        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&thin) = names.get(name) {
-            return QuotaName(thin);
-        }
-        // (one pointer wide, where a `&str` is two: a name is in every
-        // decision, once per quota and once for the binding one)
-        let thin: &'static &'static str = Box::leak(Box::new(intern(name)));
-        names.insert(thin, thin);
-        QuotaName(thin)
+        QuotaName(intern(name))
     }
 
     /// The name.
-    pub fn as_str(&self) -> &'static str {
-        self.0
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name as it is held (a metrics label).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn interned(&self) -> &Interned<str> {
+        &self.0
     }
 }
 
@@ -592,67 +731,67 @@ impl Deref for QuotaName {
     type Target = str;
 
     fn deref(&self) -> &str {
-        self.0
+        &self.0
     }
 }
 
 impl AsRef<str> for QuotaName {
     fn as_ref(&self) -> &str {
-        self.0
+        &self.0
     }
 }
 
 impl std::borrow::Borrow<str> for QuotaName {
     fn borrow(&self) -> &str {
-        self.0
+        &self.0
     }
 }
 
 impl fmt::Debug for QuotaName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(*self.0, f)
+        fmt::Debug::fmt(&*self.0, f)
     }
 }
 
 impl fmt::Display for QuotaName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.write_str(&self.0)
     }
 }
 
 impl PartialEq<str> for QuotaName {
     fn eq(&self, other: &str) -> bool {
-        *self.0 == other
+        *self.0 == *other
     }
 }
 
 impl PartialEq<&str> for QuotaName {
     fn eq(&self, other: &&str) -> bool {
-        *self.0 == *other
+        *self.0 == **other
     }
 }
 
 impl PartialEq<String> for QuotaName {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == other.as_str()
+        *self.0 == *other.as_str()
     }
 }
 
 impl PartialEq<QuotaName> for str {
     fn eq(&self, other: &QuotaName) -> bool {
-        self == *other.0
+        *self == *other.0
     }
 }
 
 impl PartialEq<QuotaName> for &str {
     fn eq(&self, other: &QuotaName) -> bool {
-        *self == *other.0
+        **self == *other.0
     }
 }
 
 impl PartialEq<QuotaName> for String {
     fn eq(&self, other: &QuotaName) -> bool {
-        self.as_str() == *other.0
+        *self.as_str() == *other.0
     }
 }
 
@@ -664,9 +803,60 @@ mod tests {
     fn names_are_interned_once() {
         let a = QuotaName::intern("interned-once");
         let b = QuotaName::intern(&String::from("interned-once"));
-        assert!(std::ptr::eq(a.as_str(), b.as_str()));
+        // (unless another test filled the table first: then each is shared)
+        assert_eq!(std::ptr::eq(a.as_str(), b.as_str()), a.0.is_static());
         assert_eq!(a, "interned-once");
         assert_eq!(format!("{a:?} {a}"), "\"interned-once\" interned-once");
+    }
+
+    /// Past the intern budget, values are shared and freed with their last
+    /// holder (a limiter, a decision); the table never grows past it.
+    #[tokio::test]
+    async fn past_the_budget_names_and_limits_are_freed_with_their_holders() {
+        use crate::{MemoryStore, Quota, Rate, RateLimiter};
+
+        let mut i = 0u64;
+        while intern(&format!("filler-{i}")).is_static() {
+            i += 1;
+        }
+        assert!(interned_bytes() <= INTERN_BUDGET);
+        let name = intern("past-the-budget");
+        let Interned::Shared(held) = &name else {
+            panic!("interned past the budget")
+        };
+        let weak = Arc::downgrade(held);
+        drop(name);
+        assert!(weak.upgrade().is_none());
+
+        let limiter = RateLimiter::builder()
+            .store(MemoryStore::new())
+            .quota(Quota::gcra(Rate::per_minute(7)).name("shared-quota"))
+            .build()
+            .unwrap();
+        let d = limiter.check("k").await.unwrap();
+        let Interned::Shared(templates) = &d.templates else {
+            panic!("templates interned past the budget")
+        };
+        let weak = Arc::downgrade(templates);
+        drop(limiter);
+        // the decision outlives its limiter, names and limits included
+        assert_eq!(d.quota(), "shared-quota");
+        assert_eq!(d.limit(), 7);
+        let copy = d.clone();
+        drop(d);
+        assert_eq!(copy.quotas().next().unwrap().name(), "shared-quota");
+        drop(copy);
+        assert!(weak.upgrade().is_none());
+        assert!(interned_bytes() <= INTERN_BUDGET);
+    }
+
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn metrics_labels_of_interned_and_shared_names_read_the_same() {
+        let shared: Interned<str> = Interned::Shared(Arc::from("shared-label"));
+        assert_eq!(&*shared.label(), "shared-label");
+        let interned: Interned<str> = Interned::Static("static-label");
+        assert_eq!(&*interned.label(), "static-label");
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::{
-    Decision, Lease, LeaseParts, NEVER, Part, Parts, QuotaName, Template, Templates, as_micros,
-    intern_templates,
+    Decision, Interned, Lease, LeaseParts, NEVER, Part, Parts, QuotaName, Template, Templates,
+    as_micros, intern_templates,
 };
 use crate::digest::hash_hex;
 use crate::error::{ConfigError, StoreError};
@@ -75,7 +75,7 @@ struct Inner {
     quotas: Vec<QuotaSpec>,
     names: Vec<QuotaName>,
     /// Per quota, what every decision says of it (name, limit, window).
-    templates: &'static Templates,
+    templates: Interned<Templates>,
     /// `:<quota id>` per quota, appended to the hash-tagged base key.
     key_suffixes: Vec<String>,
     clock: Clock,
@@ -405,7 +405,7 @@ impl RateLimiter {
             binding: 0,
             delay_us: if shadow { 0 } else { raw.delay.max(0) as u64 },
             parts: Parts::one(Part::from(raw)),
-            templates: self.inner.templates,
+            templates: self.inner.templates.clone(),
             lease,
             shadow_let_through: false,
         }
@@ -655,7 +655,7 @@ impl RateLimiter {
                 prefix: i.prefix.clone(),
                 quotas: i.quotas.clone(),
                 names: i.names.clone(),
-                templates: i.templates,
+                templates: i.templates.clone(),
                 key_suffixes: i.key_suffixes.clone(),
                 clock: i.clock.clone(),
                 needs_nonce: i.needs_nonce,
@@ -814,7 +814,7 @@ impl RateLimiter {
     ) -> Decision {
         let all = parts.as_slice();
         // only enforced quotas bind (all of them when every quota is shadow)
-        let templates = self.inner.templates;
+        let templates = &self.inner.templates;
         let all_shadow = templates.iter().all(|t| t.shadow);
         let binds = |i: &usize| all_shadow || !templates[*i].shadow;
         let binding = if all.len() == 1 {
@@ -838,7 +838,7 @@ impl RateLimiter {
             binding: binding as u32,
             delay_us,
             parts,
-            templates: self.inner.templates,
+            templates: self.inner.templates.clone(),
             lease,
             shadow_let_through: false,
         }
@@ -1277,8 +1277,8 @@ impl RateLimiterBuilder {
             specs
                 .iter()
                 .zip(&names)
-                .map(|(spec, &name)| Template {
-                    name,
+                .map(|(spec, name)| Template {
+                    name: name.clone(),
                     limit: spec.capacity(),
                     window: spec.rate.period(),
                     shadow: spec.shadow,

@@ -144,3 +144,37 @@ async fn a_manual_clock_ahead_of_the_stores_does_not_sweep_its_keys() {
     assert_eq!(sim.peek("s1").await.unwrap().remaining(), 3);
     assert!(store.len() < 10, "{} keys left", store.len());
 }
+
+/// Scopes of limiters gone are freed only once no key is in them: a
+/// limiter built again under a name whose keys live finds its state, and
+/// one still bound keeps its scope whatever is freed around it.
+#[tokio::test]
+async fn a_scope_is_freed_only_without_limiters_and_keys() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::new(Duration::from_secs(3_600));
+    let bound = limiter(&store, &clock, "bound");
+    assert!(bound.check("k").await.unwrap().allowed());
+    {
+        let gone = limiter(&store, &clock, "gone");
+        assert!(gone.check("k").await.unwrap().allowed());
+    }
+    // limiters of new names, dropped at once with no key: idle scopes
+    for i in 0..500 {
+        drop(limiter(&store, &clock, &format!("churn{i}")));
+    }
+    assert!(store.scopes_held() < 200, "{}", store.scopes_held());
+    // `gone` left a key: its scope (and state) is still there
+    let again = limiter(&store, &clock, "gone");
+    assert_eq!(again.check("k").await.unwrap().remaining(), 3);
+    assert_eq!(bound.check("k").await.unwrap().remaining(), 3);
+    // once its key has expired and been swept, its scope goes too
+    drop(again);
+    clock.advance(Duration::from_secs(60));
+    store.sweep();
+    let before = store.scopes_held();
+    for i in 0..500 {
+        drop(limiter(&store, &clock, &format!("more{i}")));
+    }
+    assert!(store.scopes_held() < before + 100);
+    assert!(bound.check("k").await.unwrap().allowed());
+}

@@ -64,7 +64,7 @@ fn app(layer: RateLimitLayer) -> Router {
                         RateLimitOutcome::Unlimited => "unlimited",
                         _ => "other",
                     };
-                    let plan = plan.map_or("-", |p| p.0.name());
+                    let plan = plan.as_ref().map_or("-", |p| p.0.name());
                     let near = if near.is_some() { " near" } else { "" };
                     format!("{what} {plan}{near}")
                 },

@@ -1060,3 +1060,78 @@ async fn a_change_while_requests_run_is_seen_whole_on_redis() {
 async fn a_change_while_requests_run_is_seen_whole_in_memory() {
     a_change_while_requests_run_is_seen_whole(Store::Memory(MemoryStore::new())).await;
 }
+
+/// A configuration that changes every time: a plan and a quota named anew
+/// with a new limit, and an unnamed quota whose derived name follows its
+/// new rate.
+fn churned(i: u64) -> PlansConfig {
+    let plan = format!("plan-{i}");
+    PlansConfig::new(plan.clone()).plan(
+        plan,
+        Plan::new([
+            Quota::gcra(Rate::per_minute(i + 1)).name(format!("quota-{i}")),
+            Quota::fixed_window(Rate::per_hour(1_000 + i)),
+        ]),
+    )
+}
+
+/// Limits published 10,000 times (plans, and a plain limiter's runtime
+/// limits), each with new names and new values, with a request under each:
+/// the names and limits kept for the process's life (the intern table) and
+/// the memory store's scopes stay bounded, and every decision still names
+/// its quota and limit right.
+#[tokio::test]
+async fn limits_changed_ten_thousand_times_keep_bounded_memory() {
+    use tower_redis_ratelimit::decision::interned_bytes;
+
+    let store = MemoryStore::new();
+    let clock = clock();
+    let plans = Store::Memory(store.clone())
+        .builder(&clock, "churn")
+        .config(churned(0))
+        .sync_interval(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    let handle = plans.handle();
+    let limiter = RateLimiter::builder()
+        .store(store.clone())
+        .prefix("churn-one")
+        .clock(clock.clone())
+        .quota(Quota::token_bucket(Rate::per_second(1)))
+        .runtime_limits()
+        .build()
+        .unwrap();
+    let one = limiter.limits().unwrap();
+    let mut peak_scopes = 0;
+    for i in 1..=10_000u64 {
+        handle.publish(churned(i)).await.unwrap();
+        one.set_quotas([Quota::token_bucket(Rate::per_second(i)).name(format!("one-{i}"))])
+            .unwrap();
+        let d = plans.check(&format!("plan-{i}"), "user:1").await.unwrap();
+        let d = d.unwrap();
+        assert!(d.allowed(), "{i}");
+        assert_eq!(d.quota_named(&format!("quota-{i}")).unwrap().limit(), i + 1);
+        assert_eq!(d.quotas().nth(1).unwrap().limit(), 1_000 + i);
+        let d = limiter.check("user:1").await.unwrap();
+        assert!(d.allowed(), "{i}");
+        assert_eq!(d.quota(), format!("one-{i}"));
+        assert_eq!(d.limit(), i);
+        // every key expires before the next change, and is swept
+        clock.advance(Duration::from_secs(7_200));
+        if i % 100 == 0 {
+            store.sweep();
+        }
+        peak_scopes = peak_scopes.max(store.scopes_held());
+    }
+    let interned = interned_bytes();
+    assert!(
+        interned <= 64 * 1024,
+        "{interned} bytes interned after 10,000 changes"
+    );
+    // keys live until the sweep every 100 changes: 3 scopes a change for
+    // them, and up to 64 idle ones before a bind frees those without keys
+    assert!(
+        peak_scopes <= 3 * 100 + 64 + 3,
+        "{peak_scopes} scopes held at most over 10,000 changes"
+    );
+}

@@ -29,7 +29,7 @@ use super::metrics::{self, Outcome};
 use super::policy::{self, Failure, Resolved};
 use super::response;
 use super::stats::Counters;
-use crate::decision::Decision;
+use crate::decision::{Decision, Interned};
 use crate::error::StoreError;
 use crate::limiter::{RateLimiter, boxed_in_place};
 use crate::plans::ActivePlan;
@@ -82,11 +82,6 @@ impl Checked {
             Some(policy) => policy,
             None => &config.policy,
         }
-    }
-
-    /// The `plan` label of metrics.
-    pub(crate) fn plan_name(&self) -> &'static str {
-        self.plan.as_deref().map_or("", |p| p.label)
     }
 }
 
@@ -219,15 +214,10 @@ fn cached_denial(
     plan: Option<&ActivePlan>,
     decision: Decision,
 ) -> Check {
-    let plan_name = plan.map_or("", |p| p.label);
+    let plan_name = plan.map_or(&Interned::EMPTY, |p| &p.label);
     Counters::bump(&config.counters.deny_cache_hits);
-    metrics::deny_cache_hit(config.name, plan_name, decision.quota().as_str());
-    metrics::decision(
-        config.name,
-        plan_name,
-        decision.quota().as_str(),
-        Outcome::Denied,
-    );
+    metrics::deny_cache_hit(&config.name, plan_name, &decision.quota());
+    metrics::decision(&config.name, plan_name, &decision.quota(), Outcome::Denied);
     event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
     let policy = match plan.and_then(|p| p.policy.as_deref()) {
         Some(policy) => policy,
@@ -271,7 +261,7 @@ async fn decide(
     shadow: bool,
 ) -> Checked {
     let limiter = limiter_of(&config, plan.as_deref());
-    let plan_name = plan.as_deref().map_or("", |p| p.label);
+    let plan_name = plan.as_deref().map_or(&Interned::EMPTY, |p| &p.label);
     // Read before the call: a cached denial then ends no later than the store's.
     let started = started(&config, limiter);
     let timer = metrics::start();
@@ -289,7 +279,7 @@ async fn decide(
     } else {
         limiter.check_n(&key, cost).await
     };
-    metrics::store_call(config.name, plan_name, timer);
+    metrics::store_call(&config.name, plan_name, timer);
     let verdict = match result {
         Ok(decision) => {
             remember(
@@ -308,13 +298,13 @@ async fn decide(
                 &config.failure
             };
             Counters::bump(&config.counters.store_errors);
-            metrics::store_error(config.name, plan_name, &error);
+            metrics::store_error(&config.name, plan_name, &error);
             policy::log_failure(
                 &config.counters.failure_log,
                 &config.counters.refusal_log,
                 failure,
                 &error,
-                config.name,
+                &config.name,
                 plan_name,
             );
             let error = Arc::new(error);

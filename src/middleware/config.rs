@@ -54,7 +54,7 @@ pub(crate) struct Config {
     pub(crate) shadow_headers: bool,
     pub(crate) near_limit: Option<NearLimitHook>,
     /// The `limiter` label of the layer's metrics.
-    pub(crate) name: &'static str,
+    pub(crate) name: crate::decision::Interned<str>,
     /// Refunds by response and costs from the response: requests are then
     /// admitted with a reservation, settled after the response.
     pub(crate) settle: Option<Arc<SettleConfig>>,

@@ -360,7 +360,7 @@ fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
             && config.near_limit.is_none()
             && !decision.shadow_denied() =>
         {
-            metrics::decision(config.name, "", decision.quota().as_str(), Outcome::Allowed);
+            metrics::decision(&config.name, "", &decision.quota(), Outcome::Allowed);
             let headers = RateHeaders::new(config.style, &decision, &config.policy);
             parts.extensions.insert(RateLimitOutcome::Allowed(decision));
             Next::Call(Extra {
@@ -377,7 +377,11 @@ fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
 #[inline(never)]
 fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
     let reservation = checked.reservation.take();
-    let plan = checked.plan_name();
+    // (the field, not `plan_name()`: the verdict is taken out below)
+    let plan = checked
+        .plan
+        .as_deref()
+        .map_or(&crate::decision::Interned::EMPTY, |p| &p.label);
     if let Some(p) = &checked.plan {
         parts.extensions.insert(p.clone());
     }
@@ -386,18 +390,18 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
             Verdict::Decided(decision) => (decision, None, None),
             Verdict::Fallback(decision, limiter, error) => (decision, Some(limiter), Some(error)),
             Verdict::Open(error) => {
-                metrics::decision(config.name, plan, "", Outcome::FailOpen);
+                metrics::decision(&config.name, plan, "", Outcome::FailOpen);
                 parts
                     .extensions
                     .insert(RateLimitOutcome::StoreUnavailable { error });
                 return Next::Call(Extra::default());
             }
             Verdict::Closed => {
-                metrics::decision(config.name, plan, "", Outcome::FailClosed);
+                metrics::decision(&config.name, plan, "", Outcome::FailClosed);
                 return Next::Answer(response::unavailable(config, parts));
             }
         };
-    let quota = decision.quota().as_str();
+    let quota = &decision.quota();
     let headers = RateHeaders::new(config.style, &decision, checked.policy(config));
     let fallback = store_error.is_some();
     if !decision.allowed() {
@@ -407,12 +411,12 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
             } else {
                 Outcome::Denied
             };
-            metrics::decision(config.name, plan, quota, outcome);
+            metrics::decision(&config.name, plan, quota, outcome);
             return Next::Answer(response::denied(config, parts, &decision, headers));
         }
         // Shadow mode: would have denied; let through, with the headers it
         // would have had (configurable), never a Retry-After.
-        metrics::decision(config.name, plan, quota, Outcome::ShadowDenied);
+        metrics::decision(&config.name, plan, quota, Outcome::ShadowDenied);
         let mut decision = decision;
         decision.shadow_let_through = true;
         parts
@@ -433,7 +437,7 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
     let mut delay = decision.delay().filter(|d| !d.is_zero());
     let spared = if checked.shadow { delay.take() } else { None };
     if let Some(_spared) = spared {
-        metrics::shadow_delay(config.name, plan, quota, _spared);
+        metrics::shadow_delay(&config.name, plan, quota, _spared);
         event!(debug, quota = %decision.quota(), delay = ?_spared, "would have delayed (shadow mode)");
     }
     let outcome = if shadow_denied {
@@ -445,11 +449,11 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
     } else {
         Outcome::Allowed
     };
-    metrics::decision(config.name, plan, quota, outcome);
+    metrics::decision(&config.name, plan, quota, outcome);
     if let Some(hook) = &config.near_limit
         && let Some(near) = hook.crossed(&decision, checked.cost)
     {
-        metrics::near_limit(config.name, plan, near.quota.as_str());
+        metrics::near_limit(&config.name, plan, &near.quota);
         if let Some(callback) = &hook.callback {
             callback(parts, &near);
         }
@@ -458,7 +462,7 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
     // The handler sees the lease too (releasing twice is harmless).
     let lease = decision.lease().cloned().map(|l| {
         let limiter = limiter.unwrap_or_else(|| checked.limiter(config).clone());
-        Box::new(LeaseGuard::new(limiter, l).counted(LeaseCount::new(config.name, plan)))
+        Box::new(LeaseGuard::new(limiter, l).counted(LeaseCount::new(&config.name, plan)))
     });
     let settle = match (reservation, &config.settle) {
         (Some(reservation), Some(settle)) => {

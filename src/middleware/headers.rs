@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::decision::Decision;
+use crate::decision::{Decision, Interned};
 use crate::limiter::RateLimiter;
 use crate::strategy::HeaderPolicy;
 
@@ -123,10 +123,13 @@ impl Policy {
             };
         }
         // (what a configuration gives: printable ASCII, which `from_static` takes)
-        let value = if s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
-            Some(HeaderValue::from_static(crate::decision::intern(&s)))
-        } else {
-            HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+        let value = match s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            true => match crate::decision::intern(&s) {
+                Interned::Static(s) => Some(HeaderValue::from_static(s)),
+                // (the intern table is full: shared bytes, counted per clone)
+                Interned::Shared(_) => HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
+            },
+            false => HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
         };
         Self {
             value,

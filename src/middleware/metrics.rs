@@ -62,15 +62,47 @@ impl Outcome {
     }
 }
 
+/// A label value: a literal, or a name made from the configuration
+/// (borrowed when interned, else a count of the shared string).
+pub(crate) trait Label {
+    /// The value.
+    #[cfg(feature = "metrics")]
+    fn value(self) -> metrics::SharedString;
+}
+
+impl Label for &'static str {
+    #[cfg(feature = "metrics")]
+    #[inline]
+    fn value(self) -> metrics::SharedString {
+        metrics::SharedString::from(self)
+    }
+}
+
+impl Label for &crate::decision::Interned<str> {
+    #[cfg(feature = "metrics")]
+    #[inline]
+    fn value(self) -> metrics::SharedString {
+        self.label()
+    }
+}
+
+impl Label for &crate::decision::QuotaName {
+    #[cfg(feature = "metrics")]
+    #[inline]
+    fn value(self) -> metrics::SharedString {
+        self.interned().label()
+    }
+}
+
 /// One decision's outcome.
 #[inline]
-pub(crate) fn decision(limiter: &'static str, plan: &'static str, quota: &'static str, o: Outcome) {
+pub(crate) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label, o: Outcome) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_decisions_total",
-        "limiter" => limiter,
-        "plan" => plan,
-        "quota" => quota,
+        "limiter" => limiter.value(),
+        "plan" => plan.value(),
+        "quota" => quota.value(),
         "outcome" => o.label()
     )
     .increment(1);
@@ -80,12 +112,12 @@ pub(crate) fn decision(limiter: &'static str, plan: &'static str, quota: &'stati
 
 /// A failed store call, by the `kind` of its error.
 #[inline]
-pub(crate) fn store_error(limiter: &'static str, plan: &'static str, error: &StoreError) {
+pub(crate) fn store_error(limiter: impl Label, plan: impl Label, error: &StoreError) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_store_errors_total",
-        "limiter" => limiter,
-        "plan" => plan,
+        "limiter" => limiter.value(),
+        "plan" => plan.value(),
         "kind" => error_kind(error)
     )
     .increment(1);
@@ -108,13 +140,13 @@ fn error_kind(error: &StoreError) -> &'static str {
 
 /// A denial answered from the deny cache.
 #[inline]
-pub(crate) fn deny_cache_hit(limiter: &'static str, plan: &'static str, quota: &'static str) {
+pub(crate) fn deny_cache_hit(limiter: impl Label, plan: impl Label, quota: impl Label) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_deny_cache_hits_total",
-        "limiter" => limiter,
-        "plan" => plan,
-        "quota" => quota
+        "limiter" => limiter.value(),
+        "plan" => plan.value(),
+        "quota" => quota.value()
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]
@@ -123,13 +155,13 @@ pub(crate) fn deny_cache_hit(limiter: &'static str, plan: &'static str, quota: &
 
 /// A caller that crossed the near-limit fraction of a quota.
 #[inline]
-pub(crate) fn near_limit(limiter: &'static str, plan: &'static str, quota: &'static str) {
+pub(crate) fn near_limit(limiter: impl Label, plan: impl Label, quota: impl Label) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_near_limit_total",
-        "limiter" => limiter,
-        "plan" => plan,
-        "quota" => quota
+        "limiter" => limiter.value(),
+        "plan" => plan.value(),
+        "quota" => quota.value()
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]
@@ -140,17 +172,17 @@ pub(crate) fn near_limit(limiter: &'static str, plan: &'static str, quota: &'sta
 /// LeakyBucket's slot): the wait it would have had.
 #[inline]
 pub(crate) fn shadow_delay(
-    limiter: &'static str,
-    plan: &'static str,
-    quota: &'static str,
+    limiter: impl Label,
+    plan: impl Label,
+    quota: impl Label,
     delay: std::time::Duration,
 ) {
     #[cfg(feature = "metrics")]
     metrics::histogram!(
         "ratelimit_shadow_delay_seconds",
-        "limiter" => limiter,
-        "plan" => plan,
-        "quota" => quota
+        "limiter" => limiter.value(),
+        "plan" => plan.value(),
+        "quota" => quota.value()
     )
     .record(delay.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
@@ -171,11 +203,11 @@ pub(crate) fn start() -> Started {
 
 /// A store call's latency, from `started`.
 #[inline]
-pub(crate) fn store_call(limiter: &'static str, plan: &'static str, started: Started) {
+pub(crate) fn store_call(limiter: impl Label, plan: impl Label, started: Started) {
     #[cfg(feature = "metrics")]
     {
         let took: Duration = started.0.elapsed();
-        metrics::histogram!("ratelimit_store_call_seconds", "limiter" => limiter, "plan" => plan)
+        metrics::histogram!("ratelimit_store_call_seconds", "limiter" => limiter.value(), "plan" => plan.value())
             .record(took.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
@@ -189,10 +221,10 @@ pub(crate) struct LeaseCount(#[cfg(feature = "metrics")] metrics::Gauge);
 
 impl LeaseCount {
     #[inline]
-    pub(crate) fn new(limiter: &'static str, plan: &'static str) -> Self {
+    pub(crate) fn new(limiter: impl Label, plan: impl Label) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let gauge = metrics::gauge!("ratelimit_leases", "limiter" => limiter, "plan" => plan);
+            let gauge = metrics::gauge!("ratelimit_leases", "limiter" => limiter.value(), "plan" => plan.value());
             gauge.increment(1.0);
             LeaseCount(gauge)
         }

@@ -82,13 +82,17 @@ impl Failure {
     }
 }
 
+/// The most plans a [`Fallback`] keeps a limiter for.
+const FALLBACK_PLANS: usize = 256;
+
 /// A [`FailurePolicy::Fallback`]: the layer's limiter over the fallback
 /// store, and each plan's, made on first need.
 pub(crate) struct Fallback {
     limiter: RateLimiter,
     store: MemoryStore,
-    /// By plan name: the latest build's limiter, with its generation.
-    plans: Mutex<HashMap<&'static str, (u64, RateLimiter)>>,
+    /// By plan name: the latest build's limiter, with its generation (at
+    /// most [`FALLBACK_PLANS`]).
+    plans: Mutex<HashMap<Box<str>, (u64, RateLimiter)>>,
 }
 
 impl Fallback {
@@ -99,13 +103,21 @@ impl Fallback {
         };
         let mut made = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         // one per plan: a plan's new build replaces its old fallback limiter
-        let entry = made
-            .entry(plan.name())
-            .or_insert_with(|| (plan.generation, limiter.with_store(self.store.clone())));
-        if entry.0 != plan.generation {
-            *entry = (plan.generation, limiter.with_store(self.store.clone()));
+        if let Some(entry) = made.get_mut(plan.name()) {
+            if entry.0 != plan.generation {
+                *entry = (plan.generation, limiter.with_store(self.store.clone()));
+            }
+            return entry.1.clone();
         }
-        entry.1.clone()
+        // Plans renamed over and over would keep a limiter each: past the
+        // bound, start again (their state is in the fallback store, which
+        // a new limiter of the same plan finds).
+        if made.len() >= FALLBACK_PLANS {
+            made.clear();
+        }
+        let fallback = limiter.with_store(self.store.clone());
+        made.insert(plan.name().into(), (plan.generation, fallback.clone()));
+        fallback
     }
 }
 
@@ -126,8 +138,8 @@ pub(crate) fn log_failure(
     refusals: &LogThrottle,
     failure: &Failure,
     error: &StoreError,
-    limiter: &'static str,
-    plan: &'static str,
+    limiter: &str,
+    plan: &str,
 ) {
     let _ = (failure.name(), error, limiter, plan);
     if matches!(error, StoreError::Refused(_)) {

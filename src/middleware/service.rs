@@ -116,17 +116,17 @@ where
             .is_some_and(|bypass| bypass(&parts))
         {
             parts.extensions.insert(RateLimitOutcome::Bypassed);
-            metrics::decision(self.config.name, "", "", Outcome::Bypassed);
+            metrics::decision(&self.config.name, "", "", Outcome::Bypassed);
             return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
         }
         match check(&self.config, &parts) {
             Check::Skip => {
                 parts.extensions.insert(RateLimitOutcome::Skipped);
-                metrics::decision(self.config.name, "", "", Outcome::Skipped);
+                metrics::decision(&self.config.name, "", "", Outcome::Skipped);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
             Check::Unlimited(plan) => {
-                metrics::decision(self.config.name, plan.label, "", Outcome::Unlimited);
+                metrics::decision(&self.config.name, &plan.label, "", Outcome::Unlimited);
                 parts.extensions.insert(RateLimitOutcome::Unlimited);
                 parts.extensions.insert(plan);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))

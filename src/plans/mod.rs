@@ -92,7 +92,7 @@ use arc_swap::ArcSwap;
 
 pub use self::config::{Plan, PlansConfig};
 use crate::clock::Clock;
-use crate::decision::{Decision, intern};
+use crate::decision::{Decision, Interned, intern};
 use crate::error::{ConfigError, StoreError};
 use crate::limiter::{MAX_PREFIX_LEN, RateLimiter, RateLimiterBuilder};
 use crate::middleware::headers::Policy;
@@ -159,10 +159,10 @@ struct Snapshot {
 /// One plan as it is in force now: its name and limiter (none for an
 /// unlimited plan), from [`Plans::resolve`].
 pub struct ActivePlan {
-    name: &'static str,
+    name: Interned<str>,
     /// The `plan` label of metrics: the name, or none for the plan of a
     /// [`RateLimiter`] with runtime limits.
-    pub(crate) label: &'static str,
+    pub(crate) label: Interned<str>,
     plan: Plan,
     limiter: Option<RateLimiter>,
     /// `RateLimit-Policy` of its quotas (middleware).
@@ -174,8 +174,8 @@ pub struct ActivePlan {
 
 impl ActivePlan {
     /// The plan's name (the default plan's for a request whose plan was unknown).
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The plan's limiter; `None` for an unlimited plan.
@@ -607,8 +607,12 @@ impl Shared {
         }
     }
 
-    fn label(&self, name: &'static str) -> &'static str {
-        if self.single { "" } else { name }
+    fn label(&self, name: &Interned<str>) -> Interned<str> {
+        if self.single {
+            Interned::EMPTY
+        } else {
+            name.clone()
+        }
     }
 
     fn plan_prefix(&self, plan: &str) -> String {
@@ -686,8 +690,8 @@ impl Shared {
                 ));
             }
             return Ok(ActivePlan {
+                label: self.label(&name),
                 name,
-                label: self.label(name),
                 plan: plan.clone(),
                 limiter: None,
                 policy: None,
@@ -702,7 +706,7 @@ impl Shared {
         }
         let mut builder = self.template.clone().prefix(self.prefix.clone());
         if !self.carry_over {
-            builder = builder.plan_scope(name);
+            builder = builder.plan_scope(&name);
         }
         let limiter = builder
             .quotas(plan.quotas.iter().cloned())
@@ -723,8 +727,8 @@ impl Shared {
         }
         let policy = Some(Arc::new(Policy::new(&limiter)));
         Ok(ActivePlan {
+            label: self.label(&name),
             name,
-            label: self.label(name),
             plan: plan.clone(),
             limiter: Some(limiter),
             policy,
@@ -1079,8 +1083,8 @@ impl Plans {
                 config: PlansConfig::new(""),
                 by_name: HashMap::new(),
                 default: Arc::new(ActivePlan {
-                    name: "",
-                    label: "",
+                    name: Interned::EMPTY,
+                    label: Interned::EMPTY,
                     plan: Plan::unlimited(),
                     limiter: None,
                     policy: None,

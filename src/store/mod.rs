@@ -213,7 +213,7 @@ pub(crate) enum Bound {
     #[cfg(feature = "sentinel")]
     Sentinel(RedisSentinelStore, Arc<protocol::Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
-    Memory(MemoryStore, Box<[u32]>),
+    Memory(MemoryStore, memory::ScopeIds),
 }
 
 impl std::fmt::Debug for Bound {
