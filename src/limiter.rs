@@ -1078,6 +1078,9 @@ pub struct RateLimiterBuilder {
     /// A plan's name: its keys live under `<prefix>/<plan>` (a `/` no
     /// prefix may hold, so no limiter's keys can be a plan's).
     plan: Option<String>,
+    /// Its limits change at run time (a plan's limiter): unnamed quotas are
+    /// known by strategy and period ([`Quota::compile_in`]).
+    stable_ids: bool,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -1252,7 +1255,19 @@ impl RateLimiterBuilder {
         }
         let mut specs: Vec<QuotaSpec> = Vec::with_capacity(self.quotas.len());
         for (i, q) in self.quotas.iter().enumerate() {
-            let spec = q.compile(i)?;
+            let spec = q.compile_in(i, self.stable_ids)?;
+            if let Some(j) = specs.iter().position(|s| s.key_id == spec.key_id) {
+                // (unnamed quotas of runtime limits: the same strategy and period)
+                return Err(ConfigError::new(
+                    format!("quota[{i}].name"),
+                    format!(
+                        "quota[{i}] and quota[{j}] are both unnamed {} quotas of the same period: \
+                         a plan knows an unnamed quota by its strategy and period (so that a new \
+                         count keeps its state); give each a distinct .name()",
+                        spec.strategy
+                    ),
+                ));
+            }
             if let Some(j) = specs.iter().position(|s| s.name == spec.name) {
                 let same = if q.has_name() || self.quotas[j].has_name() {
                     ""
@@ -1363,6 +1378,14 @@ impl RateLimiterBuilder {
     /// Keeps the limiter's keys under `<prefix>/<plan>`: a plan's limiter.
     pub(crate) fn plan_scope(mut self, plan: &str) -> Self {
         self.plan = Some(plan.to_owned());
+        self
+    }
+
+    /// Builds a limiter whose limits change at run time (a plan's): its
+    /// unnamed quotas are known by strategy and period, so that a new count
+    /// or burst keeps what callers used.
+    pub(crate) fn stable_ids(mut self) -> Self {
+        self.stable_ids = true;
         self
     }
 

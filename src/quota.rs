@@ -194,7 +194,16 @@ impl Quota {
     }
 
     /// Validates and compiles the quota for the stores; `i` is its position.
+    #[cfg(test)]
     pub(crate) fn compile(&self, i: usize) -> Result<QuotaSpec, ConfigError> {
+        self.compile_in(i, false)
+    }
+
+    /// [`compile`](Self::compile), for a limiter whose limits change at run
+    /// time if `runtime`: an unnamed quota is then known by its strategy and
+    /// period alone (`<tag><period>`), so that a new count or burst keeps
+    /// what callers used, as a named quota's does.
+    pub(crate) fn compile_in(&self, i: usize, runtime: bool) -> Result<QuotaSpec, ConfigError> {
         let field = |f: &str| format!("quota[{i}].{f}");
         let count = self.rate.count();
         if count == 0 {
@@ -292,11 +301,15 @@ impl Quota {
         // in the first form. A named quota keeps its state across a change of
         // count (every strategy's state means the same under any count), and
         // of period where its state means the same under any period too
-        // (`StrategySpec::period_in_named_key`).
+        // (`StrategySpec::period_in_named_key`). An unnamed quota of runtime
+        // limits (a plan's) is `<tag><period>`, without '/': known by its
+        // strategy and period, it keeps its state across a change of count
+        // or burst (a new period makes it another quota).
         let (tag, period) = (self.strategy.key_tag(), compact_period(period_us));
         let key_id = match &self.name {
             Some(name) if spec.period_in_named_key => format!("{tag}{period}/{name}"),
             Some(name) => format!("{tag}/{name}"),
+            None if runtime => format!("{tag}{period}"),
             None => format!("{tag}{count}/{period}"),
         };
         Ok(QuotaSpec {
@@ -308,7 +321,8 @@ impl Quota {
             interval_us,
             per_interval: crate::strategy::state::Interval::new(interval_us),
             name,
-            named: self.name.is_some(),
+            // (its interval may change under one key: stored beside its state)
+            named: self.name.is_some() || runtime,
             rate: self.rate,
             shadow: self.shadow,
         })
@@ -389,9 +403,10 @@ pub(crate) struct QuotaSpec {
     /// `interval_us`, to divide by.
     pub(crate) per_interval: crate::strategy::state::Interval,
     pub(crate) name: String,
-    /// Whether the quota was [named](Quota::name): its key is then kept
-    /// across changes of its rate, so its state says what rate it was
-    /// written under where the strategy needs that (`lua/tat.lua`).
+    /// Whether the quota was [named](Quota::name), or is a plan's (runtime
+    /// limits): its key is then kept across changes of its rate, so its
+    /// state says what rate it was written under where the strategy needs
+    /// that (`lua/tat.lua`).
     pub(crate) named: bool,
     /// The quota's part of its storage keys (after `{<prefix>:<key>}:`): the
     /// strategy's key tag, then the rate (`r60/1m`) or, for a named quota,

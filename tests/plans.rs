@@ -484,13 +484,18 @@ async fn a_sync_racing_a_publish_does_not_undo_it_on_redis() {
 /// A quota named "q" of `strategy`: `count` per `period` (for concurrency:
 /// `count` in flight, leases of `period`), with `burst` where it takes one.
 fn named(strategy: Strategy, count: u64, period: Duration, burst: Option<u64>) -> Quota {
+    unnamed(strategy, count, period, burst).name("q")
+}
+
+/// [`named`] without a name: a plan knows it by its strategy and period.
+fn unnamed(strategy: Strategy, count: u64, period: Duration, burst: Option<u64>) -> Quota {
     let q = match strategy {
         Strategy::Concurrency => Quota::concurrency(count).lease_timeout(period),
         s => Quota::new(s, Rate::new(count, period)),
     };
     match burst {
-        Some(b) => q.burst(b).name("q"),
-        None => q.name("q"),
+        Some(b) => q.burst(b),
+        None => q,
     }
 }
 
@@ -512,10 +517,16 @@ struct Change {
 /// Raising never denies what the old limits admitted; lowering never admits
 /// more than the new limits, counting what was used under the old ones
 /// (see the README, "Changing limits while running").
-fn changes(strategy: Strategy) -> Vec<Change> {
+fn changes(strategy: Strategy, name: bool) -> Vec<Change> {
     let (min, hour) = (Duration::from_secs(60), Duration::from_secs(3_600));
     let s20 = Duration::from_secs(20);
-    let q = |count, period, burst| named(strategy, count, period, burst);
+    let q = |count, period, burst| {
+        if name {
+            named(strategy, count, period, burst)
+        } else {
+            unnamed(strategy, count, period, burst)
+        }
+    };
     let tat = matches!(
         strategy,
         Strategy::Gcra | Strategy::TokenBucket | Strategy::LeakyBucket
@@ -667,15 +678,19 @@ fn changes(strategy: Strategy) -> Vec<Change> {
 /// Every change of [`changes`] for every strategy, on `store` under a
 /// manual clock: the number admitted at once after the change and the
 /// retry of the first denial.
-async fn a_change_of_limits_keeps_what_was_used(store: Store<'_>) {
+async fn a_change_of_limits_keeps_what_was_used(store: Store<'_>, name: bool) {
     let s = store.name();
     // every case is run, and every one that fails is listed
     let mut failed = Vec::new();
     for strategy in Strategy::ALL {
-        for (i, c) in changes(strategy).into_iter().enumerate() {
+        for (i, c) in changes(strategy, name).into_iter().enumerate() {
+            // (an unnamed quota of another period is another quota)
+            if !name && c.before.rate().period() != c.after.rate().period() {
+                continue;
+            }
             let clock = clock();
             let plans = store
-                .builder(&clock, &format!("rescale-{s}-{strategy}-{i}"))
+                .builder(&clock, &format!("rescale-{s}-{name}-{strategy}-{i}"))
                 .plan("p", one_plan(c.before.clone()))
                 .build()
                 .unwrap();
@@ -726,12 +741,43 @@ async fn a_change_of_limits_keeps_what_was_used(store: Store<'_>) {
 #[tokio::test]
 async fn a_change_of_limits_keeps_what_was_used_on_redis() {
     let redis = RedisServer::start();
-    a_change_of_limits_keeps_what_was_used(Store::Redis(&redis)).await;
+    a_change_of_limits_keeps_what_was_used(Store::Redis(&redis), true).await;
 }
 
 #[tokio::test]
 async fn a_change_of_limits_keeps_what_was_used_in_memory() {
-    a_change_of_limits_keeps_what_was_used(Store::Memory(MemoryStore::new())).await;
+    a_change_of_limits_keeps_what_was_used(Store::Memory(MemoryStore::new()), true).await;
+}
+
+/// An unnamed quota of a plan is known by its strategy and period: a new
+/// count or burst keeps what was used, as a named one's does (it moved to a
+/// fresh key: lowering 10/min with 5 used to 4/min admitted 4 more, and a
+/// text plan's `20/day` lowered to `10/day` with 18 used admitted 10).
+#[tokio::test]
+async fn a_change_of_an_unnamed_quota_keeps_what_was_used_on_redis() {
+    let redis = RedisServer::start();
+    a_change_of_limits_keeps_what_was_used(Store::Redis(&redis), false).await;
+}
+
+#[tokio::test]
+async fn a_change_of_an_unnamed_quota_keeps_what_was_used_in_memory() {
+    a_change_of_limits_keeps_what_was_used(Store::Memory(MemoryStore::new()), false).await;
+}
+
+/// Two unnamed quotas of one strategy and period in a plan would share a
+/// key: refused, naming the field.
+#[tokio::test]
+async fn two_unnamed_quotas_of_one_strategy_and_period_in_a_plan_are_refused() {
+    let plan = Plan::new([
+        Quota::fixed_window(Rate::per_minute(10)),
+        Quota::fixed_window(Rate::per_minute(20)),
+    ]);
+    let err = Plans::builder()
+        .store(MemoryStore::new())
+        .plan("free", plan)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "plans.free.quotas[1].name", "{err}");
 }
 
 /// Issue 26's case on Redis's own clock (`TIME`): 10 per 20 s, burst 16, 3

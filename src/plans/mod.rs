@@ -37,9 +37,11 @@
 //! would not**. A [named](crate::Quota::name) quota keeps its storage key,
 //! and its state, across any change of count or burst, and of period except
 //! for the fixed window and the sliding window counter (their state is a
-//! count per window of the period: a new period starts afresh). A change of
-//! strategy, or any change of rate of an unnamed quota, moves the quota to a
-//! new key that starts empty. Name the quotas you mean to tune.
+//! count per window of the period: a new period starts afresh). A plan knows
+//! an unnamed quota by its strategy and period (two such of one strategy and
+//! period are refused): it keeps its state across any change of count or
+//! burst, and a new period makes it another quota. A change of strategy
+//! moves the quota to a new key that starts empty.
 //!
 //! | strategy | under the new limit |
 //! |---|---|
@@ -704,7 +706,11 @@ impl Shared {
                 "no quota configured; give the plan quotas or make it Plan::unlimited()",
             ));
         }
-        let mut builder = self.template.clone().prefix(self.prefix.clone());
+        let mut builder = self
+            .template
+            .clone()
+            .prefix(self.prefix.clone())
+            .stable_ids();
         if !self.carry_over {
             builder = builder.plan_scope(&name);
         }
