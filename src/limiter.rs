@@ -477,13 +477,16 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn verify(&self) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.verify_here().await,
+        match &self.inner.runtime {
+            // (the limits in force, and the document they are published in)
+            Some(plans) => plans.verify().await,
             None => self.verify_here().await,
         }
     }
 
-    async fn verify_here(&self) -> Result<(), StoreError> {
+    /// [`verify`](Self::verify) of a limiter without runtime limits (a
+    /// plan's).
+    pub(crate) async fn verify_here(&self) -> Result<(), StoreError> {
         /// Stored hashed, like every key that starts with `~`, so no user
         /// key's state is touched.
         const PROBE: &[u8] = b"~tower-redis-ratelimit:verify";

@@ -757,6 +757,24 @@ async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key
             .iter()
             .any(|k| k.ends_with(":!"))
     );
+    // a limiter with runtime limits of the same prefix: its published limits
+    // are a document of their own, and leave the plans' alone
+    let runtime = RateLimiter::builder()
+        .store(store.clone())
+        .prefix("api")
+        .quota(Quota::gcra(Rate::per_hour(3)))
+        .sync_interval(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    assert!(runtime.check("user-3").await.unwrap().allowed());
+    runtime
+        .limits()
+        .unwrap()
+        .publish_quotas([Quota::gcra(Rate::per_minute(100_000))])
+        .await
+        .unwrap();
+    assert!(!b.handle().sync().await.unwrap(), "the plans are unchanged");
+    assert_eq!(b.config(), raised);
     assert_keys_within(&server, &acl).await;
     // the block key was written: the limiter's keys, the plans' and the document
     let mut admin = server.conn().await;
@@ -765,7 +783,7 @@ async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key
         .query_async(&mut admin)
         .await
         .unwrap();
-    for want in ["{api:user-1}:!", "api:plans"] {
+    for want in ["{api:user-1}:!", "api:plans", "api:limits"] {
         assert!(keys.iter().any(|k| k == want), "{want} not in {keys:?}");
     }
     for want in ["{api/free:user-1}", "{api/pro:user-1}"] {
@@ -842,6 +860,21 @@ async fn plans_verify_checks_every_plan_and_the_shared_limits() {
         let e = synced_plans(&store).verify().await.expect_err(rule);
         assert!(no_permission(&e), "without {rule}: {e:?}");
     }
+    // a limiter with runtime limits and sync checks its own document
+    let runtime = || {
+        RateLimiter::builder()
+            .store(store.clone())
+            .prefix("api")
+            .quota(Quota::gcra(Rate::per_hour(3)))
+            .sync_interval(Duration::from_secs(3_600))
+            .build()
+            .unwrap()
+    };
+    set_user(&server, &acl).await;
+    runtime().verify().await.unwrap();
+    set_user(&server, &without("~api:limits")).await;
+    let e = runtime().verify().await.expect_err("~api:limits");
+    assert!(no_permission(&e), "without ~api:limits: {e:?}");
     // plans that carry state over between plans keep it under `{api:`
     set_user(&server, &without("~{api:*")).await;
     synced_plans(&store).verify().await.unwrap();

@@ -850,7 +850,7 @@ impl Plans {
         names.sort();
         for name in names {
             if let Some(limiter) = snapshot.by_name.get(name).and_then(|p| p.limiter()) {
-                limiter.verify().await?;
+                limiter.verify_here().await?;
             }
         }
         if let Some(sync) = &self.shared.sync {
@@ -1070,7 +1070,13 @@ impl Plans {
             }
             Some(d) => Some(Sync {
                 interval_us: u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
-                key: format!("{prefix}:plans"),
+                // (a limiter's runtime limits apart from a `Plans`' of the
+                // same prefix: one's publish must not replace the other's)
+                key: if single {
+                    format!("{prefix}:limits")
+                } else {
+                    format!("{prefix}:plans")
+                },
                 last_poll: AtomicU64::new(0),
                 polling: AtomicBool::new(false),
                 epoch: tokio::time::Instant::now(),
