@@ -64,18 +64,33 @@ impl FromStr for Quota {
         let mut burst = None;
         let mut name = None;
         let mut shadow = false;
+        // (each option once: a second one would silently win)
+        let twice = |option: &str| {
+            ConfigError::new(option, format!("{option} is given twice; give it once"))
+        };
         for word in rest.split_whitespace() {
             if word == "shadow" {
+                if shadow {
+                    return Err(twice("shadow"));
+                }
                 shadow = true;
                 continue;
             }
             match word.split_once('=') {
                 Some(("burst", v)) => {
+                    if burst.is_some() {
+                        return Err(twice("burst"));
+                    }
                     burst = Some(v.parse::<u64>().map_err(|e| {
                         ConfigError::new("burst", format!("{v:?} is not a count: {e}"))
                     })?);
                 }
-                Some(("name", v)) => name = Some(v.to_owned()),
+                Some(("name", v)) => {
+                    if name.is_some() {
+                        return Err(twice("name"));
+                    }
+                    name = Some(v.to_owned());
+                }
                 Some((k, _)) => {
                     return Err(ConfigError::new(
                         k,
@@ -125,13 +140,31 @@ impl FromStr for Plan {
 
     /// Parses `gcra 60/min name=minute; fixed-window 1000/day name=day`,
     /// `unlimited`, or either after `shadow;`. Errors name the quota at
-    /// fault, e.g. `quotas[1].rate`.
+    /// fault, e.g. `quotas[1].rate`. `shadow` is only first: after a quota
+    /// it would read as that quota's, and silently make the whole plan
+    /// never deny (a quota of its own in shadow is `… shadow`, without `;`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut plan = Plan::new(Vec::<Quota>::new());
         let mut i = 0;
-        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        for (n, part) in s
+            .split(';')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .enumerate()
+        {
             match part {
-                "shadow" => plan.shadow = true,
+                "shadow" if n == 0 => plan.shadow = true,
+                "shadow" => {
+                    return Err(ConfigError::new(
+                        "shadow",
+                        "a plan's `shadow;` comes first (it puts the whole plan in shadow \
+                         mode); for one quota in shadow, write `shadow` after that quota, \
+                         without `;`",
+                    ));
+                }
+                "unlimited" if plan.unlimited => {
+                    return Err(ConfigError::new("unlimited", "unlimited is given twice"));
+                }
                 "unlimited" => plan.unlimited = true,
                 _ => {
                     let q = part
@@ -220,6 +253,28 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// A trailing `shadow` put the whole plan in shadow mode (it never
+    /// denied), and a second `burst=`/`name=` silently won.
+    #[test]
+    fn a_plans_shadow_is_first_and_every_option_is_given_once() {
+        let e = "60/min; 1000/day; shadow".parse::<Plan>().unwrap_err();
+        assert_eq!(e.field(), "shadow", "{e}");
+        let plan: Plan = "shadow; 60/min; 1000/day shadow".parse().unwrap();
+        assert!(plan.shadow);
+        assert_eq!(plan.quotas.len(), 2);
+        assert!(plan.quotas[1].is_shadow() && !plan.quotas[0].is_shadow());
+        for (text, field) in [
+            ("gcra 60/min burst=5 burst=50", "quotas[0].burst"),
+            ("gcra 60/min name=a name=b", "quotas[0].name"),
+            ("gcra 60/min shadow shadow", "quotas[0].shadow"),
+            ("unlimited; unlimited", "unlimited"),
+            ("shadow; shadow; 60/min", "shadow"),
+        ] {
+            let e = text.parse::<Plan>().unwrap_err();
+            assert_eq!(e.field(), field, "{text}: {e}");
+        }
+    }
 
     #[test]
     fn a_plan_or_a_default_given_twice_is_an_error() {
