@@ -102,6 +102,10 @@ fn app_counting(
             get(|| async { ([(TOKENS, "99999999999999999999999999")], "done") }),
         )
         .route(
+            "/twice",
+            get(|| async { ([(TOKENS, "0"), (TOKENS, "40")], "done") }),
+        )
+        .route(
             "/ext/{n}",
             get(|Path(n): Path<u64>| async move {
                 let mut res = http::Response::new(Body::from("done"));
@@ -655,6 +659,19 @@ async fn a_huge_usage_is_the_longest_debt(limiter: RateLimiter) {
         d.retry_after(),
         Some(RateLimiter::MAX_DEBT - Duration::from_secs(59))
     );
+}
+
+/// A usage header given twice is charged its largest count (the first, an
+/// upstream's `0`, made the request free).
+#[tokio::test]
+async fn a_usage_header_given_twice_is_charged_its_largest_count() {
+    let clock = clock();
+    let limiter = window(&clock, "twice", 100);
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 1).header(TOKENS));
+    let res = send(&plain_app(layer.clone()), get_req("/twice")).await;
+    assert_eq!(text(res).await, "done");
+    assert_eq!(remaining(&limiter).await, 60);
 }
 
 #[tokio::test]

@@ -99,7 +99,8 @@ impl ResponseCost {
     }
 
     /// The real cost from this response header (say `x-tokens-used`); a
-    /// value that is not a decimal integer is ignored.
+    /// value that is not a decimal integer is ignored, and a header given
+    /// more than once is charged its largest count.
     pub fn header(mut self, name: HeaderName) -> Self {
         self.header = Some(name);
         self
@@ -119,17 +120,28 @@ impl ResponseCost {
 
     /// The real cost the response head tells, if it does.
     fn of_head(&self, head: &http::response::Parts) -> Option<u64> {
+        // (a header given more than once is charged its largest count: an
+        // upstream's `0` before the real usage must not make it free)
         let from_header = self.header.as_ref().and_then(|name| {
-            let value = head.headers.get(name)?.to_str().ok()?.trim();
-            // a count too large for a u64 is charged in full (capped), not
-            // dropped for the estimate; anything else not a count is ignored
-            match value.parse::<u64>() {
-                Ok(n) => Some(n),
-                Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                    Some(u64::MAX)
-                }
-                Err(_) => None,
-            }
+            head.headers
+                .get_all(name)
+                .iter()
+                .filter_map(|value| {
+                    let value = value.to_str().ok()?.trim();
+                    // a count too large for a u64 is charged in full (capped),
+                    // not dropped for the estimate; anything else not a count
+                    // is ignored
+                    match value.parse::<u64>() {
+                        Ok(n) => Some(n),
+                        Err(_)
+                            if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) =>
+                        {
+                            Some(u64::MAX)
+                        }
+                        Err(_) => None,
+                    }
+                })
+                .max()
         });
         from_header.or_else(|| self.extension.as_ref().and_then(|f| f(&head.extensions)))
     }
