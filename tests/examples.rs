@@ -363,7 +363,9 @@ async fn plans_probe(app: &Router) {
 
 #[tokio::test]
 async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
-    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN).unwrap();
+    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
+        .await
+        .unwrap();
     plans_probe(&app).await;
 }
 
@@ -371,7 +373,9 @@ async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
 async fn plans_keep_api_keys_out_of_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
-    let app = plans::app(store, None, ADMIN_TOKEN).unwrap();
+    let app = plans::app(store, None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
+        .await
+        .unwrap();
     plans_probe(&app).await;
     let keys = redis_keys(&redis).await;
     assert!(!keys.is_empty());
@@ -384,4 +388,136 @@ async fn plans_keep_api_keys_out_of_redis() {
             );
         }
     }
+}
+
+/// The quota names of every `RateLimit-Policy` item of a response.
+fn policy_names(res: &http::Response<Body>) -> Vec<String> {
+    res.headers()
+        .get_all("ratelimit-policy")
+        .iter()
+        .flat_map(|v| v.to_str().unwrap().split(','))
+        .map(|item| {
+            let name = item.split(';').next().unwrap().trim();
+            name.trim_matches('"').to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn plans_headers_name_the_ip_guard_apart_from_the_plan() {
+    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
+        .await
+        .unwrap();
+    let res = send(
+        &app,
+        request(
+            Method::GET,
+            "/",
+            [198, 51, 100, 30],
+            &[("x-api-key", "key-free")],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut names = policy_names(&res);
+    assert!(names.contains(&"ip".to_owned()), "{names:?}");
+    assert!(names.contains(&"minute".to_owned()), "{names:?}");
+    let all = names.len();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), all, "a quota named twice: {names:?}");
+}
+
+/// A copy of `examples/plans.toml` in a file of the test's own, the `pro`
+/// plan's burst set to `burst`.
+fn plans_file(name: &str, burst: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(plans::DEFAULT_CONFIG).unwrap();
+    let from = "pro = \"gcra 600/min burst=50 name=minute\"";
+    assert!(text.contains(from), "examples/plans.toml changed: {text}");
+    let text = text.replace(
+        from,
+        &format!("pro = \"gcra 600/min burst={burst} name=minute\""),
+    );
+    let path = std::env::temp_dir().join(format!(
+        "tower-redis-ratelimit-{}-{name}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// What `GET /` as the `pro` account says (`plan pro: <left> left of ...`).
+async fn as_pro(app: &Router, peer: [u8; 4]) -> String {
+    let res = send(
+        app,
+        request(Method::GET, "/", peer, &[("x-api-key", "key-pro")]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    text(res).await
+}
+
+async fn reload(app: &Router, peer: [u8; 4]) -> StatusCode {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let req = request(
+        Method::POST,
+        "/admin/reload",
+        peer,
+        &[("authorization", &bearer)],
+    );
+    status(app, req).await
+}
+
+#[tokio::test]
+async fn plans_read_the_file_it_is_given_and_reload_it() {
+    let path = plans_file("reload-memory", 7);
+    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, &path)
+        .await
+        .unwrap();
+    assert!(
+        as_pro(&app, [10, 1, 0, 1])
+            .await
+            .starts_with("plan pro: 6 left")
+    );
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("burst=7", "burst=9"),
+    )
+    .unwrap();
+    assert_eq!(reload(&app, [10, 1, 0, 2]).await, StatusCode::OK);
+    // (one used of the burst of 9)
+    assert!(
+        as_pro(&app, [10, 1, 0, 1])
+            .await
+            .starts_with("plan pro: 7 left")
+    );
+    // a file that is gone: the app does not start
+    std::fs::remove_file(&path).unwrap();
+    let e = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, &path)
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("reading"), "{e}");
+}
+
+/// With Redis, the limits a reload published win over the file when an
+/// instance starts, even over a file edited since (the header comment says
+/// so).
+#[tokio::test]
+async fn plans_on_redis_start_with_the_published_limits_not_the_file() {
+    let redis = RedisServer::start();
+    let store = || RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
+    let sync = Some(std::time::Duration::from_secs(1));
+    let path = plans_file("published-redis", 9);
+    let first = plans::app(store(), sync, ADMIN_TOKEN, &path).await.unwrap();
+    assert_eq!(reload(&first, [10, 2, 0, 1]).await, StatusCode::OK);
+    // the file edited back, then a restart: the published burst of 9 holds
+    // from the first request
+    let path = plans_file("published-redis", 7);
+    let second = plans::app(store(), sync, ADMIN_TOKEN, &path).await.unwrap();
+    let said = as_pro(&second, [10, 2, 0, 2]).await;
+    assert!(said.starts_with("plan pro: 8 left"), "{said}");
+    std::fs::remove_file(&path).unwrap();
 }
