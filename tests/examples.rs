@@ -80,7 +80,10 @@ async fn admin_routes_all_need_the_token() {
         Some("Bearer ".to_owned()),                     // empty
         Some(format!("Bearer {}", &ADMIN_TOKEN[..10])), // a prefix
         Some(format!("Bearer {ADMIN_TOKEN}x")),         // longer
-        Some(format!("bearer {ADMIN_TOKEN}")),          // scheme's case
+        Some(format!("Bearer{ADMIN_TOKEN}")),           // no space
+        Some(format!("Bearer\t{ADMIN_TOKEN}")),         // not a space
+        Some(format!("Basic {ADMIN_TOKEN}")),           // another scheme
+        Some("Bearer".to_owned()),                      // the scheme alone
     ];
     // each probe from an IP of its own (the guard is per IP)
     let mut ip = 0u8;
@@ -98,14 +101,81 @@ async fn admin_routes_all_need_the_token() {
                 "{method} {uri} {auth:?}"
             );
         }
-        ip += 1;
-        let req = request(
-            method.clone(),
-            uri,
-            [198, 51, 100, ip],
-            &[("authorization", &bearer)],
+        // the scheme is case-insensitive (RFC 9110 §11.1), then 1+ spaces
+        for auth in [
+            bearer.clone(),
+            format!("bearer {ADMIN_TOKEN}"),
+            format!("BEARER {ADMIN_TOKEN}"),
+            format!("bEaReR  {ADMIN_TOKEN}"),
+        ] {
+            ip += 1;
+            let req = request(
+                method.clone(),
+                uri,
+                [198, 51, 100, ip],
+                &[("authorization", &auth)],
+            );
+            assert_eq!(
+                status(&app, req).await,
+                StatusCode::OK,
+                "{method} {uri} {auth}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn admin_query_strings_are_decoded_and_unknown_or_valueless_parameters_are_400() {
+    let app = admin::app(MemoryStore::new(), ADMIN_TOKEN).unwrap();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let bad = [
+        (Method::POST, "block?seconds"),
+        (Method::POST, "block?seconds&seconds=5"),
+        (Method::POST, "block?Seconds=5"),
+        (Method::POST, "block?SECONDS=5"),
+        (Method::POST, "block?secs=5"),
+        (Method::POST, "block?seconds=5&units=1"),
+        (Method::POST, "block?seconds=+5"),
+        (Method::POST, "block?seconds=%2B5"),
+        (Method::POST, "block?seconds=%205"),
+        (Method::POST, "block?seconds=5%00"),
+        (Method::POST, "block?seconds=%FF"),
+        (Method::POST, "block?seconds=%35&seconds=5"),
+        (Method::POST, "reward?units"),
+        (Method::POST, "reward?Units=5"),
+        (Method::POST, "reward?units=-%31"),
+        (Method::POST, "unblock?force=1"),
+        (Method::POST, "unblock?x"),
+        (Method::GET, "?verbose=1"),
+        (Method::GET, "?verbose"),
+    ];
+    for (i, (method, action)) in bad.iter().enumerate() {
+        let uri = format!("/admin/ips/192.0.2.1/{action}").replace("/?", "?");
+        let peer = [10, 0, 3, u8::try_from(i).unwrap()];
+        let req = request(method.clone(), &uri, peer, &[("authorization", &bearer)]);
+        let res = send(&app, req).await;
+        assert_eq!(
+            res.status(),
+            StatusCode::BAD_REQUEST,
+            "{method} {uri}: {}",
+            text(res).await
         );
-        assert_eq!(status(&app, req).await, StatusCode::OK, "{method} {uri}");
+    }
+    // percent-encoded values are decoded, then checked
+    let good = [
+        ("block?seconds=%35", "192.0.2.1 blocked for 5 s\n"),
+        ("block?seconds=6&", "192.0.2.1 blocked for 6 s\n"),
+        ("block", "192.0.2.1 blocked for 300 s\n"),
+        ("reward?units=%31%30", "192.0.2.1 given 10 back\n"),
+        ("reward?units=007", "192.0.2.1 given 7 back\n"),
+    ];
+    for (i, (action, answer)) in good.iter().enumerate() {
+        let uri = format!("/admin/ips/192.0.2.1/{action}");
+        let peer = [10, 0, 4, u8::try_from(i).unwrap()];
+        let req = request(Method::POST, &uri, peer, &[("authorization", &bearer)]);
+        let res = send(&app, req).await;
+        assert_eq!(res.status(), StatusCode::OK, "{uri}");
+        assert_eq!(text(res).await, *answer, "{uri}");
     }
 }
 
@@ -326,6 +396,7 @@ async fn plans_probe(app: &Router) {
     for headers in [
         vec![],
         vec![("authorization", "Bearer wrong")],
+        vec![("authorization", "Bearer")],
         vec![("x-api-key", "key-internal")],
     ] {
         let req = request(Method::POST, "/admin/reload", [198, 51, 100, 21], &headers);
@@ -335,13 +406,16 @@ async fn plans_probe(app: &Router) {
             "{headers:?}"
         );
     }
-    let req = request(
-        Method::POST,
-        "/admin/reload",
-        [198, 51, 100, 22],
-        &[("authorization", &bearer)],
-    );
-    assert_eq!(status(app, req).await, StatusCode::OK);
+    let lower = format!("bearer {ADMIN_TOKEN}");
+    for auth in [&bearer, &lower] {
+        let req = request(
+            Method::POST,
+            "/admin/reload",
+            [198, 51, 100, 22],
+            &[("authorization", auth)],
+        );
+        assert_eq!(status(app, req).await, StatusCode::OK, "{auth}");
+    }
     // guessing API keys from one IP: 120 a minute, 11 per failure
     let mut refused = 0;
     for i in 0..40 {
