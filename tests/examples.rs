@@ -10,6 +10,10 @@ mod common;
 #[allow(dead_code)]
 #[path = "../examples/admin.rs"]
 mod admin;
+#[cfg(feature = "metrics")]
+#[allow(dead_code)]
+#[path = "../examples/metrics.rs"]
+mod metrics_example;
 #[allow(dead_code)]
 #[path = "../examples/multi_quota.rs"]
 mod multi_quota;
@@ -594,4 +598,49 @@ async fn plans_on_redis_start_with_the_published_limits_not_the_file() {
     let said = as_pro(&second, [10, 2, 0, 2]).await;
     assert!(said.starts_with("plan pro: 8 left"), "{said}");
     std::fs::remove_file(&path).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// examples/metrics.rs
+// ---------------------------------------------------------------------------
+
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn metrics_are_off_the_public_app_and_its_limit_is_per_client_ip() {
+    let app = metrics_example::app(MemoryStore::new()).unwrap();
+    // `/metrics` is no public route
+    let res = send(
+        &app,
+        request(Method::GET, "/metrics", [198, 51, 100, 40], &[]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    // one client spends its burst of 5; another keeps its own
+    let greedy = [198, 51, 100, 41];
+    for i in 0..5 {
+        let res = send(&app, request(Method::GET, "/", greedy, &[])).await;
+        assert_eq!(res.status(), StatusCode::OK, "request {i}");
+    }
+    let res = send(&app, request(Method::GET, "/", greedy, &[])).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let res = send(&app, request(Method::GET, "/", [198, 51, 100, 42], &[])).await;
+    assert_eq!(res.status(), StatusCode::OK, "another client");
+    // without connect info there is no client to key: 500, not one shared key
+    let mut no_peer = request(Method::GET, "/", [198, 51, 100, 43], &[]);
+    no_peer.extensions_mut().clear();
+    assert_eq!(
+        status(&app, no_peer).await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    // the metrics app serves `/metrics` and nothing else
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = metrics_example::metrics_app(recorder.handle());
+    let res = send(
+        &metrics,
+        request(Method::GET, "/metrics", [127, 0, 0, 1], &[]),
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = send(&metrics, request(Method::GET, "/", [127, 0, 0, 1], &[])).await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
