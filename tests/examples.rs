@@ -644,3 +644,197 @@ async fn metrics_are_off_the_public_app_and_its_limit_is_per_client_ip() {
     let res = send(&metrics, request(Method::GET, "/", [127, 0, 0, 1], &[])).await;
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
+
+// ---------------------------------------------------------------------------
+// What a copy needs: every example's list of crates, and the README's
+// ---------------------------------------------------------------------------
+
+/// The crates (by their name in code: `http_body`) that `code` names as the
+/// first segment of a path, comments left out: what a copy of it must depend
+/// on, besides the standard library, this crate, and `local` modules.
+fn crates_used(code: &str, local: &[&str]) -> std::collections::BTreeSet<String> {
+    const NOT_CRATES: [&str; 7] = [
+        "std",
+        "core",
+        "alloc",
+        "crate",
+        "self",
+        "super",
+        "tower_redis_ratelimit",
+    ];
+    // (primitive types: `bool::from`, `u64::MAX`)
+    const PRIMITIVES: [&str; 17] = [
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f32", "f64",
+    ];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let lines: Vec<&str> = code
+        .lines()
+        .map(|l| {
+            let l = l.trim_start();
+            l.strip_prefix("# ").unwrap_or(l) // doctest lines
+        })
+        .filter(|l| !l.starts_with("//"))
+        .map(|l| l.split(" //").next().unwrap())
+        .collect();
+    // `use` statements: their first segment is a crate (or not); every
+    // name they bring in is a path's start, not a crate, in the code
+    let mut used = std::collections::BTreeSet::new();
+    let mut imported: Vec<String> = Vec::new();
+    let mut rest = Vec::new();
+    let mut statement: Option<String> = None;
+    for line in lines {
+        let start = line
+            .strip_prefix("pub ")
+            .unwrap_or(line)
+            .strip_prefix("use ");
+        match (&mut statement, start) {
+            (None, Some(tree)) => statement = Some(tree.to_owned()),
+            (Some(s), _) => s.push_str(line),
+            (None, None) => {
+                rest.push(line);
+                continue;
+            }
+        }
+        if let Some(s) = statement.take_if(|s| s.contains(';')) {
+            let first: String = s
+                .trim_start_matches(':')
+                .chars()
+                .take_while(|c| ident(*c))
+                .collect();
+            used.insert(first);
+            imported.extend(
+                s.split(|c: char| !ident(c))
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+    }
+    for line in rest {
+        for (at, _) in line.match_indices("::") {
+            let start = line[..at].rfind(|c: char| !ident(c)).map_or(0, |i| i + 1);
+            let name = &line[start..at];
+            let after_path = start >= 2 && &line[start - 2..start] == "::";
+            let turbofish = line[at + 2..].starts_with('<');
+            if !name.starts_with(|c: char| c.is_ascii_lowercase())
+                || after_path
+                || turbofish
+                || imported.iter().any(|i| i == name)
+            {
+                continue;
+            }
+            used.insert(name.to_owned());
+        }
+    }
+    used.retain(|name| {
+        !NOT_CRATES.contains(&name.as_str())
+            && !PRIMITIVES.contains(&name.as_str())
+            && !local.contains(&name.as_str())
+            && !name.starts_with(|c: char| c.is_ascii_uppercase())
+            && !name.is_empty()
+    });
+    used
+}
+
+/// The crates an example's header says it needs: the backquoted names
+/// of its sentence "Crates it needs besides this one ...", parentheses
+/// (features) left out, as named in code (`-` as `_`).
+fn crates_listed(example: &str) -> Option<std::collections::BTreeSet<String>> {
+    let header: String = example
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let from = header.find("Crates it needs besides this one")?;
+    let sentence = &header[from..];
+    let end = sentence
+        .char_indices()
+        .find(|&(i, c)| {
+            c == '.' && sentence[i + 1..].starts_with(|n: char| n.is_whitespace())
+                || c == '.' && i + 1 == sentence.len()
+        })
+        .map_or(sentence.len(), |(i, _)| i);
+    let mut text = String::new();
+    let mut depth = 0;
+    for c in sentence[..end].chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 => text.push(c),
+            _ => {}
+        }
+    }
+    Some(
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|name| !name.contains(['/', '.', ':']))
+            .map(|name| name.replace('-', "_"))
+            .collect(),
+    )
+}
+
+#[test]
+fn every_example_lists_the_crates_it_needs() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir("examples").unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        seen += 1;
+        let code = std::fs::read_to_string(&path).unwrap();
+        let listed = crates_listed(&code)
+            .unwrap_or_else(|| panic!("{}: no \"Crates it needs\" in its header", path.display()));
+        // the files it includes with #[path], and their modules
+        let mut all = code.clone();
+        let mut local = Vec::new();
+        let mut lines = code.lines().peekable();
+        while let Some(line) = lines.next() {
+            if let Some(rest) = line.trim().strip_prefix("#[path = \"") {
+                let file = rest.split('"').next().unwrap();
+                all.push_str(&std::fs::read_to_string(path.with_file_name(file)).unwrap());
+            }
+            if let Some(name) = line.trim().strip_prefix("mod ") {
+                local.push(name.trim_end_matches(';').to_owned());
+            }
+        }
+        let local: Vec<&str> = local.iter().map(String::as_str).collect();
+        let used = crates_used(&all, &local);
+        assert_eq!(
+            listed,
+            used,
+            "{}: the crates its header lists, and those its code uses",
+            path.display()
+        );
+    }
+    assert!(seen >= 8, "{seen} examples");
+}
+
+#[test]
+fn the_readmes_dependency_list_covers_its_snippets() {
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let quick = &readme[readme.find("## Quick start").unwrap()..];
+    let toml_block = quick
+        .split("```toml")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let listed: std::collections::BTreeSet<String> = toml_block
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim()))
+        .filter(|k| !k.starts_with('#') && !k.is_empty())
+        .map(|k| k.replace('-', "_"))
+        .collect();
+    assert!(listed.contains("tower_redis_ratelimit"), "{listed:?}");
+    let mut used = std::collections::BTreeSet::new();
+    for block in readme.split("```rust").skip(1) {
+        let code = block.split("```").next().unwrap();
+        used.extend(crates_used(code, &[]));
+    }
+    let missing: Vec<_> = used.difference(&listed).collect();
+    assert!(
+        missing.is_empty(),
+        "README snippets use {missing:?}, not in the Quick start list {listed:?}"
+    );
+}
