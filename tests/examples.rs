@@ -750,8 +750,8 @@ fn crates_listed(example: &str) -> Option<std::collections::BTreeSet<String>> {
     let end = sentence
         .char_indices()
         .find(|&(i, c)| {
-            c == '.' && sentence[i + 1..].starts_with(|n: char| n.is_whitespace())
-                || c == '.' && i + 1 == sentence.len()
+            let next = sentence[i + 1..].chars().next();
+            c == '.' && next.is_none_or(char::is_whitespace)
         })
         .map_or(sentence.len(), |(i, _)| i);
     let mut text = String::new();
@@ -789,8 +789,7 @@ fn every_example_lists_the_crates_it_needs() {
         // the files it includes with #[path], and their modules
         let mut all = code.clone();
         let mut local = Vec::new();
-        let mut lines = code.lines().peekable();
-        while let Some(line) = lines.next() {
+        for line in code.lines() {
             if let Some(rest) = line.trim().strip_prefix("#[path = \"") {
                 let file = rest.split('"').next().unwrap();
                 all.push_str(&std::fs::read_to_string(path.with_file_name(file)).unwrap());
