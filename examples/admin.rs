@@ -12,17 +12,25 @@
 //!     curl -X POST -H 'authorization: Bearer s3cret' http://127.0.0.1:3000/admin/ips/127.0.0.1/unblock
 //!     curl -X POST -H 'authorization: Bearer s3cret' 'http://127.0.0.1:3000/admin/ips/127.0.0.1/reward?units=5'
 //!
+//! Crates it needs besides this one (feature `axum`): `tokio` (features
+//! `macros`, `rt-multi-thread`, `net`), `axum` (its default feature
+//! `query`), `http`, `sha2`, `subtle`, `tracing-subscriber`.
+//!
 //! What makes it safe to copy:
 //!
-//! - every admin route, reads included, needs the token (401 without it);
-//!   the token is compared in constant time (`subtle`, over SHA-256 digests,
-//!   so neither its bytes nor its length leak through timing);
+//! - every admin route, reads included, needs the token (401 without it),
+//!   as `Authorization: Bearer <token>`, the scheme in any case (RFC 9110
+//!   §11.1); the token is compared in constant time (`subtle`, over SHA-256
+//!   digests, so neither its bytes nor its length leak through timing);
 //! - the admin routes are rate limited by the crate itself, per peer IP
 //!   (`key::PeerIp`): 30 requests a minute, and a request with a wrong token
 //!   costs 10 more, so a guesser gets 3 tries before a 15-minute block;
-//! - query values are checked, never clamped or defaulted when malformed:
-//!   `seconds` in 1..=31 622 400 (366 days, the longest block the crate
-//!   stores), `units` in 1..=1 000, else 400;
+//! - query strings are decoded (`%35` is `5`, `+` a space) and checked,
+//!   never clamped or defaulted when malformed: `seconds` in 1..=31 622 400
+//!   (366 days, the longest block the crate stores), `units` in 1..=1 000,
+//!   digits only; a parameter the route does not take (`Seconds`,
+//!   `secs`), one given twice or without a value (`?seconds`) is a 400, not
+//!   the default;
 //! - clients are keyed by IP, and the admin routes take an address, turned
 //!   into the limiter's key by `PeerIp.key_of`: no header a client makes up
 //!   becomes a key.
@@ -34,9 +42,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::routing::{get, post};
-use http::{HeaderMap, StatusCode, Uri};
+use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tower_redis_ratelimit::key::PeerIp;
@@ -64,6 +72,10 @@ struct Admin {
 
 type Answer = (StatusCode, String);
 
+/// A request's query string, decoded, as `(name, value)` pairs in order
+/// (a name without `=` has the value "").
+type Params = Query<Vec<(String, String)>>;
+
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
@@ -74,7 +86,7 @@ impl Admin {
     async fn authorize(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(), Answer> {
         let given = headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+            .and_then(|v| bearer_token(v.as_bytes()));
         // (digests of equal length: the comparison's time says nothing of
         // the token, not even its length)
         if let Some(given) = given
@@ -96,31 +108,65 @@ impl Admin {
     }
 }
 
-/// The integer query parameter `name`: `default` when absent, else a whole
-/// number in `1..=max`; anything else (negative, zero, too large, not a
-/// number, given twice) is a 400 naming the parameter.
-fn param(uri: &Uri, name: &str, default: u64, max: u64) -> Result<u64, Answer> {
-    let mut values = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.strip_prefix(name)?.strip_prefix('='));
-    let bad = || {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("{name} must be a whole number from 1 to {max}, given once\n"),
-        )
-    };
-    let Some(value) = values.next() else {
-        return Ok(default);
-    };
-    if values.next().is_some() {
-        return Err(bad());
+/// The token of an `Authorization: Bearer <token>` value: the scheme in
+/// any case (RFC 9110 §11.1), then one or more spaces; `None` for another
+/// scheme or an empty token.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
+        return None;
     }
-    match value.parse::<u64>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(bad()),
+    let token = rest.trim_ascii_start();
+    (!token.is_empty()).then_some(token)
+}
+
+/// An integer query parameter a route takes: its exact name, its value
+/// when absent, its largest value (the smallest is 1).
+struct Param {
+    name: &'static str,
+    default: u64,
+    max: u64,
+}
+
+/// The values of the parameters a route `takes`, from its decoded query:
+/// each absent one's default, each given one a whole number (digits only)
+/// in `1..=max`. Anything else is a 400 naming the parameter: a name the
+/// route does not take (names are case-sensitive: `Seconds` is not
+/// `seconds`), a name given twice, a name without a value.
+fn params<const N: usize>(
+    query: &[(String, String)],
+    takes: [Param; N],
+) -> Result<[u64; N], Answer> {
+    let bad = |why: String| (StatusCode::BAD_REQUEST, why + "\n");
+    let mut values: [Option<u64>; N] = [None; N];
+    for (name, value) in query {
+        let Some(i) = takes.iter().position(|p| p.name == name) else {
+            let names: Vec<_> = takes.iter().map(|p| p.name).collect();
+            return Err(bad(format!(
+                "unknown query parameter {name:?}; this route takes {names:?}"
+            )));
+        };
+        let Param { max, .. } = takes[i];
+        if values[i].is_some() {
+            return Err(bad(format!("{name} given twice")));
+        }
+        // (digits only: `u64::from_str` would also take a leading `+`)
+        let n = Some(value)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|n| (1..=max).contains(n));
+        let Some(n) = n else {
+            return Err(bad(format!(
+                "{name} must be a whole number from 1 to {max}, not {value:?}"
+            )));
+        };
+        values[i] = Some(n);
     }
+    let mut out = [0; N];
+    for (i, p) in takes.iter().enumerate() {
+        out[i] = values[i].unwrap_or(p.default);
+    }
+    Ok(out)
 }
 
 /// The limiter's key of the client at `ip`, or a 400.
@@ -142,14 +188,15 @@ async fn state(
     State(admin): State<Admin>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(ip): Path<String>,
+    Query(query): Params,
     headers: HeaderMap,
 ) -> Answer {
     if let Err(denied) = admin.authorize(peer.ip(), &headers).await {
         return denied;
     }
-    let key = match client_key(&ip) {
-        Ok(key) => key,
-        Err(bad) => return bad,
+    let key = match (client_key(&ip), params(&query, [])) {
+        (Ok(key), Ok([])) => key,
+        (Err(bad), _) | (_, Err(bad)) => return bad,
     };
     match admin.limiter.get(&key).await {
         Ok(d) => (
@@ -170,14 +217,19 @@ async fn block(
     State(admin): State<Admin>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(ip): Path<String>,
+    Query(query): Params,
     headers: HeaderMap,
-    uri: Uri,
 ) -> Answer {
     if let Err(denied) = admin.authorize(peer.ip(), &headers).await {
         return denied;
     }
-    let (key, seconds) = match (client_key(&ip), param(&uri, "seconds", 300, MAX_BLOCK_SECS)) {
-        (Ok(key), Ok(seconds)) => (key, seconds),
+    let seconds = Param {
+        name: "seconds",
+        default: 300,
+        max: MAX_BLOCK_SECS,
+    };
+    let (key, seconds) = match (client_key(&ip), params(&query, [seconds])) {
+        (Ok(key), Ok([seconds])) => (key, seconds),
         (Err(bad), _) | (_, Err(bad)) => return bad,
     };
     match admin
@@ -194,14 +246,15 @@ async fn unblock(
     State(admin): State<Admin>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(ip): Path<String>,
+    Query(query): Params,
     headers: HeaderMap,
 ) -> Answer {
     if let Err(denied) = admin.authorize(peer.ip(), &headers).await {
         return denied;
     }
-    let key = match client_key(&ip) {
-        Ok(key) => key,
-        Err(bad) => return bad,
+    let key = match (client_key(&ip), params(&query, [])) {
+        (Ok(key), Ok([])) => key,
+        (Err(bad), _) | (_, Err(bad)) => return bad,
     };
     match admin.limiter.unblock(&key).await {
         Ok(()) => (StatusCode::OK, format!("{ip} unblocked\n")),
@@ -213,14 +266,19 @@ async fn reward(
     State(admin): State<Admin>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(ip): Path<String>,
+    Query(query): Params,
     headers: HeaderMap,
-    uri: Uri,
 ) -> Answer {
     if let Err(denied) = admin.authorize(peer.ip(), &headers).await {
         return denied;
     }
-    let (key, units) = match (client_key(&ip), param(&uri, "units", 1, MAX_REWARD_UNITS)) {
-        (Ok(key), Ok(units)) => (key, units),
+    let units = Param {
+        name: "units",
+        default: 1,
+        max: MAX_REWARD_UNITS,
+    };
+    let (key, units) = match (client_key(&ip), params(&query, [units])) {
+        (Ok(key), Ok([units])) => (key, units),
         (Err(bad), _) | (_, Err(bad)) => return bad,
     };
     match admin.limiter.reward(&key, units).await {
@@ -249,7 +307,7 @@ pub(crate) fn app<S: Store + Clone>(
     let guard = RateLimiter::builder()
         .store(store)
         .prefix("admin-example-guard")
-        .quota(Quota::fixed_window(Rate::per_minute(30)).name("minute"))
+        .quota(Quota::fixed_window(Rate::per_minute(30)).name("ip"))
         // once denied (too many requests or failed tokens), 15 minutes out
         .block_for(Duration::from_secs(15 * 60))
         .build()?;
@@ -259,8 +317,10 @@ pub(crate) fn app<S: Store + Clone>(
         token_digest: Arc::new(sha256(token.as_bytes())),
     };
 
-    // (a limiter with blocks caches no denial: an unblock or a reward takes
-    // effect at once)
+    // (a denial, a block's included, is served from the limiter's deny
+    // cache for at most a second; an unblock, reward or reset made through
+    // the admin routes forgets it, so it holds on this instance's next
+    // request, and on other instances within that second)
     let limited = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::new(limiter, PeerIp));

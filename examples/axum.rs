@@ -11,6 +11,13 @@
 //! Then run the `curl` line it prints a few times: after five requests the
 //! answer is `429 Too Many Requests` with `Retry-After`. `/health` is never
 //! limited; `POST /` costs 3.
+//!
+//! Crates it needs besides this one (feature `axum`, and `tracing` for the
+//! logs): `tokio` (features `macros`, `rt-multi-thread`, `net`), `axum`,
+//! `http`, `tracing-subscriber`. The Redis pool comes from
+//! `RedisStore::from_url`; for a pool of your own, use the crate's
+//! re-export `tower_redis_ratelimit::deadpool_redis`, not a second
+//! `deadpool-redis` whose version must match.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -50,14 +57,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .prefix("example")
         .quota(Quota::gcra(Rate::new(5, Duration::from_secs(10))).name("10s"));
     let (limiter, store) = match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            let pool = deadpool_redis::Config::from_url(url.clone())
-                .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-            (
-                builder.store(RedisStore::new(pool)).build()?,
-                format!("Redis at {url}"),
-            )
-        }
+        Ok(url) => (
+            builder.store(RedisStore::from_url(&url)?).build()?,
+            format!("Redis at {url}"),
+        ),
         Err(_) => (
             builder.store(MemoryStore::new()).build()?,
             "memory".to_owned(),

@@ -16,6 +16,9 @@
 //! the key is the account (`user:<account>`), never the token. A request
 //! with a made-up token is counted against its IP, like an anonymous one,
 //! and answered 401: inventing tokens buys no fresh limit and no store keys.
+//!
+//! Crates it needs besides this one (feature `axum`): `tokio` (features
+//! `macros`, `rt-multi-thread`, `net`), `axum`, `http`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

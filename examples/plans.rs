@@ -2,18 +2,26 @@
 //! account and plan) by an authentication middleware, which puts the
 //! caller in the request's extensions; one rate-limit layer then checks each
 //! request under its plan (`free` 60/min and 1,000/day, `pro` 600/min,
-//! `internal` unlimited), as loaded from `examples/plans.toml`.
+//! `internal` unlimited), as loaded from the file `PLANS_CONFIG` names
+//! (default `examples/plans.toml`, relative to the working directory).
 //!
 //!     ADMIN_TOKEN=s3cret cargo run --example plans --features axum,serde
 //!     curl -si -H 'x-api-key: key-free' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-pro' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-internal' http://127.0.0.1:3000/
 //!
-//! Edit `examples/plans.toml`, then
+//! Crates it needs besides this one (features `axum`, `serde`): `tokio`
+//! (features `macros`, `rt-multi-thread`, `net`), `axum`, `http`, `toml`,
+//! `sha2`, `subtle`.
+//!
+//! Edit the file, then
 //! `curl -si -X POST -H 'authorization: Bearer s3cret' http://127.0.0.1:3000/admin/reload`:
-//! the new limits apply at once, without a restart (with `REDIS_URL` set,
-//! they are published to Redis, where every instance reads them within a
-//! second).
+//! the new limits apply at once, without a restart. With `REDIS_URL` set,
+//! a reload publishes them to Redis, where every instance reads them within
+//! a second, and Redis is where the limits live from then on: an instance
+//! (re)starting reads them from there, so the limits published last win
+//! over the file, even over a file edited since. After editing the file,
+//! always `POST /admin/reload`; a restart alone does not apply it.
 //!
 //! What makes it safe to copy:
 //!
@@ -23,13 +31,15 @@
 //! - a request without a known API key is answered 401, never admitted
 //!   under a default plan;
 //! - `POST /admin/reload` needs the admin token (compared in constant time
-//!   over SHA-256 digests, with `subtle`);
+//!   over SHA-256 digests, with `subtle`; the `Bearer` scheme in any case);
 //! - everything, the 401s included, is limited per peer IP first (120 a
-//!   minute, a failed API key or admin token costing 10 more), so keys and
-//!   tokens cannot be guessed at speed.
+//!   minute, a quota named `ip` so that the `RateLimit` headers name it apart
+//!   from the plan's `minute`; a failed API key or admin token costing 10
+//!   more), so keys and tokens cannot be guessed at speed.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +59,8 @@ use tower_redis_ratelimit::plans::{ActivePlan, LimitsHandle, Plans, PlansConfig}
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter, RedisStore};
 
-const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/plans.toml");
+/// The configuration file when `PLANS_CONFIG` does not name one.
+pub(crate) const DEFAULT_CONFIG: &str = "examples/plans.toml";
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// What a failed API key or admin token costs its IP, besides the request.
 pub(crate) const FAILED_AUTH_COST: u64 = 10;
@@ -78,9 +89,10 @@ impl AsRef<str> for Tier {
     }
 }
 
-/// The file's two parts: the plans and the layer's options.
-fn load() -> Result<(PlansConfig, LayerOptions), Box<dyn std::error::Error>> {
-    let text = std::fs::read_to_string(CONFIG)?;
+/// The two parts of the file at `path`: the plans and the layer's options.
+fn load(path: &Path) -> Result<(PlansConfig, LayerOptions), Box<dyn std::error::Error>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let table: toml::Table = toml::from_str(&text)?;
     let layer: LayerOptions = match table.get("layer") {
         Some(v) => v.clone().try_into()?,
@@ -100,6 +112,8 @@ struct Auth {
     admin_digest: Arc<[u8; 32]>,
     /// The per-IP limiter in front of everything.
     guard: RateLimiter,
+    /// The plans' file, read again by `POST /admin/reload`.
+    config: Arc<PathBuf>,
 }
 
 impl Auth {
@@ -119,12 +133,24 @@ impl Auth {
     fn is_admin(&self, headers: &HeaderMap) -> bool {
         headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .and_then(|v| bearer_token(v.as_bytes()))
             .is_some_and(|given| {
                 let given: [u8; 32] = Sha256::digest(given).into();
                 bool::from(given.ct_eq(&*self.admin_digest))
             })
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value: the scheme in
+/// any case (RFC 9110 §11.1), then one or more spaces; `None` for another
+/// scheme or an empty token.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let token = rest.trim_ascii_start();
+    (!token.is_empty()).then_some(token)
 }
 
 /// API-key authentication: a known key's caller and plan go into the
@@ -169,7 +195,7 @@ async fn reload(State((auth, handle)): State<(Auth, LimitsHandle)>, req: Request
         return auth.refuse(&parts, "the admin bearer token").await;
     }
     // (the error, not `Send`, must not live across the await)
-    let config = match load() {
+    let config = match load(&auth.config) {
         Ok((config, _)) => config,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
@@ -179,18 +205,22 @@ async fn reload(State((auth, handle)): State<(Auth, LimitsHandle)>, req: Request
     }
 }
 
-/// The app: plans from `examples/plans.toml` on `store` (read back from it
-/// every `sync` when given), `POST /admin/reload` behind `admin_token`.
-/// Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
-pub(crate) fn app<S: Store + Clone>(
+/// The app: plans from the file at `config` on `store` (read back from it
+/// every `sync` when given: then the limits published there, if any, replace
+/// the file's before the app answers), `POST /admin/reload` behind
+/// `admin_token`. Serve it with
+/// `into_make_service_with_connect_info::<SocketAddr>()`.
+pub(crate) async fn app<S: Store + Clone>(
     store: S,
     sync: Option<Duration>,
     admin_token: &str,
+    config: impl Into<PathBuf>,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     if admin_token.is_empty() {
         return Err("the admin token must not be empty".into());
     }
-    let (config, options) = load()?;
+    let config_path = config.into();
+    let (config, options) = load(&config_path)?;
     let mut builder = Plans::builder()
         .prefix("plans-example")
         .config(config)
@@ -200,10 +230,17 @@ pub(crate) fn app<S: Store + Clone>(
     }
     let plans = builder.build()?;
     let handle = plans.handle();
+    if sync.is_some() {
+        // Redis holds the limits in force once any instance published them:
+        // start with those, not with the file (a reload publishes the file).
+        handle.sync().await?;
+    }
     let guard = RateLimiter::builder()
         .store(store)
         .prefix("plans-example-guard")
-        .quota(Quota::fixed_window(Rate::per_minute(120)).name("minute"))
+        // (named "ip", not "minute": the RateLimit headers carry this quota
+        // and the plan's, each by its name)
+        .quota(Quota::fixed_window(Rate::per_minute(120)).name("ip"))
         .build()?;
     let header = Header::new(API_KEY);
     let auth = Auth {
@@ -215,6 +252,7 @@ pub(crate) fn app<S: Store + Clone>(
         ),
         admin_digest: Arc::new(Sha256::digest(admin_token.as_bytes()).into()),
         guard: guard.clone(),
+        config: Arc::new(config_path),
     };
 
     // The plans' key: the account authentication found (never the API key).
@@ -247,13 +285,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(token) if !token.is_empty() => token,
         _ => return Err("set ADMIN_TOKEN to the bearer token of POST /admin/reload".into()),
     };
+    let config =
+        std::env::var_os("PLANS_CONFIG").map_or_else(|| DEFAULT_CONFIG.into(), PathBuf::from);
     let app = match std::env::var("REDIS_URL") {
-        Ok(url) => app(
-            RedisStore::from_url(&url)?,
-            Some(Duration::from_secs(1)),
-            &token,
-        )?,
-        Err(_) => app(MemoryStore::new(), None, &token)?,
+        Ok(url) => {
+            app(
+                RedisStore::from_url(&url)?,
+                Some(Duration::from_secs(1)),
+                &token,
+                config,
+            )
+            .await?
+        }
+        Err(_) => app(MemoryStore::new(), None, &token, config).await?,
     };
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;

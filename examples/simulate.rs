@@ -11,6 +11,8 @@
 //! steady, burst-then-idle, boundary-burst, sawtooth, many-clients (or
 //! `all`). Every run is `Scenario::standard`: 10 requests per 10 s (burst
 //! 10), or 10 leases held 10 s each; the output is the same on every run.
+//!
+//! Crates it needs besides this one (feature `sim`): none.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

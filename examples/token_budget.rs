@@ -15,7 +15,12 @@
 //! The budget shows about 2 000 − 12 left (the bucket refills 33 tokens a
 //! second), not 2 000 − 500: the unused part of the estimate went back.
 //!
-//! What a copy of it must keep, since the client sends the estimate:
+//! Crates it needs besides this one (feature `axum`): `tokio` (features
+//! `macros`, `rt-multi-thread`, `net`), `axum`, `http`, `http-body`,
+//! `bytes`, `tracing-subscriber`.
+//!
+//! What a copy of it must keep, since the client sends the estimate and the
+//! key:
 //!
 //! - `max_tokens` is checked before the limiter sees it: missing, it is
 //!   100; anything but an integer from 1 to 2 000 (the whole budget: a
@@ -25,27 +30,34 @@
 //! - the completion stops at `max_tokens`, as a model does, so the
 //!   reservation bounds what one request can use; whatever is streamed is
 //!   charged (a settle charges what was used, whatever was reserved);
-//! - an API key is a credential, not a limiter key: unknown keys get a 401
-//!   (a made-up key would otherwise get a fresh budget), and the limiter
-//!   keys its state by the tenant the key belongs to, so the secret is
-//!   never written to the store.
+//! - an API key is a credential, not a limiter key: the key table holds
+//!   digests (`Header::key_of`, what a real app keeps in its database), so
+//!   no secret sits in memory in the clear or is compared byte by byte;
+//!   unknown keys get a 401 (a made-up key would otherwise get a fresh
+//!   budget), and the limiter keys its state by the tenant the key belongs
+//!   to, so the secret is never written to the store;
+//! - everything, `/v1/budget` and the 401s included, is limited per peer IP
+//!   first (120 requests a minute, a failed API key costing 10 more), so
+//!   keys cannot be guessed at speed.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::{Extension, Request};
+use axum::extract::{Extension, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Router, body::Body};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderName, StatusCode};
 use http_body::Frame;
 use tokio::sync::mpsc;
+use tower_redis_ratelimit::key::{Header, KeyExtractor, PeerIp, peer_addr};
 use tower_redis_ratelimit::middleware::{MissingKey, ResponseCost, UsageReporter};
 use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter};
 
@@ -55,14 +67,27 @@ pub(crate) const BUDGET: u64 = 2_000;
 pub(crate) const MAX_TOKENS: u64 = BUDGET;
 /// The estimate of a request that does not say.
 pub(crate) const DEFAULT_MAX_TOKENS: u64 = 100;
+/// Requests a peer IP may make a minute, whatever their answer.
+pub(crate) const IP_LIMIT: u64 = 120;
+/// What a failed API key costs its IP, besides the request.
+pub(crate) const FAILED_AUTH_COST: u64 = 10;
 
-/// The known API keys and their tenants (a real app reads them from its
-/// credential store, hashed; two demo keys here).
-pub(crate) fn demo_tenants() -> HashMap<String, String> {
-    HashMap::from([
-        ("alice-key".to_owned(), "alice".to_owned()),
-        ("bob-key".to_owned(), "bob".to_owned()),
-    ])
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
+/// API key digest (`Header::key_of`) → tenant.
+pub(crate) type Tenants = HashMap<Vec<u8>, String>;
+
+/// The demo API keys and their tenants. A real app keeps only the digests
+/// in its credential store.
+pub(crate) const DEMO_KEYS: [(&str, &str); 2] = [("alice-key", "alice"), ("bob-key", "bob")];
+
+/// The demo keys' table: digest → tenant.
+pub(crate) fn demo_tenants() -> Tenants {
+    let header = Header::new(API_KEY);
+    DEMO_KEYS
+        .iter()
+        .map(|(key, tenant)| (header.key_of(key), (*tenant).to_owned()))
+        .collect()
 }
 
 /// The limiter of the budget, over `store`.
@@ -73,6 +98,52 @@ pub(crate) fn budget_limiter(
         .prefix("tokens")
         .quota(Quota::token_bucket(Rate::per_minute(BUDGET)).name("tokens"))
         .build()
+}
+
+/// The per-IP limiter in front of everything, over `store`.
+pub(crate) fn guard_limiter(
+    builder: tower_redis_ratelimit::limiter::RateLimiterBuilder,
+) -> Result<RateLimiter, tower_redis_ratelimit::error::ConfigError> {
+    builder
+        .prefix("tokens-guard")
+        // (named "ip", not "minute": the RateLimit headers of a completion
+        // carry this quota and the budget's, each by its name)
+        .quota(Quota::fixed_window(Rate::per_minute(IP_LIMIT)).name("ip"))
+        .build()
+}
+
+/// The tenant authentication found, put in the request's extensions.
+#[derive(Debug, Clone)]
+struct Tenant(String);
+
+#[derive(Clone)]
+struct Auth {
+    tenants: Arc<Tenants>,
+    guard: RateLimiter,
+}
+
+/// API-key authentication: a known key's tenant goes into the request;
+/// any other request (no key, a blank or unknown one) is answered 401 and
+/// costs its IP `FAILED_AUTH_COST` more.
+async fn authenticate(State(auth): State<Auth>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    // (the lookup is by digest: its time says nothing of the key)
+    let tenant = Header::new(API_KEY)
+        .extract(&parts)
+        .and_then(|digest| auth.tenants.get(&digest).cloned());
+    let Some(tenant) = tenant else {
+        if let Some(peer) = peer_addr(&parts) {
+            // (a store error here only loses the surcharge: the request
+            // itself was counted by the guard's layer)
+            let _ = auth
+                .guard
+                .penalize(PeerIp.key_of(peer.ip()), FAILED_AUTH_COST)
+                .await;
+        }
+        return (StatusCode::UNAUTHORIZED, "a known x-api-key required\n").into_response();
+    };
+    parts.extensions.insert(Tenant(tenant));
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// The request's checked `max_tokens` (1 to [`MAX_TOKENS`]), put in its
@@ -169,51 +240,43 @@ fn complete(usage: UsageReporter, max_tokens: u64, words: u64, pace: Duration) -
     Body::new(Stream(rx))
 }
 
-/// The tenant of the request's API key, if the key is known.
-fn tenant_of(tenants: &HashMap<String, String>, headers: &HeaderMap) -> Option<String> {
-    let key = headers.get("x-api-key")?.to_str().ok()?;
-    tenants.get(key).cloned()
-}
-
 /// The app: `GET /v1/complete?max_tokens=..&words=..` (a streamed fake
-/// completion, one word every `pace`) behind the budget, and
-/// `GET /v1/budget` (what is left). `tenants`: API key → tenant.
+/// completion, one word every `pace`) behind the budget `limiter`, and
+/// `GET /v1/budget` (what is left), both behind API-key authentication
+/// (`tenants`) and the per-IP `guard`. Serve it with
+/// `into_make_service_with_connect_info::<SocketAddr>()`.
 pub(crate) fn app(
     limiter: RateLimiter,
-    tenants: HashMap<String, String>,
+    guard: RateLimiter,
+    tenants: Tenants,
     pace: Duration,
 ) -> Router {
-    let tenants = Arc::new(tenants);
-    let layer = {
-        let tenants = tenants.clone();
-        RateLimitLayer::new(limiter.clone(), move |parts: &Parts| {
-            tenant_of(&tenants, &parts.headers)
-        })
-        .on_missing_key(MissingKey::reject(StatusCode::UNAUTHORIZED))
-        .cost_from_response(
-            // the estimate: the request's checked max_tokens (never 0; the
-            // largest if the check did not run)
-            ResponseCost::new().estimate(|req: &Parts| {
-                req.extensions
-                    .get::<MaxTokens>()
-                    .map_or(MAX_TOKENS, |m| m.0)
-            }),
-        )
+    let auth = Auth {
+        tenants: Arc::new(tenants),
+        guard: guard.clone(),
     };
-    let budget = move |headers: HeaderMap| {
-        let limiter = limiter.clone();
-        let tenant = tenant_of(&tenants, &headers);
-        async move {
-            let Some(tenant) = tenant else {
-                return (StatusCode::UNAUTHORIZED, "unknown x-api-key\n".to_owned());
-            };
-            match limiter.get(&tenant).await {
-                Ok(d) => (
-                    StatusCode::OK,
-                    format!("{} of {} tokens left\n", d.remaining(), d.limit()),
-                ),
-                Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-            }
+    // The budget's key: the tenant authentication found (never the API key).
+    let layer = RateLimitLayer::new(limiter.clone(), |parts: &Parts| {
+        parts.extensions.get::<Tenant>().map(|t| t.0.clone())
+    })
+    // (authentication runs first: no tenant here is a server bug)
+    .on_missing_key(MissingKey::reject(StatusCode::INTERNAL_SERVER_ERROR))
+    .cost_from_response(
+        // the estimate: the request's checked max_tokens (never 0; the
+        // largest if the check did not run)
+        ResponseCost::new().estimate(|req: &Parts| {
+            req.extensions
+                .get::<MaxTokens>()
+                .map_or(MAX_TOKENS, |m| m.0)
+        }),
+    );
+    let budget = move |Extension(Tenant(tenant)): Extension<Tenant>| async move {
+        match limiter.get(&tenant).await {
+            Ok(d) => (
+                StatusCode::OK,
+                format!("{} of {} tokens left\n", d.remaining(), d.limit()),
+            ),
+            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         }
     };
     Router::new()
@@ -227,10 +290,13 @@ pub(crate) fn app(
                 },
             )
             .layer(layer)
-            // (outermost: checked before the limiter reserves)
+            // (before the budget: a bad query reserves nothing)
             .layer(middleware::from_fn(check_query)),
         )
         .route("/v1/budget", get(budget))
+        .layer(middleware::from_fn_with_state(auth, authenticate))
+        // outermost: every request counts against its IP, 401s included
+        .layer(RateLimitLayer::new(guard, PeerIp))
 }
 
 #[allow(dead_code)] // (a test includes this file as a module)
@@ -240,8 +306,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_max_level(tracing_subscriber::filter::LevelFilter::DEBUG)
         .init();
 
-    let limiter = budget_limiter(RateLimiter::builder().store(MemoryStore::new()))?;
-    let app = app(limiter, demo_tenants(), Duration::from_millis(20));
+    let store = MemoryStore::new();
+    let limiter = budget_limiter(RateLimiter::builder().store(store.clone()))?;
+    let guard = guard_limiter(RateLimiter::builder().store(store))?;
+    let app = app(limiter, guard, demo_tenants(), Duration::from_millis(20));
 
     let port: u16 = std::env::var("PORT")
         .ok()
@@ -253,6 +321,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "try: curl -N -H 'x-api-key: alice-key' 'http://{addr}/v1/complete?max_tokens=500&words=12'"
     );
-    axum::serve(listener, app).await?;
+    // PeerIp needs the peer address: serve with connect info.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

@@ -8,6 +8,11 @@
 //! 3 calls per 10 s per client IP, then calls it five times and prints what
 //! came back: three echoes, then `ResourceExhausted` with the rate-limit
 //! headers as metadata. Pass `serve` to keep serving afterwards.
+//!
+//! Crates it needs besides this one (feature `tonic`): `tokio` (features
+//! `macros`, `rt-multi-thread`, `net`), `tonic` (its default features:
+//! `transport`), `http`, `bytes`, and `tower` for the hand-written service
+//! in `examples/support/grpc_echo.rs` (a generated one needs none of it).
 
 use std::time::Duration;
 
@@ -27,12 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .prefix("grpc")
         .quota(Quota::fixed_window(Rate::new(3, Duration::from_secs(10))).name("10s"));
     let limiter = match std::env::var("REDIS_URL") {
-        Ok(url) => builder
-            .store(RedisStore::new(
-                deadpool_redis::Config::from_url(url)
-                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))?,
-            ))
-            .build()?,
+        Ok(url) => builder.store(RedisStore::from_url(&url)?).build()?,
         Err(_) => builder.store(MemoryStore::new()).build()?,
     };
 

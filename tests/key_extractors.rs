@@ -757,3 +757,60 @@ mod axum_router {
         }
     }
 }
+
+/// A blank credential is no credential: `x-api-key:` sent empty (or only
+/// spaces and tabs) is answered as a request without it (401), and never
+/// becomes the one key every blank request would share.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn a_blank_header_value_is_a_missing_key_answered_401() {
+    use axum::Router;
+    use axum::routing::get;
+    use tower::ServiceExt;
+    use tower_redis_ratelimit::key::Header;
+    use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimitLayer, RateLimiter};
+
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(Quota::fixed_window(Rate::per_minute(3)))
+        .build()
+        .unwrap();
+    let api_key = Header::parse("x-api-key").unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(limiter.clone(), api_key.clone()));
+    let call = |value: Option<&'static [u8]>| {
+        let app = app.clone();
+        async move {
+            let mut req = http::Request::get("/");
+            if let Some(v) = value {
+                req = req.header("x-api-key", HeaderValue::from_bytes(v).unwrap());
+            }
+            let res = app
+                .oneshot(req.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+            res.status()
+        }
+    };
+    for blank in [None, Some(&b""[..]), Some(b" "), Some(b"\t"), Some(b" \t ")] {
+        for _ in 0..5 {
+            assert_eq!(
+                call(blank).await,
+                http::StatusCode::UNAUTHORIZED,
+                "{blank:?}"
+            );
+        }
+    }
+    // nothing was counted under the empty value's key
+    let empty = limiter.get(api_key.key_of("")).await.unwrap();
+    assert_eq!(empty.remaining(), 3);
+    // a real value is a key of its own, limited
+    let mut admitted = 0;
+    for _ in 0..5 {
+        if call(Some(b"sk_live_k")).await == http::StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3);
+}

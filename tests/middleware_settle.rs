@@ -512,25 +512,41 @@ async fn an_estimate_of_zero_is_charged_what_was_used_on_redis() {
 /// (no refill), streaming without pause.
 fn token_budget_app() -> (Router, RateLimiter) {
     let clock = clock();
+    let store = tower_redis_ratelimit::MemoryStore::new();
     let limiter = token_budget::budget_limiter(
         RateLimiter::builder()
-            .store(tower_redis_ratelimit::MemoryStore::new())
-            .clock(clock),
+            .store(store.clone())
+            .clock(clock.clone()),
     )
     .unwrap();
+    let guard =
+        token_budget::guard_limiter(RateLimiter::builder().store(store).clock(clock)).unwrap();
     let app = token_budget::app(
         limiter.clone(),
+        guard,
         token_budget::demo_tenants(),
         Duration::ZERO,
     );
     (app, limiter)
 }
 
+/// A request for `path` from `peer` (as `into_make_service_with_connect_info`
+/// records it), with an `x-api-key` when given.
+fn from_peer(path: &str, peer: [u8; 4], api_key: Option<&str>) -> http::Request<Body> {
+    let mut req = http::Request::get(path);
+    if let Some(key) = api_key {
+        req = req.header("x-api-key", key);
+    }
+    let mut req = req.body(Body::empty()).unwrap();
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            peer, 40_000,
+        ))));
+    req
+}
+
 fn as_alice(path: &str) -> http::Request<Body> {
-    http::Request::get(path)
-        .header("x-api-key", "alice-key")
-        .body(Body::empty())
-        .unwrap()
+    from_peer(path, [192, 0, 2, 1], Some("alice-key"))
 }
 
 async fn tokens_left(limiter: &RateLimiter) -> u64 {
@@ -566,13 +582,14 @@ async fn the_token_budget_example_lets_no_client_choose_a_free_or_absurd_estimat
         "a rejected request costs nothing"
     );
     // no key, or a made-up one: 401, no budget of its own
-    let res = send(&app, get_req("/v1/complete?max_tokens=10")).await;
-    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
-    let made_up = http::Request::get("/v1/complete?max_tokens=10")
-        .header("x-api-key", "mallory")
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(send(&app, made_up).await.status(), StatusCode::UNAUTHORIZED);
+    for key in [None, Some("mallory"), Some(""), Some("alice-key ")] {
+        let req = from_peer("/v1/complete?max_tokens=10", [192, 0, 2, 2], key);
+        assert_eq!(
+            send(&app, req).await.status(),
+            StatusCode::UNAUTHORIZED,
+            "{key:?}"
+        );
+    }
     // the default estimate (100), settled to the 12 words streamed
     let res = send(&app, as_alice("/v1/complete?words=12")).await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -629,6 +646,61 @@ async fn the_token_budget_example_charges_a_race_of_parallel_completions() {
     eventually(&limiter, 0).await;
     let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn the_token_budget_example_limits_key_guesses_per_ip() {
+    let (app, limiter) = token_budget_app();
+    let attacker = [203, 0, 113, 66];
+    // guesses at both routes, /v1/budget included
+    let mut refused = 0;
+    for i in 0..40 {
+        let path = if i % 2 == 0 {
+            "/v1/budget"
+        } else {
+            "/v1/complete?max_tokens=1"
+        };
+        let guess = format!("guess-{i}");
+        match send(&app, from_peer(path, attacker, Some(&guess)))
+            .await
+            .status()
+        {
+            StatusCode::UNAUTHORIZED => refused += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("guess {i}: {other}"),
+        }
+    }
+    // 120 a minute, a failure costing 11
+    let per_failure = 1 + token_budget::FAILED_AUTH_COST;
+    assert_eq!(refused, token_budget::IP_LIMIT.div_ceil(per_failure));
+    // that IP is out, even with a real key; another is not
+    let res = send(&app, from_peer("/v1/budget", attacker, Some("alice-key"))).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let res = send(&app, as_alice("/v1/budget")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    // the guard's quota is "ip", the budget's "tokens": one entry each
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
+    let policies: Vec<_> = res
+        .headers()
+        .get_all("ratelimit-policy")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let policies = policies.join(", ");
+    assert!(policies.contains("\"ip\""), "{policies}");
+    assert!(policies.contains("\"tokens\""), "{policies}");
+    text(res).await;
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 1);
+    // without connect info the guard cannot key the request: 500, not admitted
+    let mut no_peer = http::Request::get("/v1/budget")
+        .header("x-api-key", "alice-key")
+        .body(Body::empty())
+        .unwrap();
+    no_peer.extensions_mut().clear();
+    assert_eq!(
+        send(&app, no_peer).await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
 }
 
 /// Waits (10 s at most) until alice has `expected` tokens left.

@@ -15,10 +15,12 @@ use super::{KeyExtractor, MissingCause};
 /// its SHA-256 digest in hex (32 characters), so a read of Redis does not
 /// reveal API keys. The raw bytes are hashed as sent (no trimming, any
 /// bytes). The first occurrence of the header is used; a request without
-/// the header has no key (`None`), and one with an empty value has the key
-/// of the empty value.
+/// the header has no key (`None`), and neither has one whose value is empty
+/// or only spaces and tabs (`x-api-key:` sent blank is no credential, not
+/// the key of the empty string that every such request would share).
 ///
-/// A request without the header is taken for one without its credential:
+/// A request without the header (or with it blank) is taken for one without
+/// its credential:
 /// the middleware answers it `401 Unauthorized` by default (gRPC
 /// `UNAUTHENTICATED`; see [`MissingCause`]). For a header that is not a
 /// credential (a tenant or client name), say
@@ -102,12 +104,18 @@ impl Header {
 
 impl KeyExtractor for Header {
     fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
-        let value = parts.headers.get(&self.name)?;
-        Some(self.key_of(value.as_bytes()))
+        let value = parts.headers.get(&self.name)?.as_bytes();
+        if value.iter().all(|b| matches!(b, b' ' | b'\t')) {
+            return None; // blank: no credential
+        }
+        Some(self.key_of(value))
     }
 
     fn missing_hint(&self, _parts: &Parts) -> Cow<'static, str> {
-        Cow::Owned(format!("Header: the request has no `{}` header", self.name))
+        Cow::Owned(format!(
+            "Header: the request has no `{}` header, or an empty one",
+            self.name
+        ))
     }
 
     fn missing_cause(&self, _parts: &Parts) -> MissingCause {
@@ -247,11 +255,15 @@ mod tests {
     }
 
     #[test]
-    fn header_missing_is_none_and_empty_is_a_key() {
+    fn header_missing_or_blank_is_none() {
         let extractor = Header::new(http::header::AUTHORIZATION);
         assert_eq!(extractor.extract(&parts(http::Request::builder())), None);
-        let empty = parts(http::Request::builder().header("authorization", ""));
-        assert!(extractor.extract(&empty).is_some());
+        for blank in ["", " ", "\t", " \t  "] {
+            let p = parts(http::Request::builder().header("authorization", blank));
+            assert_eq!(extractor.extract(&p), None, "{blank:?}");
+        }
+        let p = parts(http::Request::builder().header("authorization", " k "));
+        assert_eq!(extractor.extract(&p), Some(extractor.key_of(" k ")));
     }
 
     #[test]
