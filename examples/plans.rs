@@ -27,7 +27,7 @@
 //!
 //! - an API key never reaches the store: the table holds key digests
 //!   (`Header::key_of`), and the plans' keys are the account
-//!   (`{plans-example.free:acct:ada}…`), not the key;
+//!   (`{plans-example/free:acct:ada}…`), not the key;
 //! - a request without a known API key is answered 401, never admitted
 //!   under a default plan;
 //! - `POST /admin/reload` needs the admin token (compared in constant time

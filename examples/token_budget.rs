@@ -24,9 +24,9 @@
 //!
 //! - `max_tokens` is checked before the limiter sees it: missing, it is
 //!   100; anything but an integer from 1 to 2 000 (the whole budget: a
-//!   larger estimate could never fit) is a 400. An estimate of 0 would be
-//!   admitted like a peek, even with the budget spent, so it never reaches
-//!   the limiter;
+//!   larger estimate could never fit) is a 400 (the layer would reserve 1
+//!   for an estimate of 0, but a client that says 0 means to use nothing,
+//!   which a completion cannot promise);
 //! - the completion stops at `max_tokens`, as a model does, so the
 //!   reservation bounds what one request can use; whatever is streamed is
 //!   charged (a settle charges what was used, whatever was reserved);
