@@ -1259,18 +1259,6 @@ impl RateLimiterBuilder {
         let mut specs: Vec<QuotaSpec> = Vec::with_capacity(self.quotas.len());
         for (i, q) in self.quotas.iter().enumerate() {
             let spec = q.compile_in(i, self.stable_ids)?;
-            if let Some(j) = specs.iter().position(|s| s.key_id == spec.key_id) {
-                // (unnamed quotas of runtime limits: the same strategy and period)
-                return Err(ConfigError::new(
-                    format!("quota[{i}].name"),
-                    format!(
-                        "quota[{i}] and quota[{j}] are both unnamed {} quotas of the same period: \
-                         a plan knows an unnamed quota by its strategy and period (so that a new \
-                         count keeps its state); give each a distinct .name()",
-                        spec.strategy
-                    ),
-                ));
-            }
             if let Some(j) = specs.iter().position(|s| s.name == spec.name) {
                 let same = if q.has_name() || self.quotas[j].has_name() {
                     ""
@@ -1283,6 +1271,18 @@ impl RateLimiterBuilder {
                     format!(
                         "duplicate quota name {:?}{same} (also quota[{j}]); give each quota a distinct .name()",
                         spec.name
+                    ),
+                ));
+            }
+            if let Some(j) = specs.iter().position(|s| s.key_id == spec.key_id) {
+                // (unnamed quotas of runtime limits: the same strategy and period)
+                return Err(ConfigError::new(
+                    format!("quota[{i}].name"),
+                    format!(
+                        "quota[{i}] and quota[{j}] are both unnamed {} quotas of the same period: \
+                         a plan knows an unnamed quota by its strategy and period (so that a new \
+                         count keeps its state); give each a distinct .name()",
+                        spec.strategy
                     ),
                 ));
             }
