@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local reservations: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 429335ef66c32d1d4815a029411f687b3163bc03).
+-- (SCRIPT LOAD, then EVALSHA a05b7241fbce5bded8bf795789f3162f9deccb85).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -178,17 +178,22 @@ end
 G[4] = function(key, n, period, burst, interval, units, at, fin)
 local now = NOW
 do
--- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
--- `fin`, so its units are the last ones before fin; the part of the `units`
--- unspent that is still ahead of now is taken off: at most units * interval
--- and at most fin - now (what has drained since is no longer in the TAT:
--- giving it back would admit more than the rate). Never below now (never
--- more than the burst left); exact while fin - now >= units * interval.
--- The value as in tat.lua (a negative interval: a named quota's, which holds
--- its interval). A TAT written under another interval (the limits changed
--- since the take, whose fin is in that interval's time) is rescaled as
--- tat.lua does, and gives back the whole units of that part, at the new
--- interval.
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
 local tagged, tf, tm = interval < 0, nil, nil
 if tagged then
   interval = -interval
@@ -196,8 +201,7 @@ if tagged then
   if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
 local v = redis.call('GET', key)
-local tat = tonumber(v)
-local iv = interval
+local tat, iv, moved = tonumber(v), interval, false
 if v and not tat then
   if #v == 12 then
     iv, tat = struct.unpack('>I5<i7', v)
@@ -206,16 +210,26 @@ if v and not tat then
     iv, tat = struct.unpack('>I6<i7', v)
     iv = iv - 140737488355328
   end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
 end
+-- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
+-- `fin`, so its units are the last ones before fin; the part of the `units`
+-- unspent that is still ahead of now is taken off: at most units * interval
+-- and at most fin - now (what has drained since is no longer in the TAT:
+-- giving it back would admit more than the rate). Never below now (never
+-- more than the burst left); exact while fin - now >= units * interval.
+-- It follows tat_value.lua, which reads the value; a TAT written under
+-- another interval (the limits changed since the take, whose fin is in that
+-- interval's time) is rescaled there, and gives back the whole units of that
+-- part, at the new interval.
 if tat and tat > now and fin > now then
   local credit = units * iv
   if fin - now < credit then credit = fin - now end
-  if iv ~= interval then
-    local owed = ceil((tat - now) / iv) * interval
-    if owed > 1125899906842624 then owed = 1125899906842624 end
-    tat = now + owed
-    credit = math.floor(credit / iv) * interval
-  end
+  if iv ~= interval then credit = math.floor(credit / iv) * interval end
   local t = tat - credit
   if t <= now then
     redis.call('DEL', key)
@@ -230,17 +244,22 @@ end
 G[6] = function(key, n, period, burst, interval, units, at, fin)
 local now = NOW
 do
--- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
--- `fin`, so its units are the last ones before fin; the part of the `units`
--- unspent that is still ahead of now is taken off: at most units * interval
--- and at most fin - now (what has drained since is no longer in the TAT:
--- giving it back would admit more than the rate). Never below now (never
--- more than the burst left); exact while fin - now >= units * interval.
--- The value as in tat.lua (a negative interval: a named quota's, which holds
--- its interval). A TAT written under another interval (the limits changed
--- since the take, whose fin is in that interval's time) is rescaled as
--- tat.lua does, and gives back the whole units of that part, at the new
--- interval.
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
 local tagged, tf, tm = interval < 0, nil, nil
 if tagged then
   interval = -interval
@@ -248,8 +267,7 @@ if tagged then
   if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
 local v = redis.call('GET', key)
-local tat = tonumber(v)
-local iv = interval
+local tat, iv, moved = tonumber(v), interval, false
 if v and not tat then
   if #v == 12 then
     iv, tat = struct.unpack('>I5<i7', v)
@@ -258,16 +276,26 @@ if v and not tat then
     iv, tat = struct.unpack('>I6<i7', v)
     iv = iv - 140737488355328
   end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
 end
+-- Give-back of Gcra and TokenBucket. The take pushed the TAT to at least
+-- `fin`, so its units are the last ones before fin; the part of the `units`
+-- unspent that is still ahead of now is taken off: at most units * interval
+-- and at most fin - now (what has drained since is no longer in the TAT:
+-- giving it back would admit more than the rate). Never below now (never
+-- more than the burst left); exact while fin - now >= units * interval.
+-- It follows tat_value.lua, which reads the value; a TAT written under
+-- another interval (the limits changed since the take, whose fin is in that
+-- interval's time) is rescaled there, and gives back the whole units of that
+-- part, at the new interval.
 if tat and tat > now and fin > now then
   local credit = units * iv
   if fin - now < credit then credit = fin - now end
-  if iv ~= interval then
-    local owed = ceil((tat - now) / iv) * interval
-    if owed > 1125899906842624 then owed = 1125899906842624 end
-    tat = now + owed
-    credit = math.floor(credit / iv) * interval
-  end
+  if iv ~= interval then credit = math.floor(credit / iv) * interval end
   local t = tat - credit
   if t <= now then
     redis.call('DEL', key)
@@ -468,13 +496,22 @@ end
 A[4] = function(key, n, period, burst, interval, units)
 local now = NOW
 do
--- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
--- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate, up to 2^50 us past
--- now); units < 0 takes it
--- back, never below now (never more than the burst left). The value as in
--- tat.lua (a negative interval: a named quota's, which holds its interval);
--- a TAT written under another interval is first rescaled as tat.lua does.
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
 local tagged, tf, tm = interval < 0, nil, nil
 if tagged then
   interval = -interval
@@ -482,9 +519,8 @@ if tagged then
   if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
 local v = redis.call('GET', key)
-local tat = tonumber(v)
+local tat, iv, moved = tonumber(v), interval, false
 if v and not tat then
-  local iv
   if #v == 12 then
     iv, tat = struct.unpack('>I5<i7', v)
     iv = iv - 549755813888
@@ -495,9 +531,15 @@ if v and not tat then
   if iv ~= interval and tat > now then
     local owed = ceil((tat - now) / iv) * interval
     if owed > 1125899906842624 then owed = 1125899906842624 end
-    tat = now + owed
+    tat, moved = now + owed, tagged
   end
 end
+-- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
+-- units * interval, past the burst if need be (a debt: denied until the TAT
+-- is back within the burst, repaid at the quota's rate, up to 2^50 us past
+-- now); units < 0 takes it
+-- back, never below now (never more than the burst left). It follows
+-- tat_value.lua, which reads the value (rescaled if its interval changed).
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)
@@ -514,13 +556,22 @@ end
 A[6] = function(key, n, period, burst, interval, units)
 local now = NOW
 do
--- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
--- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate, up to 2^50 us past
--- now); units < 0 takes it
--- back, never below now (never more than the burst left). The value as in
--- tat.lua (a negative interval: a named quota's, which holds its interval);
--- a TAT written under another interval is first rescaled as tat.lua does.
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
 local tagged, tf, tm = interval < 0, nil, nil
 if tagged then
   interval = -interval
@@ -528,9 +579,8 @@ if tagged then
   if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
 local v = redis.call('GET', key)
-local tat = tonumber(v)
+local tat, iv, moved = tonumber(v), interval, false
 if v and not tat then
-  local iv
   if #v == 12 then
     iv, tat = struct.unpack('>I5<i7', v)
     iv = iv - 549755813888
@@ -541,9 +591,15 @@ if v and not tat then
   if iv ~= interval and tat > now then
     local owed = ceil((tat - now) / iv) * interval
     if owed > 1125899906842624 then owed = 1125899906842624 end
-    tat = now + owed
+    tat, moved = now + owed, tagged
   end
 end
+-- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
+-- units * interval, past the burst if need be (a debt: denied until the TAT
+-- is back within the burst, repaid at the quota's rate, up to 2^50 us past
+-- now); units < 0 takes it
+-- back, never below now (never more than the burst left). It follows
+-- tat_value.lua, which reads the value (rescaled if its interval changed).
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)

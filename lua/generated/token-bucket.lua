@@ -2,7 +2,7 @@
 -- limiter with one token-bucket quota.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 049a6c667afa76011d07bd7dca623c646be35a5f).
+-- (SCRIPT LOAD, then EVALSHA 7af168ff6ab85f99d8a84b4a54a1a88d50e7c0a1).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = true
@@ -89,27 +89,22 @@ do
 -- it by cost * interval, which is the GCRA's theoretical arrival time: same
 -- admission, remaining, reset and retry; an admitted request proceeds at once.
 local queue = false
--- Gcra, TokenBucket and LeakyBucket: the theoretical arrival time (TAT; for
--- the token bucket, the time the bucket is full again). A request of `cost`
--- pushes the TAT by cost * interval and is allowed if the new TAT is at most
--- burst * interval ahead of now. `queue` (set by gcra.lua, token_bucket.lua or
--- leaky_bucket.lua just before this block) is true for the LeakyBucket: same
--- admission, but the request is told to wait until its slot (delay).
---
--- The value. An unnamed quota's key names its count and period, hence its
--- interval: one integer, the TAT. A named quota keeps its key when its rate
--- changes (the arguments say so with a negative interval), so its value also
--- holds the interval it was written under: 12 bytes, the interval plus 2^39
--- (5 bytes, big-endian: the first byte has its top bit set, so the value
--- never reads as a number), then the TAT (7 bytes, little-endian, signed);
--- from an interval of 2^39 µs (6.4 days) on, 13 bytes (6 for the interval,
--- plus 2^47).
--- A TAT written under another interval (the limits changed) is rescaled: the
--- units it still owes, rounded up, are kept at the new interval (at most 2^50
--- µs), and written down at once, so that the old rate stops at the key's
--- first decision under the new limits. Rounded up, a raised limit admits
--- every request the old one would have, a lowered one none the new one
--- would not (see README, "Changing limits while running").
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
 local tagged, tf, tm = interval < 0, nil, nil
 if tagged then
   interval = -interval
@@ -117,9 +112,8 @@ if tagged then
   if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
 local v = redis.call('GET', key)
-local tat, moved = tonumber(v), false
+local tat, iv, moved = tonumber(v), interval, false
 if v and not tat then
-  local iv
   if #v == 12 then
     iv, tat = struct.unpack('>I5<i7', v)
     iv = iv - 549755813888
@@ -133,6 +127,15 @@ if v and not tat then
     tat, moved = now + owed, tagged
   end
 end
+-- Gcra, TokenBucket and LeakyBucket: the theoretical arrival time (TAT; for
+-- the token bucket, the time the bucket is full again). A request of `cost`
+-- pushes the TAT by cost * interval and is allowed if the new TAT is at most
+-- burst * interval ahead of now. `queue` (set by gcra.lua, token_bucket.lua or
+-- leaky_bucket.lua just before this block) is true for the LeakyBucket: same
+-- admission, but the request is told to wait until its slot (delay).
+--
+-- It follows tat_value.lua, which reads the value (`tat`, rescaled if its
+-- interval changed: `moved`).
 if not tat or tat < now then tat = now end
 local tau = burst * interval
 local new_tat = tat + cost * interval

@@ -5,7 +5,10 @@
 use super::state::{Entry, Params, Raw, Value, floor_div, ttl_us};
 
 /// The Lua block, after the strategy's `local queue = …` line.
-pub(super) const LUA: &str = include_str!("../../lua/tat.lua");
+pub(super) const LUA: &str = concat!(
+    include_str!("../../lua/tat_value.lua"),
+    include_str!("../../lua/tat.lua")
+);
 
 /// The most a rescaled TAT owes, in µs (2^50, about 35 years; `lua/tat.lua`).
 const MAX_OWED: i64 = 1 << 50;
@@ -113,7 +116,10 @@ pub(super) fn decide(
 }
 
 /// The give-back block (`lua/give_back_tat.lua`) of the GCRA and the token bucket.
-pub(super) const GIVE_BACK_LUA: &str = include_str!("../../lua/give_back_tat.lua");
+pub(super) const GIVE_BACK_LUA: &str = concat!(
+    include_str!("../../lua/tat_value.lua"),
+    include_str!("../../lua/give_back_tat.lua")
+);
 
 /// The twin of `lua/give_back_tat.lua`: takes off the TAT the part of
 /// `units` still ahead of now (at most `fin - now`), never below now; on a
@@ -147,7 +153,10 @@ pub(super) fn give_back(
 }
 
 /// The adjust block (`lua/adjust_tat.lua`) of the GCRA and the token bucket.
-pub(super) const ADJUST_LUA: &str = include_str!("../../lua/adjust_tat.lua");
+pub(super) const ADJUST_LUA: &str = concat!(
+    include_str!("../../lua/tat_value.lua"),
+    include_str!("../../lua/adjust_tat.lua")
+);
 
 /// The twin of `lua/adjust_tat.lua`: moves the TAT (at least now; one
 /// written under another interval rescaled first) by `units * interval`,
