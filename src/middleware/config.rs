@@ -46,7 +46,7 @@ pub(crate) struct Config {
     pub(crate) shadow: bool,
     /// Whether a shadowed denial's response carries its rate-limit headers.
     pub(crate) shadow_headers: bool,
-    pub(crate) near_limit: Option<NearLimitHook>,
+    pub(crate) near_limit: NearLimitHook,
     /// The `limiter` label of the layer's metrics.
     pub(crate) name: crate::decision::Interned<str>,
     /// Refunds by response and costs from the response: requests are then
@@ -76,7 +76,7 @@ impl Config {
             plans: None,
             shadow: false,
             shadow_headers: true,
-            near_limit: None,
+            near_limit: NearLimitHook::default(),
             name,
             settle: None,
         };
