@@ -54,7 +54,7 @@ pub(crate) fn app(store: impl Store) -> Result<Router, Box<dyn std::error::Error
     Ok(Router::new().route("/", get(|| async { "hello\n" })).layer(
         RateLimitLayer::new(limiter, key::PeerIp)
             .name("api") // the `limiter` label
-            .near_limit(0.8, None::<fn(&http::request::Parts, &_)>),
+            .near_limit(0.8),
     ))
 }
 

@@ -55,17 +55,26 @@ pub mod store;
 pub mod strategy;
 
 // The quick start's types, public here only: each item has one public path
-// (the modules that define them keep them in crate-private submodules).
-pub use decision::root::Decision;
-pub use limiter::root::RateLimiter;
+// (each is defined in a crate-visible module and shown here, inline).
+#[doc(inline)]
+pub use decision::answer::Decision;
+#[doc(inline)]
+pub use limiter::rate_limiter::RateLimiter;
+#[doc(inline)]
 pub use middleware::layer::RateLimitLayer;
+#[doc(inline)]
 pub use quota::Quota;
+#[doc(inline)]
 pub use rate::Rate;
+#[doc(inline)]
 pub use store::memory::MemoryStore;
+#[doc(inline)]
 pub use store::redis::RedisStore;
 #[cfg(feature = "cluster")]
+#[doc(inline)]
 pub use store::redis::cluster::RedisClusterStore;
 #[cfg(feature = "sentinel")]
+#[doc(inline)]
 pub use store::redis::sentinel::RedisSentinelStore;
 
 /// The `deadpool-redis` this crate is built with: build a

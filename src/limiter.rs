@@ -31,42 +31,11 @@ pub const MAX_VERBATIM_KEY_LEN: usize = 128;
 /// Longest accepted [`prefix`](RateLimiterBuilder::prefix).
 pub const MAX_PREFIX_LEN: usize = 64;
 
-// `RateLimiter` is public at the crate root only (one path per item).
-pub(crate) mod root {
-    use std::sync::Arc;
+// `RateLimiter` is public at the crate root only (one path per item): its
+// module is crate-visible, and `lib.rs` re-exports it.
+pub(crate) mod rate_limiter;
 
-    use super::Inner;
-
-    /// Decides whether requests identified by a key may proceed, under one or more [`Quota`](crate::Quota)s.
-    ///
-    /// Cheap to clone (an `Arc`); clones share the store and configuration.
-    ///
-    /// ```
-    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = RateLimiter::builder()
-    ///     .store(MemoryStore::new())
-    ///     .prefix("api")
-    ///     .quota(Quota::gcra(Rate::per_minute(60)).burst(10).name("minute"))
-    ///     .quota(Quota::fixed_window(Rate::per_day(10_000)).name("day"))
-    ///     .build()?;
-    ///
-    /// let d = limiter.check("user:42").await?;
-    /// assert!(d.allowed());
-    /// assert_eq!(d.quota().as_ref(), "minute");
-    /// assert_eq!(d.remaining(), 9);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[derive(Clone)]
-    pub struct RateLimiter {
-        pub(super) inner: Arc<Inner>,
-    }
-}
-
-pub(crate) use self::root::RateLimiter;
+pub(crate) use self::rate_limiter::RateLimiter;
 
 struct Inner {
     /// The store, with what it prepared for these quotas.

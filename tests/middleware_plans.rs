@@ -303,14 +303,13 @@ async fn the_request_that_crosses_the_near_limit_fraction_is_flagged_once() {
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
-    let layer = RateLimitLayer::new(limiter, user).near_limit(
-        0.8,
-        Some(move |_: &Parts, near: &NearLimit| {
+    let layer = RateLimitLayer::new(limiter, user)
+        .near_limit(0.8)
+        .on_near_limit(move |_: &Parts, near: &NearLimit| {
             assert_eq!(near.quota, "minute");
             assert_eq!((near.limit, near.remaining, near.threshold), (10, 2, 8));
             seen.fetch_add(1, Ordering::Relaxed);
-        }),
-    );
+        });
     let app = app(layer);
     for i in 1..=10 {
         let body = text(send(&app, get_req("/")).await).await;

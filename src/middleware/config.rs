@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::Response;
 use http::request::Parts;
 
 use super::headers::{HeaderStyle, Policy};
+use super::hooks::{BypassFn, CostFn, DenyFn};
 use super::policy::{Failure, MissingKey};
 use super::stats::Counters;
-use crate::decision::Decision;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 use crate::plans::Plans;
@@ -18,10 +16,6 @@ use crate::plans::Plans;
 use super::near::NearLimitHook;
 use super::plan::PlanResolver;
 use super::settle::SettleConfig;
-
-pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
-pub(crate) type DenyFn = dyn Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync;
 
 /// Everything a service needs to check a request, resolved once when the
 /// layer is built; shared (behind an `Arc`) by every service of one layer.
@@ -52,7 +46,7 @@ pub(crate) struct Config {
     pub(crate) shadow: bool,
     /// Whether a shadowed denial's response carries its rate-limit headers.
     pub(crate) shadow_headers: bool,
-    pub(crate) near_limit: Option<NearLimitHook>,
+    pub(crate) near_limit: NearLimitHook,
     /// The `limiter` label of the layer's metrics.
     pub(crate) name: crate::decision::Interned<str>,
     /// Refunds by response and costs from the response: requests are then
@@ -82,7 +76,7 @@ impl Config {
             plans: None,
             shadow: false,
             shadow_headers: true,
-            near_limit: None,
+            near_limit: NearLimitHook::default(),
             name,
             settle: None,
         };

@@ -357,7 +357,7 @@ fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
         } if decision.allowed()
             && decision.delay_us == 0
             && decision.lease.is_none()
-            && config.near_limit.is_none()
+            && !config.near_limit.is_on()
             && !decision.shadow_denied() =>
         {
             metrics::decision(&config.name, "", &decision.quota(), Outcome::Allowed);
@@ -450,11 +450,9 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
         Outcome::Allowed
     };
     metrics::decision(&config.name, plan, quota, outcome);
-    if let Some(hook) = &config.near_limit
-        && let Some(near) = hook.crossed(&decision, checked.cost)
-    {
+    if let Some(near) = config.near_limit.crossed(&decision, checked.cost) {
         metrics::near_limit(&config.name, plan, &near.quota);
-        if let Some(callback) = &hook.callback {
+        if let Some(callback) = &config.near_limit.callback {
             callback(parts, &near);
         }
         parts.extensions.insert(near);

@@ -18,7 +18,7 @@ use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 use crate::plans::Plans;
 
-use super::near::{NearLimit, NearLimitFn, NearLimitHook};
+use super::near::{NearLimit, NearLimitFn};
 use super::plan::PlanResolver;
 use super::settle::{ResponseCost, SettleConfig};
 
@@ -321,8 +321,9 @@ impl RateLimitLayer {
 
     /// Flags the admitted request that takes a quota across `fraction` of
     /// its limit (e.g. `0.8`: 80 % used): a [`NearLimit`] goes into its
-    /// extensions (the handler can warn the caller), and `callback`, if
-    /// given, is called with it. `fraction` is clamped to `0.0..=1.0`.
+    /// extensions (the handler can warn the caller), and the callback of
+    /// [`on_near_limit`](Self::on_near_limit), if set, is called with it.
+    /// `fraction` is clamped to `0.0..=1.0` (NaN counts as `1.0`).
     ///
     /// ```
     /// use tower_redis_ratelimit::middleware::NearLimit;
@@ -330,31 +331,33 @@ impl RateLimitLayer {
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let limiter = RateLimiter::builder().store(MemoryStore::new()).quota(Quota::gcra(Rate::per_minute(60))).build()?;
-    /// let layer = RateLimitLayer::new(limiter, key::PeerIp).near_limit(
-    ///     0.8,
-    ///     Some(|_req: &http::request::Parts, near: &NearLimit| {
+    /// let layer = RateLimitLayer::new(limiter, key::PeerIp)
+    ///     .near_limit(0.8)
+    ///     .on_near_limit(|_req: &http::request::Parts, near: &NearLimit| {
     ///         println!("{} is at {} of {}", near.quota, near.limit - near.remaining, near.limit);
-    ///     }),
-    /// );
+    ///     });
     /// # let _ = layer;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn near_limit<F>(self, fraction: f64, callback: Option<F>) -> Self
-    where
-        F: Fn(&Parts, &NearLimit) + Send + Sync + 'static,
-    {
+    pub fn near_limit(self, fraction: f64) -> Self {
         let fraction = if fraction.is_nan() {
             1.0
         } else {
             fraction.clamp(0.0, 1.0)
         };
-        self.with(|c| {
-            c.near_limit = Some(NearLimitHook {
-                fraction,
-                callback: callback.map(|f| Arc::new(f) as Arc<NearLimitFn>),
-            })
-        })
+        self.with(|c| c.near_limit.fraction = Some(fraction))
+    }
+
+    /// Calls `callback` with each [`NearLimit`] the layer flags, before the
+    /// request goes on to the inner service. Flags are raised only while a
+    /// fraction is set with [`near_limit`](Self::near_limit): without one
+    /// the callback is never called. Setting it again replaces it.
+    pub fn on_near_limit<F>(self, callback: F) -> Self
+    where
+        F: Fn(&Parts, &NearLimit) + Send + Sync + 'static,
+    {
+        self.with(|c| c.near_limit.callback = Some(Arc::new(callback) as Arc<NearLimitFn>))
     }
 
     fn settling(self, f: impl FnOnce(&mut SettleConfig)) -> Self {
@@ -508,7 +511,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("grpc", &c.grpc)
             .field("plans", &c.plans.as_ref().map(|(p, _)| p))
             .field("shadow", &c.shadow)
-            .field("near_limit", &c.near_limit.as_ref().map(|n| n.fraction))
+            .field("near_limit", &c.near_limit.fraction)
             .field(
                 "settle",
                 &c.settle

@@ -79,7 +79,8 @@ macro_rules! event {
 
 // One concern per module:
 // - layer.rs: the builder (`RateLimitLayer`), options resolved once into
-//   config.rs's `Config`, shared by every service of the layer;
+//   config.rs's `Config`, shared by every service of the layer; hooks.rs:
+//   the closure types the options keep (a leaf: imports no middleware module);
 // - service.rs: `RateLimit::call`: bypass? → check → future;
 // - check.rs: one request's decision: key → deny cache → store call →
 //   failure policy → `Verdict` (plans: the quotas chosen per request there;
@@ -99,6 +100,7 @@ mod config;
 pub(crate) mod deny_cache;
 mod future;
 pub(crate) mod headers;
+mod hooks;
 pub(crate) mod layer;
 mod metrics;
 mod near;

@@ -69,8 +69,8 @@ pub struct LayerOptions {
     pub deny_cache_capacity: Option<usize>,
     /// [`RateLimitLayer::grpc`].
     pub grpc: Option<bool>,
-    /// [`RateLimitLayer::near_limit`] (without a callback: the
-    /// [`NearLimit`](crate::middleware::NearLimit) extension only).
+    /// [`RateLimitLayer::near_limit`] (the fraction only: a callback is set
+    /// in code, with [`RateLimitLayer::on_near_limit`]).
     pub near_limit: Option<f64>,
 }
 
@@ -102,10 +102,7 @@ impl RateLimitLayer {
             self = self.grpc(grpc);
         }
         if let Some(fraction) = options.near_limit {
-            self = self.near_limit(
-                fraction,
-                None::<fn(&http::request::Parts, &super::NearLimit)>,
-            );
+            self = self.near_limit(fraction);
         }
         self
     }

@@ -19,13 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use http::HeaderName;
 use http::request::Parts;
 
-use super::config::CostFn;
+use super::hooks::{CostFn, ExtensionCostFn, RefundFn};
 use super::stats::Counters;
 use crate::limiter::RateLimiter;
 use crate::settle::Reservation;
-
-pub(crate) type RefundFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
-pub(crate) type ExtensionCostFn = dyn Fn(&http::Extensions) -> Option<u64> + Send + Sync;
 
 /// The settle options of a layer (present when any is set).
 #[derive(Clone, Default)]

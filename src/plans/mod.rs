@@ -134,13 +134,14 @@ struct Shared {
     /// Counts the limits applied (under `update`): a read of the store that
     /// began before a local change must not undo it.
     applied: AtomicU64,
-    sync: Option<Sync>,
+    sync: Option<StoreSync>,
     /// The capacity of each plan's deny cache (0: the default).
     deny_capacity: AtomicUsize,
 }
 
-/// Reading the limits from the store.
-struct Sync {
+/// Reading the limits from the store (and writing them there): the polling
+/// state of a `Plans` built with a sync interval.
+struct StoreSync {
     interval_us: u64,
     key: String,
     /// When the store was last read (µs since `epoch`, plus one; 0: never).
@@ -1068,7 +1069,7 @@ impl Plans {
             Some(d) if d.is_zero() => {
                 return Err(ConfigError::new("sync_interval", "must be above zero"));
             }
-            Some(d) => Some(Sync {
+            Some(d) => Some(StoreSync {
                 interval_us: u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
                 // (a limiter's runtime limits apart from a `Plans`' of the
                 // same prefix: one's publish must not replace the other's)
