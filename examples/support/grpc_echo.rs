@@ -1,5 +1,5 @@
 //! A gRPC echo service written by hand, with no `protoc`: messages are raw
-//! bytes. Shared by `examples/tonic.rs` and `tests/middleware_net.rs`
+//! bytes. Shared by `examples/tonic.rs` and `tests/middleware/middleware_net.rs`
 //! (included with `#[path]`; not an example of its own).
 
 use std::convert::Infallible;

@@ -27,7 +27,7 @@
 //! text is written as SVG `<text>` elements (no font is loaded). The
 //! charts under `docs/sim/` are [`Scenario::standard`] runs of every
 //! strategy and pattern, written by `cargo run --example simulate --features
-//! sim` and checked by `tests/simulate.rs`.
+//! sim` and checked by `tests/sim/simulate.rs`.
 //!
 //! A scenario sends each request at its time with
 //! [`RateLimiter::check`](crate::RateLimiter::check); an admitted

@@ -1,6 +1,6 @@
 //! Limiters on the memory store under a manual clock, for tests whose subject
 //! is the middleware or the keys rather than the store: no Redis, no sleeps,
-//! exact times. (What every store must do alike is `tests/suite`.)
+//! exact times. (What every store must do alike is `tests/store/suite`.)
 
 use std::time::Duration;
 

@@ -21,8 +21,10 @@
 //! install hint, never a silent skip. The binaries can be overridden with the
 //! `REDIS_SERVER_BIN` / `REDIS_CLI_BIN` environment variables.
 //!
-//! Use it from an integration test file with `mod common;` (benches with
-//! `#[path = "../tests/common/mod.rs"] mod common;`).
+//! Use it from an area's `tests/<area>/main.rs` with
+//! `#[path = "../common/mod.rs"] mod common;` (one per test binary; its
+//! modules `use crate::common;`), and from benches with
+//! `#[path = "../tests/common/mod.rs"] mod common;`.
 
 #![allow(dead_code, unused_imports)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -49,7 +49,7 @@ impl Pooled for Pool {
     // so each call gets a timer of its own.
     const SELF_TIMED: bool = false;
     // The cluster connection reconnects to a node whose socket was closed
-    // by itself (tests/stale_connection.rs checks it); a `PING` would go to
+    // by itself (tests/deployments/stale_connection.rs checks it); a `PING` would go to
     // a random node anyway.
     const CHECK_WHEN_IDLE: bool = false;
 

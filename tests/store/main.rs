@@ -1,0 +1,24 @@
+//! Store semantics: what a decision is on every store, and the two stores
+//! against each other and against reference models.
+//!
+//! - `suite`: one suite of store semantics run on every store (`store_suite!`);
+//! - `differential`: the memory store against a real Redis, case by case;
+//! - `reference_models`: each strategy against a plain model of its rule;
+//! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
+//! - `reservations`, `lease_undo`: hot-key reservations and undoing a lease;
+//! - `soak`: many keys over many windows, memory bounded.
+//!
+//! One test binary; the Redis fixtures are `tests/common`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod differential;
+mod lease_undo;
+mod manual_clock_redis;
+mod memory_store;
+mod redis_store;
+mod reference_models;
+mod reservations;
+mod soak;
+mod suite;

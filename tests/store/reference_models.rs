@@ -1,0 +1,168 @@
+//! Each strategy against an independent, naive model of its semantics, on
+//! random request sequences with a manual clock. The stores agree with each
+//! other (tests/store/differential.rs), so the memory store stands for both here.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
+
+/// (time step in µs, cost) pairs.
+fn requests() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64)>> {
+    proptest::collection::vec(
+        (
+            prop_oneof![2 => Just(0u64), 3 => 0u64..3_000_000, 1 => 0u64..30_000_000],
+            prop_oneof![5 => Just(1u64), 1 => 0u64..5],
+        ),
+        1..120,
+    )
+}
+
+fn limiter(quota: Quota, clock: &ManualClock) -> RateLimiter {
+    RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(quota)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+fn run(
+    quota: Quota,
+    reqs: &[(u64, u64)],
+    mut model: impl FnMut(u64, u64) -> bool,
+) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(Duration::from_secs(1_000_000));
+    let lim = limiter(quota, &clock);
+    let mut now = 1_000_000_000_000u64;
+    for (i, &(step, cost)) in reqs.iter().enumerate() {
+        clock.advance(Duration::from_micros(step));
+        now += step;
+        let d = rt.block_on(lim.check_n("k", cost)).unwrap();
+        let want = model(now, cost);
+        prop_assert_eq!(
+            d.allowed(),
+            want,
+            "request {} (t={}, cost={}): {:?}",
+            i,
+            now,
+            cost,
+            d
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// At most n in any window (now - period, now], exactly as a list of times says.
+    #[test]
+    fn sliding_window_log_matches_a_list_of_times(n in 1u64..6, reqs in requests()) {
+        let period = 10_000_000u64;
+        let mut log: Vec<u64> = Vec::new();
+        run(Quota::sliding_window_log(Rate::new(n, Duration::from_micros(period))), &reqs, |now, cost| {
+            log.retain(|t| *t + period > now);
+            let ok = log.len() as u64 + cost <= n;
+            if ok {
+                log.extend(std::iter::repeat_n(now, cost as usize));
+            }
+            ok
+        })?;
+    }
+
+    /// A window opens at the first request after the previous one closed.
+    #[test]
+    fn fixed_window_matches_a_counter_per_window(n in 1u64..6, reqs in requests()) {
+        let period = 10_000_000u64;
+        let mut window: Option<(u64, u64)> = None;
+        run(Quota::fixed_window(Rate::new(n, Duration::from_micros(period))), &reqs, |now, cost| {
+            let (start, count) = match window {
+                Some((s, c)) if now < s + period => (s, c),
+                _ => (now, 0),
+            };
+            let ok = count + cost <= n;
+            if ok && cost > 0 {
+                window = Some((start, count + cost));
+            }
+            ok
+        })?;
+    }
+
+    /// Token bucket, GCRA and leaky bucket admit exactly as a continuous bucket
+    /// of `burst` tokens refilled at one token per interval (credit in µs).
+    #[test]
+    fn bucket_strategies_match_a_continuous_bucket(
+        n in 1u64..6,
+        burst in proptest::option::of(1u64..8),
+        which in 0usize..3,
+        reqs in requests(),
+    ) {
+        let period = Duration::from_secs(10);
+        let rate = Rate::new(n, period);
+        let mut quota = [Quota::token_bucket(rate), Quota::gcra(rate), Quota::leaky_bucket(rate)][which].clone();
+        if let Some(b) = burst {
+            quota = quota.burst(b);
+        }
+        let b = burst.unwrap_or(n);
+        let interval = (period.as_micros() as u64).div_ceil(n);
+        let cap = b * interval;
+        let mut credit = cap;
+        let mut last: Option<u64> = None;
+        run(quota, &reqs, |now, cost| {
+            if let Some(l) = last {
+                credit = (credit + (now - l)).min(cap);
+            }
+            last = Some(now);
+            let ok = cost * interval <= credit;
+            if ok {
+                credit -= cost * interval;
+            }
+            ok
+        })?;
+    }
+
+    /// Never more than n within one aligned window, hence at most 2n in any
+    /// sliding window of length period.
+    #[test]
+    fn sliding_window_counter_stays_within_its_bound(n in 1u64..6, reqs in requests()) {
+        let period = 10_000_000u64;
+        let mut admitted: Vec<u64> = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let clock = ManualClock::new(Duration::from_secs(1_000_000));
+        let lim = limiter(Quota::sliding_window_counter(Rate::new(n, Duration::from_micros(period))), &clock);
+        let mut now = 1_000_000_000_000u64;
+        for &(step, cost) in &reqs {
+            clock.advance(Duration::from_micros(step));
+            now += step;
+            if rt.block_on(lim.check_n("k", cost)).unwrap().allowed() {
+                admitted.extend(std::iter::repeat_n(now, cost as usize));
+            }
+        }
+        for &t in &admitted {
+            let aligned = admitted.iter().filter(|&&u| u / period == t / period).count() as u64;
+            prop_assert!(aligned <= n, "{} admitted in the aligned window of {}", aligned, t);
+            let sliding = admitted.iter().filter(|&&u| u <= t && u + period > t).count() as u64;
+            prop_assert!(sliding <= 2 * n, "{} admitted in the window ending at {}", sliding, t);
+        }
+    }
+
+    /// At most n leases alive; an unreleased lease frees its slot after the timeout.
+    #[test]
+    fn concurrency_matches_a_set_of_leases(n in 1u64..6, reqs in requests()) {
+        let timeout = 10_000_000u64;
+        let mut leases: Vec<u64> = Vec::new();
+        run(Quota::concurrency(n).lease_timeout(Duration::from_micros(timeout)), &reqs, |now, cost| {
+            leases.retain(|exp| *exp > now);
+            let ok = leases.len() as u64 + cost <= n;
+            if ok {
+                leases.extend(std::iter::repeat_n(now + timeout, cost as usize));
+            }
+            ok
+        })?;
+    }
+}
