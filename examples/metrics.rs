@@ -13,7 +13,7 @@
 //! `ratelimit_leases`; labels never carry a user's key.
 //!
 //! Crates it needs besides this one (features `axum`, `metrics`): `tokio`
-//! (features `macros`, `rt-multi-thread`, `net`), `axum`, `http`,
+//! (features `macros`, `rt-multi-thread`, `net`), `axum`,
 //! `metrics-exporter-prometheus`.
 //!
 //! What makes it safe to copy:
