@@ -595,7 +595,10 @@ impl MemoryStore {
                         };
                         let scope = match scopes.free.pop() {
                             Some(scope) => {
-                                scopes.of[scope as usize] = fresh;
+                                // (its binds go on counting: a collector's
+                                // stale look at the id must not match)
+                                let binds = scopes.of[scope as usize].binds;
+                                scopes.of[scope as usize] = Scope { binds, ..fresh };
                                 scope
                             }
                             None => {
@@ -658,7 +661,10 @@ impl MemoryStore {
         let scopes = &mut *guard;
         for (id, binds) in candidates {
             let s = &mut scopes.of[id as usize];
-            if s.binders != 0 || s.binds != binds || used[id as usize] {
+            // (another collector may have freed it meanwhile: `idle` is false
+            // for a freed scope, and a reused one has bound since, so its
+            // `binds` moved on)
+            if !s.idle() || s.binds != binds || used[id as usize] {
                 continue;
             }
             let clock = s.clock.take().map_or(0, |c| c.id());
@@ -1019,6 +1025,39 @@ mod tests {
     use super::*;
     use crate::strategy::Strategy;
     use crate::{Quota, Rate, RateLimiter};
+
+    /// Binds racing on threads, each one's `collect_scopes` looking at the
+    /// others' idle scopes: no id is freed twice, and no two names share
+    /// one (a scope freed by one collector was pushed again by another,
+    /// and two limiters then shared its state).
+    #[test]
+    fn racing_binds_never_free_a_scope_twice_nor_share_one() {
+        let store = MemoryStore::new();
+        std::thread::scope(|t| {
+            for thread in 0..4 {
+                let store = &store;
+                t.spawn(move || {
+                    for i in 0..2_000 {
+                        let suffixes = [format!(":q{thread}-{i}")];
+                        let ids = store.bind("race", &suffixes, &LimiterClock::Store);
+                        drop(ids);
+                    }
+                });
+            }
+        });
+        let scopes = lock_scopes(&store.inner.scopes);
+        let mut free = scopes.free.clone();
+        free.sort_unstable();
+        let before = free.len();
+        free.dedup();
+        assert_eq!(free.len(), before, "an id freed twice");
+        let mut held: Vec<u32> = scopes.ids.values().copied().collect();
+        held.sort_unstable();
+        let before = held.len();
+        held.dedup();
+        assert_eq!(held.len(), before, "two names share an id");
+        assert!(held.iter().all(|id| free.binary_search(id).is_err()));
+    }
 
     #[test]
     fn a_slot_and_a_locked_shard_are_one_cache_line_each_and_keys_are_told_apart() {
