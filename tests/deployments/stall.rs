@@ -300,3 +300,43 @@ async fn a_frozen_redis_gets_one_new_connection_per_slot_per_timeout_not_one_per
     let d = common::warm_up(&lim, "k").await;
     assert!(d.allowed());
 }
+
+/// A replacement whose runtime shut down before it answered (a startup
+/// runtime that ran a first call, or `verify()`, while Redis was frozen)
+/// holds no slot for good: once Redis answers, the next call, on another
+/// runtime, takes a fresh connection and decides (the flight was left in
+/// the slot, and every later call failed at once with a timeout).
+#[test]
+fn a_replacement_cut_off_by_its_runtime_does_not_hold_the_slot() {
+    let server = RedisServer::start();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let lim = RateLimiter::builder()
+        .store(
+            RedisStore::new(server.pool(2))
+                .connections(1)
+                .timeout(Duration::from_secs(5)),
+        )
+        .prefix("cut-off")
+        .quota(Quota::fixed_window(Rate::per_hour(LIMIT)))
+        .build()
+        .unwrap();
+    server.pause();
+    let first = runtime();
+    first.block_on(async {
+        // the slot's first connection: a replacement in a task of its own,
+        // waiting on the frozen Redis
+        let cut = tokio::time::timeout(Duration::from_millis(100), lim.check("k")).await;
+        assert!(cut.is_err(), "a frozen Redis answered: {cut:?}");
+    });
+    drop(first); // the replacement's task goes with its runtime
+    server.resume();
+    runtime().block_on(async {
+        let d = lim.check("k").await.expect("a fresh connection");
+        assert!(d.allowed());
+    });
+}

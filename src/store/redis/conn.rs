@@ -353,9 +353,25 @@ impl<P: Pooled> Connections<P> {
                 Ok(Some(Ok(held))) => return Ok(held.clone()),
                 Ok(Some(Err(_))) if since < started => continue,
                 Ok(Some(Err(e))) => return Err(StoreError::shared(e)),
-                // (the replacement's task went away without an answer: a
-                // runtime shutting down)
-                Ok(None) | Err(_) => return Err(StoreError::Timeout(self.timeout)),
+                // The replacement's task went away without an answer (its
+                // runtime shut down, say a startup runtime that ran
+                // `verify()`): its flight would hold the slot for good, every
+                // later call failing at once. Forget it, and try once more
+                // with a replacement of this call's own.
+                Ok(None) | Err(_) => {
+                    drop(ended);
+                    let mut refill = slot.refill.lock().unwrap_or_else(|e| e.into_inner());
+                    if refill
+                        .as_ref()
+                        .is_some_and(|(_, flight)| flight.same_channel(&outcome))
+                    {
+                        *refill = None;
+                    }
+                    if since < started {
+                        continue;
+                    }
+                    return Err(StoreError::Timeout(self.timeout));
+                }
             }
         }
     }
