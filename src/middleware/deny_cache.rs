@@ -113,9 +113,9 @@ impl DenyCache {
         // (counted before the shard is locked: an insert either sees the
         // count, or is made before this removal)
         self.forgets.fetch_add(1, Ordering::SeqCst);
-        if self.len.load(Ordering::SeqCst) == 0 {
-            return;
-        }
+        // (always under the shard's lock, never skipped on an empty cache:
+        // an insert that read the count before it was bumped may be adding
+        // the key right now, and the lock orders this removal after it)
         if self.shard(key).remove(key).is_some() {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
