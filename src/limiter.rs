@@ -1175,9 +1175,12 @@ impl RateLimiterBuilder {
     /// it, decides with the limits in force: a request sees the old limits
     /// or the new ones, read with one atomic load (no lock, no store call).
     /// The mechanism is that of [`Plans`](crate::plans::Plans): the limiter
-    /// is one plan (named `default`) whose keys are the limiter's own, so
+    /// is one plan (named `default`) under the limiter's own prefix, so
     /// what stored state means under new limits is as the plans' module
-    /// docs say.
+    /// docs say. A named quota keeps the key it has without runtime limits;
+    /// an unnamed one is known by its strategy and period, as in a plan
+    /// (`r1m`, not `r60/1m`), so turning runtime limits on starts the
+    /// unnamed quotas' state afresh once.
     ///
     /// A [`Reservation`](crate::settle::Reservation) is settled by the
     /// limits it was made under: settling one made before a change through
@@ -1189,9 +1192,10 @@ impl RateLimiterBuilder {
     }
 
     /// [`runtime_limits`](Self::runtime_limits), with the limits kept in
-    /// the store too (on Redis, the key `<prefix>:plans`, as
+    /// the store too (on Redis, the key `<prefix>:limits`, apart from a
+    /// [`Plans`](crate::plans::Plans)' `<prefix>:plans`, as
     /// [`PlansBuilder::sync_interval`](crate::plans::PlansBuilder::sync_interval):
-    /// give each limiter a prefix of its own) and read at most once per
+    /// limiters of one prefix share it) and read at most once per
     /// `interval`, so that a
     /// [`publish_quotas`](crate::plans::LimitsHandle::publish_quotas) on one
     /// instance reaches every other. Zero is rejected (`sync_interval`).

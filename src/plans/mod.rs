@@ -827,8 +827,8 @@ impl Plans {
     ///
     /// The first failure: [`StoreError::Refused`] names what the server
     /// refuses for good (an ACL permission, `NOPERM`: see the README's ACL
-    /// line, which covers `{<prefix>:*`, `{<prefix>.*` and
-    /// `<prefix>:plans`); any other [`StoreError`] if the store could not be
+    /// line, which covers `{<prefix>:*`, `{<prefix>/*`, `<prefix>:plans`
+    /// and `<prefix>:limits`); any other [`StoreError`] if the store could not be
     /// reached.
     ///
     /// ```no_run
