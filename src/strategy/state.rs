@@ -7,8 +7,6 @@
 //! steps where the script uses them), so both stores give identical
 //! decisions; the differential tests hold them to it.
 
-use crate::quota::QuotaSpec;
-
 /// A strategy's answer, in the scripts' units: see `lua/prelude.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Raw {
@@ -70,8 +68,9 @@ pub(crate) struct Entry {
     pub(crate) expires_at: i64,
 }
 
-/// A quota's numbers, as the scripts read them (microseconds).
-#[derive(Debug, Clone, Copy)]
+/// A quota's numbers, as the scripts read them (microseconds): all a
+/// strategy knows of its quota, computed once when the quota is compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Params {
     /// The rate's count.
     pub(crate) n: i64,
@@ -86,13 +85,15 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    fn of(q: &QuotaSpec) -> Self {
+    /// The numbers of a quota of `n` per `period` µs, `burst` and `interval`
+    /// µs per unit (each at most `i64::MAX`, as a compiled quota's are).
+    pub(crate) fn new(n: u64, period: u64, burst: u64, interval: u64) -> Self {
         Params {
-            n: q.limit as i64,
-            period: q.period_us as i64,
-            burst: q.burst as i64,
-            interval: q.interval_us as i64,
-            per_interval: q.per_interval,
+            n: n as i64,
+            period: period as i64,
+            burst: burst as i64,
+            interval: interval as i64,
+            per_interval: Interval::new(interval),
         }
     }
 }
@@ -119,17 +120,19 @@ pub(crate) enum Algorithm {
     Tat { queue: bool },
 }
 
-/// Evaluates one quota on one key's state, as the script's strategy block does.
+/// Evaluates one quota (its strategy's `algorithm`, its numbers `q`) on one
+/// key's state, as the script's strategy block does.
 #[inline]
 pub(crate) fn run(
     slot: &mut Option<Entry>,
-    q: &QuotaSpec,
+    algorithm: Algorithm,
+    q: &Params,
     now: i64,
     cost: i64,
     nonce: &str,
     apply: bool,
 ) -> Raw {
-    match q.spec().algorithm {
+    match algorithm {
         Algorithm::Tat { queue } => run_tat(slot, q, now, cost, queue, apply),
         Algorithm::Returns(decide) => returns(slot, decide, q, now, cost, nonce, apply),
     }
@@ -176,14 +179,14 @@ pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
 #[inline(always)]
 pub(crate) fn run_tat(
     slot: &mut Option<Entry>,
-    q: &QuotaSpec,
+    q: &Params,
     now: i64,
     cost: i64,
     queue: bool,
     apply: bool,
 ) -> Raw {
     expire(slot, now);
-    super::tat::decide(slot, Params::of(q), now, cost, queue, apply && cost > 0)
+    super::tat::decide(slot, *q, now, cost, queue, apply && cost > 0)
 }
 
 /// [`run`] of an [`Algorithm::Returns`]: out of line, so that the TAT
@@ -192,14 +195,14 @@ pub(crate) fn run_tat(
 fn returns(
     slot: &mut Option<Entry>,
     decide: Decide,
-    q: &QuotaSpec,
+    q: &Params,
     now: i64,
     cost: i64,
     nonce: &str,
     apply: bool,
 ) -> Raw {
     expire(slot, now);
-    let (raw, new) = decide(slot, Params::of(q), now, cost, nonce);
+    let (raw, new) = decide(slot, *q, now, cost, nonce);
     if raw.ok
         && apply
         && cost > 0
@@ -272,20 +275,21 @@ pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
 pub(crate) type GiveBackFn =
     fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64, fin: i64);
 
-/// Gives back `units` to one quota's key, as the give-back script's block
-/// does; a strategy without give-back changes nothing.
+/// Gives back `units` to one quota's key (its strategy's give-back `twin`,
+/// its numbers `q`), as the give-back script's block does; a strategy
+/// without give-back (`None`) changes nothing.
 pub(crate) fn give_back(
     slot: &mut Option<Entry>,
-    q: &QuotaSpec,
+    twin: Option<GiveBackFn>,
+    q: &Params,
     now: i64,
     units: i64,
     at: i64,
     fin: i64,
 ) {
     expire(slot, now);
-    if let crate::strategy::GiveBack::Units { twin, .. } = q.spec().give_back {
-        let params = Params::of(q);
-        twin(slot, params, now, units, at, fin);
+    if let Some(twin) = twin {
+        twin(slot, *q, now, units, at, fin);
     }
 }
 
@@ -306,13 +310,19 @@ pub(crate) fn max_debt_units(interval: i64) -> i64 {
 }
 
 /// Adjusts one quota's key by `units` (at most [`max_debt_units`] either
-/// way), as the settle script's adjust block does; a strategy without
-/// adjust changes nothing.
-pub(crate) fn adjust(slot: &mut Option<Entry>, q: &QuotaSpec, now: i64, units: i64) {
+/// way; its strategy's adjust `twin`, its numbers `q`), as the settle
+/// script's adjust block does; a strategy without adjust (`None`) changes
+/// nothing.
+pub(crate) fn adjust(
+    slot: &mut Option<Entry>,
+    twin: Option<AdjustFn>,
+    q: &Params,
+    now: i64,
+    units: i64,
+) {
     expire(slot, now);
-    if let crate::strategy::Adjust::Units { twin, .. } = q.spec().adjust {
-        let params = Params::of(q);
-        let cap = max_debt_units(params.interval);
-        twin(slot, params, now, units.clamp(-cap, cap));
+    if let Some(twin) = twin {
+        let cap = max_debt_units(q.interval);
+        twin(slot, *q, now, units.clamp(-cap, cap));
     }
 }
