@@ -23,6 +23,7 @@ use crate::clock::{Clock as LimiterClock, ManualClock};
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
 use crate::store::Adjustment;
+use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
 /// How many operations on a shard at least between the sweeps of its expired
@@ -718,7 +719,7 @@ impl MemoryStore {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 let q = &call.quotas[i];
                 let twin = q.spec().give_back.twin();
-                state::give_back(slot, twin, &q.params, now, call.cost as i64, at, *fin)
+                eval::give_back(slot, twin, &q.params, now, call.cost as i64, at, *fin)
             });
         }
     }
@@ -738,7 +739,7 @@ impl MemoryStore {
                 rest,
                 |slot| match adjustment {
                     Adjustment::By(units) => {
-                        state::adjust(slot, q.spec().adjust.twin(), &q.params, now, units)
+                        eval::adjust(slot, q.spec().adjust.twin(), &q.params, now, units)
                     }
                     // as the give-back script's `S` mode: afresh, then charged
                     Adjustment::Set(units) => {
@@ -748,7 +749,7 @@ impl MemoryStore {
                             if let Some(&u) = units.get(i)
                                 && u > 0
                             {
-                                state::adjust(slot, twin, &q.params, now, u);
+                                eval::adjust(slot, twin, &q.params, now, u);
                             }
                         }
                     }
@@ -794,7 +795,7 @@ impl MemoryStore {
         nonce: &str,
     ) -> Raw {
         self.decide_key(scope, user, now_us, |slot, now| {
-            state::run(
+            eval::run(
                 slot,
                 quota.spec().algorithm,
                 &quota.params,
@@ -820,7 +821,7 @@ impl MemoryStore {
         queue: bool,
     ) -> Raw {
         self.decide_key(scope, user, None, |slot, now| {
-            state::run_tat(slot, &quota.params, now, cost as i64, queue, true)
+            eval::run_tat(slot, &quota.params, now, cost as i64, queue, true)
         })
     }
 
@@ -913,7 +914,7 @@ impl MemoryStore {
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 let q = &call.quotas[i];
-                state::run(
+                eval::run(
                     slot,
                     q.spec().algorithm,
                     &q.params,

@@ -9,6 +9,7 @@
 use std::fmt;
 
 mod concurrency;
+pub(crate) mod eval;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;

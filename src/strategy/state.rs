@@ -1,6 +1,7 @@
 //! The memory side shared by every strategy: a key's state ([`Entry`]), a
-//! strategy's answer ([`Raw`]), and [`run`], which applies a strategy's
-//! [`Algorithm`] to one key as its Lua block does in Redis.
+//! strategy's answer ([`Raw`]), a quota's numbers ([`Params`]) and a
+//! strategy's [`Algorithm`], which `eval.rs` applies to one key as its Lua
+//! block does in Redis.
 //!
 //! Each algorithm (in its strategy's module) is a line-by-line twin of its
 //! script in `lua/` (same integer microsecond arithmetic, same floating-point
@@ -120,24 +121,6 @@ pub(crate) enum Algorithm {
     Tat { queue: bool },
 }
 
-/// Evaluates one quota (its strategy's `algorithm`, its numbers `q`) on one
-/// key's state, as the script's strategy block does.
-#[inline]
-pub(crate) fn run(
-    slot: &mut Option<Entry>,
-    algorithm: Algorithm,
-    q: &Params,
-    now: i64,
-    cost: i64,
-    nonce: &str,
-    apply: bool,
-) -> Raw {
-    match algorithm {
-        Algorithm::Tat { queue } => run_tat(slot, q, now, cost, queue, apply),
-        Algorithm::Returns(decide) => returns(slot, decide, q, now, cost, nonce, apply),
-    }
-}
-
 /// Drops a state that has expired at `now`, as Redis would have.
 #[inline(always)]
 pub(crate) fn expire(slot: &mut Option<Entry>, now: i64) {
@@ -172,46 +155,6 @@ pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
         // (nothing to free: no entry, or one of integers only)
         std::mem::forget(old);
     }
-}
-
-/// [`run`] for a quota whose algorithm is [`Algorithm::Tat`] (`queue` as
-/// it says): nothing else inlined with it.
-#[inline(always)]
-pub(crate) fn run_tat(
-    slot: &mut Option<Entry>,
-    q: &Params,
-    now: i64,
-    cost: i64,
-    queue: bool,
-    apply: bool,
-) -> Raw {
-    expire(slot, now);
-    super::tat::decide(slot, *q, now, cost, queue, apply && cost > 0)
-}
-
-/// [`run`] of an [`Algorithm::Returns`]: out of line, so that the TAT
-/// strategies' path stays small enough to inline into a store's decision.
-#[inline(never)]
-fn returns(
-    slot: &mut Option<Entry>,
-    decide: Decide,
-    q: &Params,
-    now: i64,
-    cost: i64,
-    nonce: &str,
-    apply: bool,
-) -> Raw {
-    expire(slot, now);
-    let (raw, new) = decide(slot, *q, now, cost, nonce);
-    if raw.ok
-        && apply
-        && cost > 0
-        && let Some(value) = new
-    {
-        let expires_at = now + ttl_us(raw.reset);
-        set(slot, Some(Entry { value, expires_at }));
-    }
-    raw
 }
 
 /// Removes `members` from a sorted set of members, as `ZREM` does (a key
@@ -275,24 +218,6 @@ pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
 pub(crate) type GiveBackFn =
     fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64, fin: i64);
 
-/// Gives back `units` to one quota's key (its strategy's give-back `twin`,
-/// its numbers `q`), as the give-back script's block does; a strategy
-/// without give-back (`None`) changes nothing.
-pub(crate) fn give_back(
-    slot: &mut Option<Entry>,
-    twin: Option<GiveBackFn>,
-    q: &Params,
-    now: i64,
-    units: i64,
-    at: i64,
-    fin: i64,
-) {
-    expire(slot, now);
-    if let Some(twin) = twin {
-        twin(slot, *q, now, units, at, fin);
-    }
-}
-
 /// A strategy's adjust twin (see `StrategySpec::adjust`): charges `units`
 /// (`> 0`) or gives back `-units` (`< 0`) on a key's live state, as its Lua
 /// block does.
@@ -307,22 +232,4 @@ pub(crate) const MAX_DEBT_US: i64 = 1 << 50;
 /// The units a quota of `interval` µs per unit repays in [`MAX_DEBT_US`].
 pub(crate) fn max_debt_units(interval: i64) -> i64 {
     MAX_DEBT_US / interval.max(1)
-}
-
-/// Adjusts one quota's key by `units` (at most [`max_debt_units`] either
-/// way; its strategy's adjust `twin`, its numbers `q`), as the settle
-/// script's adjust block does; a strategy without adjust (`None`) changes
-/// nothing.
-pub(crate) fn adjust(
-    slot: &mut Option<Entry>,
-    twin: Option<AdjustFn>,
-    q: &Params,
-    now: i64,
-    units: i64,
-) {
-    expire(slot, now);
-    if let Some(twin) = twin {
-        let cap = max_debt_units(q.interval);
-        twin(slot, *q, now, units.clamp(-cap, cap));
-    }
 }
