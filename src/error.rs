@@ -1,45 +1,13 @@
 //! Error types.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A rate string that could not be parsed, with what is wrong and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseRateError {
-    pub(crate) input: String,
-    position: usize,
-    message: Cow<'static, str>,
-}
-
-impl ParseRateError {
-    pub(crate) fn new(input: &str, position: usize, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            input: input.to_owned(),
-            position,
-            message: message.into(),
-        }
-    }
-
-    /// Byte offset in the input where the problem starts (always on a
-    /// character boundary, so `&input[position..]` is the rest from there).
-    pub fn position(&self) -> usize {
-        self.position
-    }
-}
-
-impl fmt::Display for ParseRateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid rate {:?} at byte {}: {}",
-            self.input, self.position, self.message
-        )
-    }
-}
-
-impl std::error::Error for ParseRateError {}
+#[doc(inline)]
+pub use crate::rate::ParseRateError;
+#[doc(inline)]
+pub use crate::strategy::ParseStrategyError;
 
 /// A limiter configuration that [`RateLimiterBuilder::build`](crate::limiter::RateLimiterBuilder::build) rejected.
 ///
@@ -394,48 +362,6 @@ impl std::error::Error for Refusal {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
-
-/// The error of parsing a [`Strategy`](crate::strategy::Strategy) from an unknown name.
-///
-/// ```
-/// use tower_redis_ratelimit::strategy::Strategy;
-///
-/// assert_eq!("gcra".parse::<Strategy>(), Ok(Strategy::Gcra));
-/// let e = "gcar".parse::<Strategy>().unwrap_err();
-/// assert!(e.to_string().contains("token-bucket"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseStrategyError {
-    input: String,
-}
-
-impl ParseStrategyError {
-    pub(crate) fn new(input: &str) -> Self {
-        Self {
-            input: input.to_owned(),
-        }
-    }
-
-    /// The text that named no strategy.
-    pub fn input(&self) -> &str {
-        &self.input
-    }
-}
-
-impl fmt::Display for ParseStrategyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown strategy {:?}; expected one of ", self.input)?;
-        for (i, s) in crate::strategy::Strategy::ALL.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(s.as_str())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ParseStrategyError {}
 
 #[cfg(test)]
 mod tests {

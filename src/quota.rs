@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::rate::{MAX_COUNT, Rate};
-use crate::strategy::Strategy;
+use crate::strategy::state::Params;
+use crate::strategy::{Strategy, StrategySpec};
 
 /// Longest period accepted (one year): keeps every timestamp computation
 /// exact in Redis's Lua numbers.
@@ -46,7 +47,7 @@ impl Quota {
     /// grow with the count. Above
     /// this, use [`SlidingWindowCounter`](Strategy::SlidingWindowCounter) (O(1)
     /// state) instead of the log.
-    pub const MAX_SORTED_SET_LIMIT: u64 = 10_000;
+    pub const MAX_SORTED_SET_LIMIT: u64 = crate::strategy::MAX_SORTED_SET_LIMIT;
 
     /// A quota of `strategy` at `rate`.
     pub fn new(strategy: Strategy, rate: Rate) -> Self {
@@ -319,7 +320,7 @@ impl Quota {
             period_us,
             burst,
             interval_us,
-            per_interval: crate::strategy::state::Interval::new(interval_us),
+            params: Params::new(count, period_us, burst, interval_us),
             name,
             // (its interval may change under one key: stored beside its state)
             named: self.name.is_some() || runtime,
@@ -400,8 +401,8 @@ pub(crate) struct QuotaSpec {
     pub(crate) burst: u64,
     /// `ceil(period / limit)`.
     pub(crate) interval_us: u64,
-    /// `interval_us`, to divide by.
-    pub(crate) per_interval: crate::strategy::state::Interval,
+    /// The numbers above as the strategy reads them, computed once here.
+    pub(crate) params: Params,
     pub(crate) name: String,
     /// Whether the quota was [named](Quota::name), or is a plan's (runtime
     /// limits): its key is then kept across changes of its rate, so its
@@ -421,6 +422,11 @@ pub(crate) struct QuotaSpec {
 }
 
 impl QuotaSpec {
+    /// The strategy's facts.
+    pub(crate) fn spec(&self) -> &'static StrategySpec {
+        self.strategy.spec()
+    }
+
     /// The emission interval as the scripts take it: negative for a named
     /// quota, whose TAT strategies then keep the interval beside the TAT
     /// (`lua/tat.lua`; the other strategies never read it).

@@ -1,10 +1,9 @@
 //! [`Rate`]: how many requests per how long, and its parser.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
-
-use crate::error::ParseRateError;
 
 /// Largest count (or burst) a quota accepts: a rate may hold more, and
 /// [`RateLimiterBuilder::build`](crate::limiter::RateLimiterBuilder::build) rejects it.
@@ -260,6 +259,42 @@ fn parse_period(s: &str) -> Result<Duration, (usize, std::borrow::Cow<'static, s
         .ok_or((0, "the period is too long".into()))?;
     Ok(Duration::from_nanos(nanos as u64))
 }
+
+/// A rate string that could not be parsed, with what is wrong and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseRateError {
+    pub(crate) input: String,
+    position: usize,
+    message: Cow<'static, str>,
+}
+
+impl ParseRateError {
+    pub(crate) fn new(input: &str, position: usize, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            input: input.to_owned(),
+            position,
+            message: message.into(),
+        }
+    }
+
+    /// Byte offset in the input where the problem starts (always on a
+    /// character boundary, so `&input[position..]` is the rest from there).
+    pub fn position(&self) -> usize {
+        self.position
+    }
+}
+
+impl fmt::Display for ParseRateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid rate {:?} at byte {}: {}",
+            self.input, self.position, self.message
+        )
+    }
+}
+
+impl std::error::Error for ParseRateError {}
 
 #[cfg(test)]
 mod tests {

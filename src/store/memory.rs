@@ -23,6 +23,7 @@ use crate::clock::{Clock as LimiterClock, ManualClock};
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
 use crate::store::Adjustment;
+use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
 /// How many operations on a shard at least between the sweeps of its expired
@@ -716,7 +717,9 @@ impl MemoryStore {
         let (hash, mut shard) = self.locate(rest);
         for (i, fin) in fins.iter().enumerate().take(call.quotas.len()) {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
-                state::give_back(slot, &call.quotas[i], now, call.cost as i64, at, *fin)
+                let q = &call.quotas[i];
+                let twin = q.spec().give_back.twin();
+                eval::give_back(slot, twin, &q.params, now, call.cost as i64, at, *fin)
             });
         }
     }
@@ -735,15 +738,18 @@ impl MemoryStore {
                 call.scopes[i],
                 rest,
                 |slot| match adjustment {
-                    Adjustment::By(units) => state::adjust(slot, q, now, units),
+                    Adjustment::By(units) => {
+                        eval::adjust(slot, q.spec().adjust.twin(), &q.params, now, units)
+                    }
                     // as the give-back script's `S` mode: afresh, then charged
                     Adjustment::Set(units) => {
-                        if matches!(q.spec().adjust, crate::strategy::Adjust::Units { .. }) {
+                        let twin = q.spec().adjust.twin();
+                        if twin.is_some() {
                             *slot = None;
                             if let Some(&u) = units.get(i)
                                 && u > 0
                             {
-                                state::adjust(slot, q, now, u);
+                                eval::adjust(slot, twin, &q.params, now, u);
                             }
                         }
                     }
@@ -789,7 +795,15 @@ impl MemoryStore {
         nonce: &str,
     ) -> Raw {
         self.decide_key(scope, user, now_us, |slot, now| {
-            state::run(slot, quota, now, cost as i64, nonce, true)
+            eval::run(
+                slot,
+                quota.spec().algorithm,
+                &quota.params,
+                now,
+                cost as i64,
+                nonce,
+                true,
+            )
         })
     }
 
@@ -807,7 +821,7 @@ impl MemoryStore {
         queue: bool,
     ) -> Raw {
         self.decide_key(scope, user, None, |slot, now| {
-            state::run_tat(slot, quota, now, cost as i64, queue, true)
+            eval::run_tat(slot, &quota.params, now, cost as i64, queue, true)
         })
     }
 
@@ -899,7 +913,16 @@ impl MemoryStore {
         let hasher = &self.inner.hasher;
         let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
-                state::run(slot, &call.quotas[i], now, cost, call.nonce, apply)
+                let q = &call.quotas[i];
+                eval::run(
+                    slot,
+                    q.spec().algorithm,
+                    &q.params,
+                    now,
+                    cost,
+                    call.nonce,
+                    apply,
+                )
             })
         };
         // (the twin of lua/multi.lua; with shadow quotas, of its SHADOW form

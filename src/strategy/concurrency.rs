@@ -3,8 +3,7 @@
 //! (`lua/concurrency.lua`).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value};
-use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec};
-use crate::Quota;
+use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "concurrency",
@@ -22,7 +21,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: Some(CountBound {
-        max: Quota::MAX_SORTED_SET_LIMIT,
+        max: MAX_SORTED_SET_LIMIT,
         reason: "keeps one entry per lease: at most {max} in flight",
         suggest_counter: false,
     }),

@@ -9,6 +9,7 @@
 use std::fmt;
 
 mod concurrency;
+pub(crate) mod eval;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -18,8 +19,6 @@ pub(crate) mod state;
 mod tat;
 mod token_bucket;
 
-use crate::error::ParseStrategyError;
-use crate::quota::QuotaSpec;
 use state::Algorithm;
 
 /// The algorithm that enforces a [`Quota`](crate::Quota).
@@ -184,6 +183,16 @@ pub(crate) enum Adjust {
     Never(&'static str),
 }
 
+impl Adjust {
+    /// The memory twin, if the strategy adjusts.
+    pub(crate) const fn twin(&self) -> Option<state::AdjustFn> {
+        match self {
+            Adjust::Units { twin, .. } => Some(*twin),
+            Adjust::Never(_) => None,
+        }
+    }
+}
+
 /// A strategy's give-back: one atomic call on every store that returns
 /// `units` taken by a reservation and not spent.
 #[derive(Debug)]
@@ -202,6 +211,16 @@ pub(crate) enum GiveBack {
     },
     /// Local spending would break the strategy's meaning: the build error.
     Never(&'static str),
+}
+
+impl GiveBack {
+    /// The memory twin, if unspent units go back.
+    pub(crate) const fn twin(&self) -> Option<state::GiveBackFn> {
+        match self {
+            GiveBack::Units { twin, .. } => Some(*twin),
+            GiveBack::Never(_) => None,
+        }
+    }
 }
 
 /// The horizon of strategies whose state ends at `reset_after`.
@@ -230,6 +249,10 @@ pub(crate) struct Lua {
     /// parses, only that pair.
     pub(crate) reads_burst: bool,
 }
+
+/// The largest count of a strategy whose state holds one entry per unit of
+/// cost (a time in a log, a lease in a sorted set): `Quota::MAX_SORTED_SET_LIMIT`.
+pub(crate) const MAX_SORTED_SET_LIMIT: u64 = 10_000;
 
 /// A bound on the rate's count, for strategies whose state holds one entry
 /// per unit of cost.
@@ -265,13 +288,6 @@ impl HeaderPolicy {
     }
 }
 
-impl QuotaSpec {
-    /// The strategy's facts.
-    pub(crate) fn spec(&self) -> &'static StrategySpec {
-        self.strategy.spec()
-    }
-}
-
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -289,6 +305,48 @@ impl std::str::FromStr for Strategy {
             .ok_or_else(|| ParseStrategyError::new(s))
     }
 }
+
+/// The error of parsing a [`Strategy`] from an unknown name.
+///
+/// ```
+/// use tower_redis_ratelimit::strategy::Strategy;
+///
+/// assert_eq!("gcra".parse::<Strategy>(), Ok(Strategy::Gcra));
+/// let e = "gcar".parse::<Strategy>().unwrap_err();
+/// assert!(e.to_string().contains("token-bucket"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseStrategyError {
+    input: String,
+}
+
+impl ParseStrategyError {
+    pub(crate) fn new(input: &str) -> Self {
+        Self {
+            input: input.to_owned(),
+        }
+    }
+
+    /// The text that named no strategy.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+impl fmt::Display for ParseStrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown strategy {:?}; expected one of ", self.input)?;
+        for (i, s) in Strategy::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(s.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseStrategyError {}
 
 #[cfg(test)]
 mod tests {

@@ -3,8 +3,10 @@
 //! up to 32 times, a list beyond).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
-use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
-use crate::Quota;
+use super::{
+    Adjust, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec,
+    until_reset,
+};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-log",
@@ -25,7 +27,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     algorithm: Algorithm::Returns(decide),
     takes_burst: false,
     count_bound: Some(CountBound {
-        max: Quota::MAX_SORTED_SET_LIMIT,
+        max: MAX_SORTED_SET_LIMIT,
         reason: "keeps one entry per request: at most {max} per window",
         suggest_counter: true,
     }),

@@ -1,13 +1,12 @@
 //! The memory side shared by every strategy: a key's state ([`Entry`]), a
-//! strategy's answer ([`Raw`]), and [`run`], which applies a strategy's
-//! [`Algorithm`] to one key as its Lua block does in Redis.
+//! strategy's answer ([`Raw`]), a quota's numbers ([`Params`]) and a
+//! strategy's [`Algorithm`], which `eval.rs` applies to one key as its Lua
+//! block does in Redis.
 //!
 //! Each algorithm (in its strategy's module) is a line-by-line twin of its
 //! script in `lua/` (same integer microsecond arithmetic, same floating-point
 //! steps where the script uses them), so both stores give identical
 //! decisions; the differential tests hold them to it.
-
-use crate::quota::QuotaSpec;
 
 /// A strategy's answer, in the scripts' units: see `lua/prelude.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +69,9 @@ pub(crate) struct Entry {
     pub(crate) expires_at: i64,
 }
 
-/// A quota's numbers, as the scripts read them (microseconds).
-#[derive(Debug, Clone, Copy)]
+/// A quota's numbers, as the scripts read them (microseconds): all a
+/// strategy knows of its quota, computed once when the quota is compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Params {
     /// The rate's count.
     pub(crate) n: i64,
@@ -86,13 +86,15 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    fn of(q: &QuotaSpec) -> Self {
+    /// The numbers of a quota of `n` per `period` µs, `burst` and `interval`
+    /// µs per unit (each at most `i64::MAX`, as a compiled quota's are).
+    pub(crate) fn new(n: u64, period: u64, burst: u64, interval: u64) -> Self {
         Params {
-            n: q.limit as i64,
-            period: q.period_us as i64,
-            burst: q.burst as i64,
-            interval: q.interval_us as i64,
-            per_interval: q.per_interval,
+            n: n as i64,
+            period: period as i64,
+            burst: burst as i64,
+            interval: interval as i64,
+            per_interval: Interval::new(interval),
         }
     }
 }
@@ -117,22 +119,6 @@ pub(crate) enum Algorithm {
     /// The theoretical-arrival-time algorithm (`tat.rs`), one integer
     /// updated in place; `queue`: an admitted request waits for its slot.
     Tat { queue: bool },
-}
-
-/// Evaluates one quota on one key's state, as the script's strategy block does.
-#[inline]
-pub(crate) fn run(
-    slot: &mut Option<Entry>,
-    q: &QuotaSpec,
-    now: i64,
-    cost: i64,
-    nonce: &str,
-    apply: bool,
-) -> Raw {
-    match q.spec().algorithm {
-        Algorithm::Tat { queue } => run_tat(slot, q, now, cost, queue, apply),
-        Algorithm::Returns(decide) => returns(slot, decide, q, now, cost, nonce, apply),
-    }
 }
 
 /// Drops a state that has expired at `now`, as Redis would have.
@@ -169,46 +155,6 @@ pub(crate) fn set(slot: &mut Option<Entry>, new: Option<Entry>) {
         // (nothing to free: no entry, or one of integers only)
         std::mem::forget(old);
     }
-}
-
-/// [`run`] for a quota whose algorithm is [`Algorithm::Tat`] (`queue` as
-/// it says): nothing else inlined with it.
-#[inline(always)]
-pub(crate) fn run_tat(
-    slot: &mut Option<Entry>,
-    q: &QuotaSpec,
-    now: i64,
-    cost: i64,
-    queue: bool,
-    apply: bool,
-) -> Raw {
-    expire(slot, now);
-    super::tat::decide(slot, Params::of(q), now, cost, queue, apply && cost > 0)
-}
-
-/// [`run`] of an [`Algorithm::Returns`]: out of line, so that the TAT
-/// strategies' path stays small enough to inline into a store's decision.
-#[inline(never)]
-fn returns(
-    slot: &mut Option<Entry>,
-    decide: Decide,
-    q: &QuotaSpec,
-    now: i64,
-    cost: i64,
-    nonce: &str,
-    apply: bool,
-) -> Raw {
-    expire(slot, now);
-    let (raw, new) = decide(slot, Params::of(q), now, cost, nonce);
-    if raw.ok
-        && apply
-        && cost > 0
-        && let Some(value) = new
-    {
-        let expires_at = now + ttl_us(raw.reset);
-        set(slot, Some(Entry { value, expires_at }));
-    }
-    raw
 }
 
 /// Removes `members` from a sorted set of members, as `ZREM` does (a key
@@ -272,23 +218,6 @@ pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
 pub(crate) type GiveBackFn =
     fn(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, at: i64, fin: i64);
 
-/// Gives back `units` to one quota's key, as the give-back script's block
-/// does; a strategy without give-back changes nothing.
-pub(crate) fn give_back(
-    slot: &mut Option<Entry>,
-    q: &QuotaSpec,
-    now: i64,
-    units: i64,
-    at: i64,
-    fin: i64,
-) {
-    expire(slot, now);
-    if let crate::strategy::GiveBack::Units { twin, .. } = q.spec().give_back {
-        let params = Params::of(q);
-        twin(slot, params, now, units, at, fin);
-    }
-}
-
 /// A strategy's adjust twin (see `StrategySpec::adjust`): charges `units`
 /// (`> 0`) or gives back `-units` (`< 0`) on a key's live state, as its Lua
 /// block does.
@@ -303,16 +232,4 @@ pub(crate) const MAX_DEBT_US: i64 = 1 << 50;
 /// The units a quota of `interval` µs per unit repays in [`MAX_DEBT_US`].
 pub(crate) fn max_debt_units(interval: i64) -> i64 {
     MAX_DEBT_US / interval.max(1)
-}
-
-/// Adjusts one quota's key by `units` (at most [`max_debt_units`] either
-/// way), as the settle script's adjust block does; a strategy without
-/// adjust changes nothing.
-pub(crate) fn adjust(slot: &mut Option<Entry>, q: &QuotaSpec, now: i64, units: i64) {
-    expire(slot, now);
-    if let crate::strategy::Adjust::Units { twin, .. } = q.spec().adjust {
-        let params = Params::of(q);
-        let cap = max_debt_units(params.interval);
-        twin(slot, params, now, units.clamp(-cap, cap));
-    }
 }

@@ -169,7 +169,7 @@ pub(super) fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) 
         Some((t, _)) => t.max(now),
         None => now,
     };
-    // (`units * interval` is at most MAX_DEBT_US either way: state::adjust)
+    // (`units * interval` is at most MAX_DEBT_US either way: eval::adjust)
     let t = (tat + units * interval).min(now + super::state::MAX_DEBT_US);
     if t > now {
         write(slot, t, interval, now);
