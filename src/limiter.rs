@@ -164,10 +164,7 @@ impl RateLimiter {
     /// unspent units stay counted until their window ends (never more than
     /// were taken). Without reservations it does nothing.
     pub async fn flush_reservations(&self) {
-        match self.current() {
-            Some(current) => current.flush_reservations_here().await,
-            None => self.flush_reservations_here().await,
-        }
+        self.in_force().flush_reservations_here().await
     }
 
     async fn flush_reservations_here(&self) {
@@ -494,10 +491,7 @@ impl RateLimiter {
     /// if the limiter blocks. The middleware's next request for `key` on this
     /// instance asks the store (see [`forget_denial`](Self::forget_denial)).
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.reset_here(key.as_ref()).await,
-            None => self.reset_here(key.as_ref()).await,
-        }
+        self.in_force().reset_here(key.as_ref()).await
     }
 
     async fn reset_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
@@ -533,10 +527,7 @@ impl RateLimiter {
     /// Gives back a [`Concurrency`](Strategy::Concurrency) lease (one round trip).
     /// Releasing twice, or after the lease expired, is harmless.
     pub async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.release_here(lease).await,
-            None => self.release_here(lease).await,
-        }
+        self.in_force().release_here(lease).await
     }
 
     async fn release_here(&self, lease: &Lease) -> Result<(), StoreError> {
@@ -600,6 +591,17 @@ impl RateLimiter {
     pub(crate) fn current(&self) -> Option<RateLimiter> {
         let plans = self.inner.runtime.as_ref()?;
         plans.resolve(None).limiter().cloned()
+    }
+
+    /// The limiter that acts for this one: [`current`](Self::current) for a
+    /// limiter with runtime limits, else itself (its public operations call
+    /// their `*_here` body on it).
+    #[inline]
+    pub(crate) fn in_force(&self) -> Cow<'_, RateLimiter> {
+        match self.current() {
+            Some(current) => Cow::Owned(current),
+            None => Cow::Borrowed(self),
+        }
     }
 
     /// The same configuration over another store (e.g. a fallback [`MemoryStore`]).
@@ -1030,9 +1032,6 @@ fn new_instance_id() -> u64 {
     RandomState::new().hash_one((nanos, std::process::id()))
 }
 
-/// The longest [`RateLimiterBuilder::block_for`] (366 days, in µs).
-const MAX_BLOCK_US: u64 = 366 * 86_400 * 1_000_000;
-
 /// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
 #[derive(Default, Clone)]
 #[must_use]
@@ -1288,7 +1287,7 @@ impl RateLimiterBuilder {
                         "must be above zero (.blocking() enables admin blocks alone)",
                     ));
                 }
-                if us > MAX_BLOCK_US {
+                if u128::from(us) > RateLimiter::MAX_BLOCK.as_micros() {
                     return Err(ConfigError::new("block_for", "must be at most 366 days"));
                 }
                 Some(us)

@@ -122,10 +122,7 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         estimate: u64,
     ) -> Result<Reservation, StoreError> {
-        match self.current() {
-            Some(current) => current.reserve_n_here(key, estimate).await,
-            None => self.reserve_n_here(key, estimate).await,
-        }
+        self.in_force().reserve_n_here(key, estimate).await
     }
 
     async fn reserve_n_here(
@@ -161,10 +158,7 @@ impl RateLimiter {
     /// A reservation settles once: settling it (or a clone) again does
     /// nothing. Settling another limiter's reservation is an error.
     pub async fn settle(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.settle_here(reservation, actual).await,
-            None => self.settle_here(reservation, actual).await,
-        }
+        self.in_force().settle_here(reservation, actual).await
     }
 
     async fn settle_here(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
@@ -236,10 +230,7 @@ impl RateLimiter {
     /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.penalize_here(key.as_ref(), units).await,
-            None => self.penalize_here(key.as_ref(), units).await,
-        }
+        self.in_force().penalize_here(key.as_ref(), units).await
     }
 
     async fn penalize_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
@@ -252,10 +243,7 @@ impl RateLimiter {
     /// quota's rate repays in [`MAX_DEBT`](Self::MAX_DEBT)). One atomic call;
     /// leaky-bucket and concurrency quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.reward_here(key.as_ref(), units).await,
-            None => self.reward_here(key.as_ref(), units).await,
-        }
+        self.in_force().reward_here(key.as_ref(), units).await
     }
 
     async fn reward_here(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
@@ -273,10 +261,9 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         remaining: u64,
     ) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.set_remaining_here(key.as_ref(), remaining).await,
-            None => self.set_remaining_here(key.as_ref(), remaining).await,
-        }
+        self.in_force()
+            .set_remaining_here(key.as_ref(), remaining)
+            .await
     }
 
     async fn set_remaining_here(
@@ -326,10 +313,7 @@ impl RateLimiter {
     /// a [`StoreError::Invalid`] naming the maximum, and nothing is changed
     /// (an admin endpoint answers it with a 400).
     pub async fn block(&self, key: impl AsRef<[u8]>, duration: Duration) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.block_here(key.as_ref(), duration).await,
-            None => self.block_here(key.as_ref(), duration).await,
-        }
+        self.in_force().block_here(key.as_ref(), duration).await
     }
 
     async fn block_here(
@@ -353,10 +337,7 @@ impl RateLimiter {
 
     /// Lifts a block of `key` (one call); a key not blocked is left as it is.
     pub async fn unblock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        match self.current() {
-            Some(current) => current.unblock_here(key.as_ref()).await,
-            None => self.unblock_here(key.as_ref()).await,
-        }
+        self.in_force().unblock_here(key.as_ref()).await
     }
 
     async fn unblock_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
