@@ -140,7 +140,7 @@ mod tests {
         let start = docs
             .find("in the module of what it is:")
             .expect("the crate docs' list of modules");
-        let list = &docs[start..start + docs[start..].find("\n\n").unwrap_or(0)];
+        let list = &docs[start..start + docs[start..].find("\n\n").unwrap_or(docs.len() - start)];
         let modules: Vec<&str> = lib
             .lines()
             .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
