@@ -240,7 +240,8 @@ pub struct Refusal {
 #[non_exhaustive]
 pub enum RefusalKind {
     /// `NOPERM`: an ACL rule denies the user a command or a key the limiter
-    /// needs (the README's "ACL" lists them).
+    /// needs (the "ACL users" of the [stores chapter](crate::guide::stores)
+    /// lists them).
     NoPermission,
     /// The server does not know a command the limiter sends (`EVALSHA`,
     /// `SCRIPT LOAD`, ...): it was renamed or disabled (`rename-command`, a
@@ -251,7 +252,7 @@ pub enum RefusalKind {
     ServerTooOld,
     /// `WRONGTYPE`: a key of the limiter holds a value of another type: a
     /// key another application wrote under the prefix, or one a limiter on
-    /// another clock keeps in another layout (see the README's "Keys"). It
+    /// another clock keeps in another layout (see the [keys chapter](crate::guide::keys#storage-keys)). It
     /// lasts until that key is deleted or expires.
     WrongType,
     /// A limiter script failed while running (a Lua runtime error, such as
@@ -334,7 +335,8 @@ impl fmt::Display for Refusal {
         let hint = match self.kind {
             RefusalKind::NoPermission => {
                 "no ACL permission (NOPERM); the limiter's user needs the commands and key \
-                 pattern of the README's \"ACL\""
+                 patterns of the minimal ACL in the guide \
+                 (tower_redis_ratelimit::guide::stores, \"ACL users\")"
             }
             RefusalKind::UnknownCommand => {
                 "unknown command: renamed or disabled on this server (rename-command, or a \

@@ -117,7 +117,7 @@ impl RateLimiter {
     /// naming the strategy (and its state's layout) followed by the rate, e.g.
     /// `r60/1m`, or for a [named](crate::Quota::name) quota by the name, e.g.
     /// `r/minute` (after the period for a fixed window or sliding window
-    /// counter, `f1m/minute`; see the README's "Keys"); the braces are a
+    /// counter, `f1m/minute`; see the guide's [keys](crate::guide::keys#storage-keys)); the braces are a
     /// Redis Cluster hash tag keeping all of one key's quotas in one slot. A key
     /// that is longer than 128 bytes, is not UTF-8, contains `{`, `}` or
     /// control characters, or starts with `~` is stored as `~` and a SHA-256
@@ -510,8 +510,8 @@ impl RateLimiter {
     /// once its store call succeeds; call it after changing `key`'s state
     /// by other means (say another limiter of the same configuration).
     /// Other instances' caches, and this one's after a failed call (which
-    /// may have been applied), keep a denial for at most a second (see the
-    /// README's "Local deny cache").
+    /// may have been applied), keep a denial for at most a second (see "Local deny cache"
+    /// in the guide's [middleware chapter](crate::guide::middleware)).
     pub fn forget_denial(&self, key: impl AsRef<[u8]>) {
         if let Some(current) = self.current() {
             return current.forget_denial(key);
@@ -1124,7 +1124,8 @@ impl RateLimiterBuilder {
     ///
     /// **Bound:** with `k` instances, a quota is exceeded by at most
     /// `k × (n - 1)` (within `k × n`) in any window, whatever the traffic;
-    /// `n = 1` is exactly the normal path. See the README's "Hot keys".
+    /// `n = 1` is exactly the normal path. See "Hot keys" in the guide's
+    /// [middleware chapter](crate::guide::middleware).
     ///
     /// Rejected at [`build`](Self::build) (`local_reservations`) when `n` is 0
     /// or above a quota's capacity, and for concurrency and leaky-bucket

@@ -11,22 +11,9 @@
 //! (each strategy's adjust, past the limit if need be: a debt, repaid at the
 //! quota's rate before the key is admitted again).
 //!
-//! What each strategy does:
-//!
-//! | strategy | give back (refund) | charge (excess, penalize) |
-//! |---|---|---|
-//! | fixed window | exact, into the reservation's window while it lasts (on Redis's clock: periods above 4 ms); a window given back to a count of 0 is deleted, so the next request opens a new window of a full period (no more admitted: nothing of the old one counts) | the current window, past the limit; a debt ends with the window |
-//! | sliding window log | exact: the reservation's entries, while in the window | entries at now (at most `n`: more would leave together) |
-//! | sliding window counter | exact while in the reservation's aligned window | the current window's count; weighs on the next window, no further |
-//! | token bucket, GCRA | exact while what was reserved has not drained (`fin - now >= units × interval`) | the TAT moves ahead: repaid at the rate, however large, up to [`MAX_DEBT`](RateLimiter::MAX_DEBT) (35.7 years) |
-//! | leaky bucket | none: admitted requests hold their slots in the queue | none |
-//! | concurrency | none: the lease is the cost, released when the response ends | none |
-//!
-//! One charge or give-back moves each quota by at most what its rate repays
-//! in [`RateLimiter::MAX_DEBT`] (2^50 µs), and no key holds a longer debt: a
-//! window's count stays at most its limit plus that many units. The bound
-//! is the store's arithmetic (Lua numbers are doubles, exact below 2^53),
-//! not a policy: a debt of a year on a 10-per-hour bucket is a year.
+//! What each strategy gives back or charges, and the bound on one charge
+//! ([`RateLimiter::MAX_DEBT`]), are in the table of the guide's
+//! [settling chapter](crate::guide::settle#usage-based-cost-reserve-then-settle).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,7 +132,7 @@ impl RateLimiter {
     /// Settles a [`Reservation`] to the real cost `actual`, in one atomic
     /// call (none when they are equal): the unused part goes back (never
     /// above the limit, and only where the reserved units still count, see
-    /// the strategies' table in the README's "Settling after the response"),
+    /// the strategies' table of the guide's [settling chapter](crate::guide::settle)),
     /// the excess is charged even past the limit, so that the key waits
     /// until the debt is repaid at the quota's rate. A refund to 0 is "do
     /// not count this request".

@@ -5,17 +5,11 @@
 //! decides what happens then). Closures `Fn(&Parts) -> Option<K>` with
 //! `K: Into<Vec<u8>>` are extractors too.
 //!
-//! | extractor | key | `None` when | [`MissingCause`] (default answer) |
-//! |---|---|---|---|
-//! | [`PeerIp`](struct@PeerIp) | `ip:203.0.113.7`, `ip:2001:db8:1:2::/64` | no peer address recorded | `Server` (500) |
-//! | [`ClientIp`] | the same, for the client behind trusted proxies | no peer address recorded | `Server` (500) |
-//! | [`Header`] | `hdr:x-api-key:<32 hex digits>` | header absent | `Credential` (401), or as set by [`Header::when_missing`] |
-//! | [`Path`] | `path:/users/1` | never | |
-//! | `MatchedPath` (feature `axum`) | `route:/users/{id}` | no route matched | `Request` (400) |
-//! | [`Method`] | `method:GET` | never | |
-//! | [`Global`] | `global` | never | |
-//! | `(A, B)`, `(A, B, C)`, `(A, B, C, D)` | each part length-prefixed: `6:global,10:method:GET,` | any part is `None` | the first missing part's |
-//! | closures | what they return | they return `None` | `Request` (400) |
+//! The extractors are [`PeerIp`](struct@PeerIp), [`ClientIp`], [`Header`],
+//! [`Path`], `MatchedPath` (feature `axum`), [`Method`], [`Global`], tuples
+//! of them and closures; the [keys chapter](crate::guide::keys) of the guide
+//! has the table of each one's key, an example, and when it finds none (its
+//! [`MissingCause`]).
 //!
 //! Each extractor has a `key_of` giving the key it would find for a given
 //! value (an address, a header value, a path...), for admin code that

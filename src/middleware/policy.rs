@@ -22,7 +22,7 @@ use crate::store::MemoryStore;
 /// for good, a [`StoreError::Refused`] such as an ACL without a permission
 /// ([`on_refusal`](crate::RateLimitLayer::on_refusal), default
 /// [`Closed`](Self::Closed): a misconfiguration must not silently turn
-/// the limits off; see the README's "Failure modes").
+/// the limits off; see the guide's [failure modes](crate::guide::failure_modes)).
 ///
 /// ```
 /// use tower_redis_ratelimit::MemoryStore;

@@ -29,10 +29,11 @@
 //! (and period, for a fixed window or sliding window counter) in two plans
 //! then has one state, which a caller who upgrades keeps.
 //!
-//! The rule (the README's "Changing limits while running" has the full
-//! table): from a key's first decision under the new limits, the caller has
-//! used what it had used under the old ones, counted in the new limit's
-//! units; so **raising a limit never denies a request the old limits would
+//! The rule (the guide's
+//! [Changing limits while running](crate::guide::plans#changing-limits-while-running)
+//! has the table of every strategy): from a key's first decision under the
+//! new limits, the caller has used what it had used under the old ones,
+//! counted in the new limit's units; so **raising a limit never denies a request the old limits would
 //! have admitted, and lowering one never admits a request the new limits
 //! would not**. A [named](crate::Quota::name) quota keeps its storage key,
 //! and its state, across any change of count or burst, and of period except
@@ -42,13 +43,6 @@
 //! period are refused): it keeps its state across any change of count or
 //! burst, and a new period makes it another quota. A change of strategy
 //! moves the quota to a new key that starts empty.
-//!
-//! | strategy | under the new limit |
-//! |---|---|
-//! | `FixedWindow`, `SlidingWindowCounter` | the count (weighted estimate) against the new limit, in the same windows; a new period: a new key |
-//! | `SlidingWindowLog` | the kept times, counted against the new limit over the new period |
-//! | `Gcra`, `TokenBucket`, `LeakyBucket` | the units still owed (time owed ÷ the interval it was written under, rounded up) kept at the new interval, rescaled at the key's first decision |
-//! | `Concurrency` | the leases held count against the new maximum (none is revoked); a new lease timeout applies to new leases |
 //!
 //! Limiters are built (and checked) before the swap; an invalid new
 //! configuration is rejected with a [`ConfigError`] naming the field
@@ -826,8 +820,8 @@ impl Plans {
     /// # Errors
     ///
     /// The first failure: [`StoreError::Refused`] names what the server
-    /// refuses for good (an ACL permission, `NOPERM`: see the README's ACL
-    /// line, which covers `{<prefix>:*`, `{<prefix>/*`, `<prefix>:plans`
+    /// refuses for good (an ACL permission, `NOPERM`: see the ACL
+    /// line of the [stores chapter](crate::guide::stores), which covers `{<prefix>:*`, `{<prefix>/*`, `<prefix>:plans`
     /// and `<prefix>:limits`); any other [`StoreError`] if the store could not be
     /// reached.
     ///

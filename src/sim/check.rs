@@ -1,5 +1,6 @@
 //! The property check: every run against its strategy's documented
-//! guarantee (the [`Strategy`] docs and the README's strategy table).
+//! guarantee (the [`Strategy`] docs and the guide's
+//! [strategy table](crate::guide::strategies)).
 
 use std::fmt;
 

@@ -121,7 +121,7 @@ pub(crate) struct StrategySpec {
     /// per strategy, and never used before by any strategy; a change of the
     /// stored state's shape takes a new one (old state is then never read).
     /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r` (see
-    /// `README.md`, "Keys"; `t`, `b` and `g` held the TAT strategies' state
+    /// the guide's [keys](crate::guide::keys#storage-keys); `t`, `b` and `g` held the TAT strategies' state
     /// before it could hold its interval).
     pub(crate) key_tag: char,
     /// Whether a [named](crate::Quota::name) quota's storage key holds its
@@ -129,8 +129,8 @@ pub(crate) struct StrategySpec {
     /// means something only under that period (a count per window of it),
     /// so a change of period starts afresh; no where it means the same under
     /// any rate (times, leases, a TAT with its interval), so that a change of
-    /// period is rescaled as one of count is (README, "Changing limits while
-    /// running").
+    /// period is rescaled as one of count is (the guide's
+    /// [plans chapter](crate::guide::plans#changing-limits-while-running)).
     pub(crate) period_in_named_key: bool,
     /// The Redis side.
     pub(crate) lua: Lua,
@@ -177,8 +177,8 @@ pub(crate) enum Adjust {
         /// Its memory twin, line by line.
         twin: state::AdjustFn,
     },
-    /// The strategy has no units to adjust: why (the README's table and
-    /// `src/settle.rs` say it to users; a test holds every strategy to a reason).
+    /// The strategy has no units to adjust: why (the table of the guide's
+    /// [settling chapter](crate::guide::settle) says it to users; a test holds every strategy to a reason).
     #[allow(dead_code)]
     Never(&'static str),
 }

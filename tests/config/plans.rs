@@ -516,7 +516,7 @@ struct Change {
 /// count, the burst; lowering each; changing the period of a named quota.
 /// Raising never denies what the old limits admitted; lowering never admits
 /// more than the new limits, counting what was used under the old ones
-/// (see the README, "Changing limits while running").
+/// (see the guide's plans chapter, "Changing limits while running").
 fn changes(strategy: Strategy, name: bool) -> Vec<Change> {
     let (min, hour) = (Duration::from_secs(60), Duration::from_secs(3_600));
     let s20 = Duration::from_secs(20);

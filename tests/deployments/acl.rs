@@ -1,5 +1,5 @@
 //! ACL users and `RateLimiter::verify`: the crate works under the minimal ACL
-//! documented in the README (the test reads it from there), every command of
+//! documented in the guide's stores chapter (the test reads it from there), every command of
 //! that ACL is needed, a missing permission is a clear
 //! `StoreError::Refused` (never a panic, never a silent fail-open), and
 //! `verify` names what a server refuses: a permission, a renamed command.
@@ -17,13 +17,13 @@ use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter, RedisStore};
 
 const PASSWORD: &str = "limiter-secret";
 
-/// The README's minimal ACL: the `ACL SETUSER limiter …` line, split into rules.
-fn readme_acl() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let line = readme
+/// The guide's minimal ACL (`docs/guide/stores.md`): the `ACL SETUSER limiter …` line, split into rules.
+fn guide_acl() -> Vec<String> {
+    let guide = include_str!("../../docs/guide/stores.md");
+    let line = guide
         .lines()
         .find(|l| l.starts_with("ACL SETUSER limiter "))
-        .expect("the README shows the minimal ACL as `ACL SETUSER limiter …`");
+        .expect("the guide's stores chapter shows the minimal ACL as `ACL SETUSER limiter …`");
     line.split_whitespace()
         .skip(3)
         .map(|rule| match rule {
@@ -39,7 +39,7 @@ fn key_patterns(rules: &[String]) -> Vec<&str> {
 }
 
 /// Whether `key` matches the ACL key pattern `pattern` (Redis glob; the
-/// README's patterns use `*` alone).
+/// guide's patterns use `*` alone).
 fn glob(pattern: &str, key: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == key,
@@ -209,9 +209,9 @@ fn no_permission(e: &StoreError) -> bool {
 }
 
 #[tokio::test]
-async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_commands() {
+async fn the_crate_works_under_the_guides_minimal_acl_and_needs_each_of_its_commands() {
     let server = RedisServer::start();
-    let acl = readme_acl();
+    let acl = guide_acl();
     set_user(&server, &acl).await;
     let store = limiter_store(&server);
     let lims = limiters(&store);
@@ -254,8 +254,8 @@ async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_comm
 }
 
 #[test]
-fn the_readme_acl_allows_every_command_the_scripts_call() {
-    let acl = readme_acl();
+fn the_guides_acl_allows_every_command_the_scripts_call() {
+    let acl = guide_acl();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
     let mut called = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -274,7 +274,7 @@ fn the_readme_acl_allows_every_command_the_scripts_call() {
     }
     assert!(called.contains("+time"), "{called:?}");
     let missing: Vec<_> = called.iter().filter(|c| !acl.contains(c)).collect();
-    assert!(missing.is_empty(), "the README's ACL lacks {missing:?}");
+    assert!(missing.is_empty(), "the guide's ACL lacks {missing:?}");
 }
 
 #[tokio::test]
@@ -287,7 +287,7 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
         .quota(Quota::gcra(Rate::per_minute(10)))
         .build()
         .unwrap();
-    let acl = readme_acl();
+    let acl = guide_acl();
     // without EVALSHA, without a command the script calls, outside the key pattern
     let other_prefix: Vec<String> = acl
         .iter()
@@ -307,7 +307,7 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
         let e = lim.check("user-1").await.expect_err(what);
         assert!(no_permission(&e), "without {what}: {e:?}");
         let text = e.to_string();
-        assert!(text.contains("README"), "{text}");
+        assert!(text.contains("guide::stores"), "{text}");
         let e = lim.verify().await.expect_err(what);
         assert!(no_permission(&e), "verify without {what}: {e:?}");
     }
@@ -324,7 +324,7 @@ async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
         .local_reservations(50)
         .build()
         .unwrap();
-    let rules: Vec<String> = readme_acl()
+    let rules: Vec<String> = guide_acl()
         .into_iter()
         .filter(|r| r != "+evalsha")
         .collect();
@@ -393,7 +393,7 @@ async fn verify_names_what_the_server_refuses() {
             .build()
             .unwrap()
     };
-    let acl = readme_acl();
+    let acl = guide_acl();
     for rule in ["+script|load", "+evalsha"] {
         let rules: Vec<String> = acl.iter().filter(|r| *r != rule).cloned().collect();
         set_user(&server, &rules).await;
@@ -485,7 +485,7 @@ async fn under_the_middleware_a_refusal_fails_closed_by_default_and_is_logged_at
     #[cfg(feature = "tracing")]
     let log = common::logs::capture();
     let server = RedisServer::start();
-    let acl = readme_acl();
+    let acl = guide_acl();
     let rules: Vec<String> = acl.iter().filter(|r| *r != "+evalsha").cloned().collect();
     set_user(&server, &rules).await;
     let lim = RateLimiter::builder()
@@ -597,8 +597,8 @@ async fn plans_under_a_refused_acl_fail_closed_and_fall_back_per_plan() {
     use tower_redis_ratelimit::middleware::{FailurePolicy, PlanFromHeader};
 
     let server = RedisServer::start();
-    let acl = readme_acl();
-    // the README's line as it was: `~{api:*` its only key pattern
+    let acl = guide_acl();
+    // the documented line as it was: `~{api:*` its only key pattern
     let as_it_was: Vec<String> = acl
         .iter()
         .filter(|r| !r.starts_with('~') || *r == "~{api:*")
@@ -710,13 +710,13 @@ fn synced_plans(store: &RedisStore) -> Plans {
         .unwrap()
 }
 
-/// The case: the README's ACL line covered `{api:*` alone, so a
+/// The case: the documented ACL line covered `{api:*` alone, so a
 /// `Plans` of prefix `api` (keys `{api/free:…}`, the document `api:plans`)
 /// was refused every call.
 #[tokio::test]
-async fn plans_with_sync_work_under_the_readme_acl_and_write_only_within_its_key_patterns() {
+async fn plans_with_sync_work_under_the_guides_acl_and_write_only_within_its_key_patterns() {
     let server = RedisServer::start();
-    let acl = readme_acl();
+    let acl = guide_acl();
     set_user(&server, &acl).await;
     let store = limiter_store(&server);
     let a = synced_plans(&store);
@@ -806,12 +806,12 @@ fn the_key_pattern_matcher_of_these_tests_matches_as_redis_does() {
 }
 
 /// `Plans::verify` covers every plan and the shared limits: it passes under
-/// the README's line, leaves what it found, and names a refusal of each of
+/// the guide's line, leaves what it found, and names a refusal of each of
 /// the line's key patterns (the line as it was, `~{api:*` alone, included).
 #[tokio::test]
 async fn plans_verify_checks_every_plan_and_the_shared_limits() {
     let server = RedisServer::start();
-    let acl = readme_acl();
+    let acl = guide_acl();
     set_user(&server, &acl).await;
     let store = limiter_store(&server);
     let plans = synced_plans(&store);
@@ -843,7 +843,7 @@ async fn plans_verify_checks_every_plan_and_the_shared_limits() {
     assert_eq!(get(&server).await, before);
     assert_eq!(server.dbsize().await, 1);
 
-    // the README's line as it was (`~{api:*` its only key pattern), and
+    // the documented line as it was (`~{api:*` its only key pattern), and
     // without each pattern plans use
     let without =
         |rule: &str| -> Vec<String> { acl.iter().filter(|r| *r != rule).cloned().collect() };

@@ -1,7 +1,7 @@
 //! Redis Cluster over TLS (features `cluster` and `tls`): three TLS-only
 //! masters whose cluster bus speaks TLS too, reached with `rediss://` URLs
 //! through `RedisClusterStore::from_urls`, trusting the test's private CA the
-//! way the README says: through `SSL_CERT_FILE` (rustls-native-certs reads
+//! way the guide's stores chapter says: through `SSL_CERT_FILE` (rustls-native-certs reads
 //! it), since the cluster pool takes no certificates of its own.
 //!
 //! The environment variable is set for a child process (this same test

@@ -810,11 +810,11 @@ fn every_example_lists_the_crates_it_needs() {
     assert!(seen >= 8, "{seen} examples");
 }
 
-#[test]
-fn the_readmes_dependency_list_covers_its_snippets() {
-    let readme = std::fs::read_to_string("README.md").unwrap();
-    let quick = &readme[readme.find("## Quick start").unwrap()..];
-    let toml_block = quick
+/// The crates a Markdown text's first `toml` block lists (from `start` on),
+/// by their name in code.
+fn listed_crates(text: &str, start: &str) -> std::collections::BTreeSet<String> {
+    let from = &text[text.find(start).unwrap()..];
+    let toml_block = from
         .split("```toml")
         .nth(1)
         .and_then(|b| b.split("```").next())
@@ -826,14 +826,49 @@ fn the_readmes_dependency_list_covers_its_snippets() {
         .map(|k| k.replace('-', "_"))
         .collect();
     assert!(listed.contains("tower_redis_ratelimit"), "{listed:?}");
+    listed
+}
+
+/// The crates the `rust` blocks of a Markdown text use.
+fn snippet_crates(text: &str) -> std::collections::BTreeSet<String> {
     let mut used = std::collections::BTreeSet::new();
-    for block in readme.split("```rust").skip(1) {
+    for block in text.split("```rust").skip(1) {
         let code = block.split("```").next().unwrap();
         used.extend(crates_used(code, &[]));
     }
+    used
+}
+
+#[test]
+fn the_readmes_dependency_list_covers_its_snippets() {
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let listed = listed_crates(&readme, "## Quick start");
+    let used = snippet_crates(&readme);
     let missing: Vec<_> = used.difference(&listed).collect();
     assert!(
         missing.is_empty(),
         "README snippets use {missing:?}, not in the Quick start list {listed:?}"
     );
+}
+
+#[test]
+fn the_guides_dependency_list_covers_its_snippets() {
+    let quick_start = std::fs::read_to_string("docs/guide/quick-start.md").unwrap();
+    let listed = listed_crates(&quick_start, "# Quick start");
+    let mut chapters = 0;
+    for entry in std::fs::read_dir("docs/guide").unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        chapters += 1;
+        let used = snippet_crates(&std::fs::read_to_string(&path).unwrap());
+        let missing: Vec<_> = used.difference(&listed).collect();
+        assert!(
+            missing.is_empty(),
+            "{}: its snippets use {missing:?}, not in the quick start's list {listed:?}",
+            path.display()
+        );
+    }
+    assert!(chapters >= 8, "{chapters} chapters");
 }

@@ -574,14 +574,14 @@ mod axum_router {
         assert!(!key.contains("sk_test"));
     }
 
-    /// The README's table of key forms ("Key extractors"): each row's first
+    /// The guide's table of key forms (`docs/guide/keys.md`, "Key extractors"): each row's first
     /// column and the backquoted examples of its third.
-    fn readme_key_rows() -> Vec<(String, Vec<String>)> {
-        let readme = include_str!("../../README.md");
-        let section = readme
-            .split("### Key extractors (`key`)")
+    fn guide_key_rows() -> Vec<(String, Vec<String>)> {
+        let guide = include_str!("../../docs/guide/keys.md");
+        let section = guide
+            .split("## Key extractors (`key`)")
             .nth(1)
-            .expect("the README has a \"Key extractors (`key`)\" section");
+            .expect("the guide's keys chapter has a \"Key extractors (`key`)\" section");
         let mut rows = Vec::new();
         for line in section.lines().skip_while(|l| !l.starts_with('|')) {
             if !line.starts_with('|') {
@@ -597,11 +597,11 @@ mod axum_router {
                 .unwrap_or_default();
             rows.push((cells[0].trim().to_owned(), examples));
         }
-        assert!(rows.len() >= 6, "the README's key table: {rows:?}");
+        assert!(rows.len() >= 6, "the guide's key table: {rows:?}");
         rows
     }
 
-    /// Whether `key` has the form of the README's `example`, where
+    /// Whether `key` has the form of the guide's `example`, where
     /// `<N hex digits>` stands for exactly N lowercase hex digits.
     fn has_form(key: &str, example: &str) -> bool {
         match example.split_once('<') {
@@ -665,7 +665,7 @@ mod axum_router {
     }
 
     #[tokio::test]
-    async fn the_readmes_key_forms_are_what_the_extractors_give() {
+    async fn the_guides_key_forms_are_what_the_extractors_give() {
         use std::sync::{Arc, Mutex};
         let seen: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
         let record = {
@@ -715,7 +715,7 @@ mod axum_router {
                 .collect()
         };
 
-        let rows = readme_key_rows();
+        let rows = guide_key_rows();
         let peer_examples = rows
             .iter()
             .find(|(name, _)| name == "`PeerIp`")
@@ -744,14 +744,14 @@ mod axum_router {
             } else if name.starts_with("a closure") {
                 continue;
             } else {
-                panic!("a README row this test does not know: {name}");
+                panic!("a row of the guide's key table this test does not know: {name}");
             };
             assert!(!examples.is_empty(), "{name}: no example");
             let given = keys(names);
             for example in &examples {
                 assert!(
                     given.iter().any(|k| has_form(k, example)),
-                    "README row {name}: no extractor gives the form {example:?}; they give {given:?}"
+                    "guide key table row {name}: no extractor gives the form {example:?}; they give {given:?}"
                 );
             }
         }

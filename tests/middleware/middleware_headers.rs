@@ -1,5 +1,5 @@
 //! The middleware's headers and its own answers: stacked layers, the
-//! `RateLimit-Policy` of every strategy (against the README's table), gRPC
+//! `RateLimit-Policy` of every strategy (against the guide's table), gRPC
 //! detection, and the answer to a request without a key.
 //!
 //! Headers do not depend on the store: these tests run on the memory store
@@ -295,11 +295,11 @@ async fn an_outer_layer_keeps_the_retry_after_of_the_response_it_wraps() {
 }
 
 // ---------------------------------------------------------------------------
-// RateLimit-Policy and RateLimit of every strategy, as the README's table says
+// RateLimit-Policy and RateLimit of every strategy, as the guide's table says
 // ---------------------------------------------------------------------------
 
-/// The quotas the README's table shows, by the code in its second column.
-fn readme_quota(code: &str) -> Quota {
+/// The quotas the guide's table (`docs/guide/middleware.md`) shows, by the code in its second column.
+fn guide_quota(code: &str) -> Quota {
     match code {
         "Quota::fixed_window(Rate::per_minute(60))" => Quota::fixed_window(Rate::per_minute(60)),
         "Quota::sliding_window_log(Rate::per_minute(60))" => {
@@ -318,7 +318,7 @@ fn readme_quota(code: &str) -> Quota {
             Quota::gcra(Rate::per_minute(60)).burst(10)
         }
         "Quota::concurrency(8)" => Quota::concurrency(8),
-        other => panic!("the README's header table shows a quota this test does not know: {other}"),
+        other => panic!("the guide's header table shows a quota this test does not know: {other}"),
     }
 }
 
@@ -331,15 +331,15 @@ fn code(cell: &str) -> &str {
         .unwrap_or_else(|| panic!("expected `code` in {cell:?}"))
 }
 
-/// The README's rows: (strategy, quota code, policy parameters, RateLimit parameters).
-fn readme_header_table() -> Vec<(String, String, String, String)> {
-    let readme = include_str!("../../README.md");
+/// The guide's rows (`docs/guide/middleware.md`): (strategy, quota code, policy parameters, RateLimit parameters).
+fn guide_header_table() -> Vec<(String, String, String, String)> {
+    let guide = include_str!("../../docs/guide/middleware.md");
     let head =
         "| `Strategy` | example quota | `RateLimit-Policy` | `RateLimit` after one request |";
-    let start = readme
+    let start = guide
         .find(head)
-        .expect("README.md has the header table of every strategy");
-    readme[start..]
+        .expect("docs/guide/middleware.md has the header table of every strategy");
+    guide[start..]
         .lines()
         .map(str::trim_start)
         .skip(2)
@@ -358,8 +358,8 @@ fn readme_header_table() -> Vec<(String, String, String, String)> {
 }
 
 #[tokio::test]
-async fn every_strategy_sends_the_headers_the_readme_table_shows() {
-    let rows = readme_header_table();
+async fn every_strategy_sends_the_headers_the_guide_table_shows() {
+    let rows = guide_header_table();
     let strategies: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(
         strategies,
@@ -375,7 +375,7 @@ async fn every_strategy_sends_the_headers_the_readme_table_shows() {
         "one row per strategy"
     );
     for (strategy, quota, policy, ratelimit) in rows {
-        let quota = readme_quota(&quota);
+        let quota = guide_quota(&quota);
         assert_eq!(format!("{:?}", quota.strategy()), strategy);
         let clock = ManualClock::new(Duration::from_secs(3_600));
         let svc = ServiceBuilder::new()

@@ -24,7 +24,8 @@ use crate::error::{ConfigError, StoreError};
 /// again. Until they have promoted a replica, calls fail within the
 /// [timeout](Self::timeout) and the failure policy applies. Semantics and
 /// guarantees are those of [`RedisStore`](crate::RedisStore); what a failover
-/// can lose is in the README ("Sentinel").
+/// can lose is in the guide's [stores chapter](crate::guide::stores)
+/// ("What a failover can lose").
 ///
 /// ```no_run
 /// use tower_redis_ratelimit::RedisSentinelStore;
