@@ -29,7 +29,7 @@ use crate::error::StoreError;
 
 /// `outcome` label values of `ratelimit_decisions_total`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome {
+pub(crate) enum OutcomeLabel {
     Allowed,
     Denied,
     ShadowDenied,
@@ -43,21 +43,21 @@ pub(crate) enum Outcome {
     FallbackDenied,
 }
 
-impl Outcome {
+impl OutcomeLabel {
     #[cfg(feature = "metrics")]
     fn label(self) -> &'static str {
         match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Denied => "denied",
-            Outcome::ShadowDenied => "shadow_denied",
-            Outcome::ShadowDelayed => "shadow_delayed",
-            Outcome::Bypassed => "bypassed",
-            Outcome::Skipped => "skipped",
-            Outcome::Unlimited => "unlimited",
-            Outcome::FailOpen => "fail_open",
-            Outcome::FailClosed => "fail_closed",
-            Outcome::FallbackAllowed => "fallback_allowed",
-            Outcome::FallbackDenied => "fallback_denied",
+            OutcomeLabel::Allowed => "allowed",
+            OutcomeLabel::Denied => "denied",
+            OutcomeLabel::ShadowDenied => "shadow_denied",
+            OutcomeLabel::ShadowDelayed => "shadow_delayed",
+            OutcomeLabel::Bypassed => "bypassed",
+            OutcomeLabel::Skipped => "skipped",
+            OutcomeLabel::Unlimited => "unlimited",
+            OutcomeLabel::FailOpen => "fail_open",
+            OutcomeLabel::FailClosed => "fail_closed",
+            OutcomeLabel::FallbackAllowed => "fallback_allowed",
+            OutcomeLabel::FallbackDenied => "fallback_denied",
         }
     }
 }
@@ -96,7 +96,7 @@ impl Label for &crate::decision::QuotaName {
 
 /// One decision's outcome.
 #[inline]
-pub(crate) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label, o: Outcome) {
+pub(crate) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label, o: OutcomeLabel) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_decisions_total",

@@ -34,6 +34,7 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 /// client turn its 429 into a success.
 fn grpc_form(config: &Config, parts: &Parts) -> bool {
     config
+        .answers
         .grpc
         .unwrap_or_else(|| parts.version == Version::HTTP_2 && is_grpc(&parts.headers))
 }
@@ -162,7 +163,7 @@ pub(crate) fn denied(
             ),
         }
     } else {
-        match &config.deny {
+        match &config.answers.deny {
             Some(f) => f(parts, decision),
             None => text_plain(parts, decision),
         }
@@ -192,8 +193,8 @@ pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
 /// (as axum's missing-extension rejection does). A server error (the
 /// default 500: a misconfigured server) is also logged, once per layer.
 pub(crate) fn rejected(config: &Config, parts: &Parts, status: StatusCode) -> Response<Bytes> {
-    let mut hint = config.extractor.missing_hint(parts).into_owned();
-    if let Some(fallback) = config.missing.fallback_extractor() {
+    let mut hint = config.requests.extractor.missing_hint(parts).into_owned();
+    if let Some(fallback) = config.requests.missing.fallback_extractor() {
         hint.push_str("; and the MissingKey::fallback extractor: ");
         hint.push_str(&fallback.missing_hint(parts));
     }
