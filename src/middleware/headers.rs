@@ -16,16 +16,16 @@ use crate::quota::Quota;
 use crate::strategy::HeaderPolicy;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
-pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `X-RateLimit-Limit`.
-pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(super) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `X-RateLimit-Remaining`.
-pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+pub(super) const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
-pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(super) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// Which rate-limit headers go on responses that passed the limiter.
 ///
@@ -87,7 +87,7 @@ impl HeaderStyle {
 /// [`PlanHeaders`]): the `RateLimit-Policy` value and the start of each
 /// quota's `RateLimit` item.
 #[derive(Debug)]
-pub(crate) struct QuotaHeaders {
+pub(super) struct QuotaHeaders {
     /// `RateLimit-Policy` (static bytes: cloned per response without a
     /// reference count shared between threads).
     policy: Option<HeaderValue>,
@@ -100,7 +100,7 @@ pub(crate) struct QuotaHeaders {
 
 impl QuotaHeaders {
     /// The headers' view of `limiter`'s quotas (from its public facts).
-    pub(crate) fn new(limiter: &RateLimiter) -> Self {
+    pub(super) fn new(limiter: &RateLimiter) -> Self {
         let quotas = limiter.quotas();
         let names = limiter.quota_names();
         let mut s = String::with_capacity(32 * quotas.len());
@@ -167,7 +167,7 @@ impl QuotaHeaders {
 /// only when a plan's build is new, when builds no longer in force are
 /// dropped.
 #[derive(Default)]
-pub(crate) struct PlanHeaders {
+pub(super) struct PlanHeaders {
     built: ArcSwap<Vec<PlanEntry>>,
 }
 
@@ -183,7 +183,7 @@ struct PlanEntry {
 impl PlanHeaders {
     /// Calls `f` with the headers of `plan` (`None`: an unlimited plan,
     /// which has none).
-    pub(crate) fn with<R>(
+    pub(super) fn with<R>(
         &self,
         plan: &Arc<ActivePlan>,
         f: impl FnOnce(Option<&QuotaHeaders>) -> R,
@@ -235,7 +235,7 @@ impl fmt::Debug for PlanHeaders {
 /// The headers of one decision, computed when it is made (no allocation
 /// beyond the header values themselves).
 #[derive(Debug, Default)]
-pub(crate) struct RateHeaders {
+pub(super) struct RateHeaders {
     policy: Option<HeaderValue>,
     ratelimit: Option<HeaderValue>,
     /// limit, remaining, reset (UTC epoch seconds)
@@ -247,7 +247,7 @@ pub(crate) struct RateHeaders {
 
 impl RateHeaders {
     /// The rate-limit headers (and `Retry-After` if denied) for `decision`.
-    pub(crate) fn new(
+    pub(super) fn new(
         style: HeaderStyle,
         decision: &Decision,
         quotas: Option<&QuotaHeaders>,
@@ -273,7 +273,7 @@ impl RateHeaders {
     }
 
     /// The same headers without `Retry-After` (a shadowed denial is no 429).
-    pub(crate) fn without_retry_after(mut self) -> Self {
+    pub(super) fn without_retry_after(mut self) -> Self {
         self.retry_after = None;
         self
     }
@@ -281,7 +281,7 @@ impl RateHeaders {
     /// Adds the headers to `headers`, combining them with those of another
     /// layer already there: list items appended, the most restrictive
     /// legacy limit kept, an existing `Retry-After` kept.
-    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+    pub(super) fn apply(self, headers: &mut HeaderMap) {
         if let Some(v) = self.policy {
             append_list(headers, RATELIMIT_POLICY, v);
         }
@@ -346,14 +346,14 @@ fn legacy_more_restrictive(headers: &HeaderMap, remaining: u64, reset: u64) -> b
 }
 
 /// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
+pub(super) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The `Retry-After` of a denial: `retry_after` rounded up, never 0. When the
 /// request can never fit (no `retry_after`; it gets no `Retry-After`), the
 /// binding quota's window (its `RateLimit` item's `t`).
-pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
+pub(super) fn retry_after_secs(decision: &Decision) -> u64 {
     let wait = decision
         .retry_after()
         .unwrap_or_else(|| decision.binding_window());
