@@ -688,4 +688,38 @@ mod tests {
         push_sf_string(&mut s, "a\"b\\c\u{e9}\n");
         assert_eq!(s, r#""a\"b\\c??""#);
     }
+
+    #[test]
+    fn plan_headers_follow_each_build_of_a_plan() {
+        use crate::plans::{Plan, Plans};
+        use crate::{MemoryStore, Quota, Rate};
+        let plan = |n| Plan::new([Quota::fixed_window(Rate::per_minute(n)).name("minute")]);
+        let plans = Plans::builder()
+            .store(MemoryStore::new())
+            .plan("free", plan(10))
+            .plan("open", Plan::unlimited())
+            .default_plan("free")
+            .build()
+            .unwrap();
+        let cache = PlanHeaders::default();
+        let policy = |p: &Arc<ActivePlan>| {
+            cache.with(p, |q| {
+                q.and_then(|q| q.policy.clone())
+                    .map(|v| v.to_str().unwrap().to_owned())
+            })
+        };
+        let free = plans.resolve(Some("free"));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=10;w=60"#));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=10;w=60"#));
+        assert_eq!(cache.built.load().len(), 1);
+        assert_eq!(policy(&plans.resolve(Some("open"))), None);
+
+        // a new build of the plan: new headers; the old build's are dropped
+        // once nothing holds that build
+        plans.handle().set_plan("free", plan(20)).unwrap();
+        drop(free);
+        let free = plans.resolve(Some("free"));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=20;w=60"#));
+        assert_eq!(cache.built.load().len(), 1);
+    }
 }

@@ -17,9 +17,8 @@ pub(super) enum Limits {
     /// Every request is checked with one limiter; its headers' view of the
     /// quotas is made once.
     One(RateLimiter, Arc<QuotaHeaders>),
-    /// Every request is checked under its plan (boxed: the rarer, larger
-    /// variant).
-    Plans(Box<PlanLimits>),
+    /// Every request is checked under its plan.
+    Plans(PlanLimits),
 }
 
 /// The plans of a layer [with plans](crate::RateLimitLayer::with_plans),
@@ -55,12 +54,12 @@ impl Limits {
     /// `plans`, each request's named by `resolver`; `shown` is what
     /// [`limiter`](Self::limiter) shows.
     pub(super) fn of_plans(plans: Plans, resolver: impl PlanResolver, shown: RateLimiter) -> Self {
-        Limits::Plans(Box::new(PlanLimits {
+        Limits::Plans(PlanLimits {
             plans,
             resolver: Arc::new(resolver),
             shown,
             headers: Arc::default(),
-        }))
+        })
     }
 
     /// The limiter of a layer without plans; with plans, the one it shows.
