@@ -566,9 +566,13 @@ mod tests {
 
     fn render_into(style: HeaderStyle, d: &Decision, map: &mut HeaderMap) {
         let limiter = RateLimiter::builder()
-            .store(crate::MemoryStore::new())
-            .quota(crate::Quota::fixed_window(crate::Rate::per_minute(60)).name("minute"))
-            .quota(crate::Quota::fixed_window(crate::Rate::per_day(10_000)).name("day"))
+            .store(crate::store::MemoryStore::new())
+            .quota(
+                crate::quota::Quota::fixed_window(crate::rate::Rate::per_minute(60)).name("minute"),
+            )
+            .quota(
+                crate::quota::Quota::fixed_window(crate::rate::Rate::per_day(10_000)).name("day"),
+            )
             .build()
             .unwrap();
         RateHeaders::new(style, d, Some(&QuotaHeaders::new(&limiter))).apply(map);
@@ -692,7 +696,8 @@ mod tests {
     #[test]
     fn plan_headers_follow_each_build_of_a_plan() {
         use crate::plans::{Plan, Plans};
-        use crate::{MemoryStore, Quota, Rate};
+        use crate::rate::Rate;
+        use crate::store::MemoryStore;
         let plan = |n| Plan::new([Quota::fixed_window(Rate::per_minute(n)).name("minute")]);
         let plans = Plans::builder()
             .store(MemoryStore::new())

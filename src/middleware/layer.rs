@@ -522,9 +522,9 @@ impl fmt::Debug for RateLimitLayer {
 /// never checks with it: every request's plan has no limits).
 fn inert_limiter() -> RateLimiter {
     match RateLimiter::builder()
-        .store(crate::MemoryStore::with_shards(1))
+        .store(crate::store::MemoryStore::with_shards(1))
         .prefix("unlimited")
-        .quota(crate::Rate::per_second(1))
+        .quota(crate::rate::Rate::per_second(1))
         .build()
     {
         Ok(limiter) => limiter,
