@@ -1,9 +1,10 @@
 //! The check of one request: key → deny cache → store call → failure policy
 //! → [`Verdict`].
 //!
-//! [`precheck`] does what needs no waiting (find the key, weigh the request,
-//! ask the deny cache) and either answers at once or returns the store call
-//! as a future ([`Deciding`]); [`decide`] is that call and what follows it. The service
+//! [`precheck`] does what needs no waiting (find the key, weigh the
+//! request, ask the deny cache) and either answers at once (a [`Precheck`])
+//! or returns the store call as a future ([`Deciding`]); [`decide`] is that
+//! call and what follows it. The service
 //! ([`RateLimit::call`](crate::middleware::RateLimit)) then only asks whether the
 //! request bypasses the limiter, checks it, and hands the result to its
 //! [`ResponseFuture`](crate::ResponseFuture).
