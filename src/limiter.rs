@@ -817,6 +817,13 @@ impl RateLimiter {
             shadow_let_through: false,
         }
     }
+
+    /// The quotas as configured, in [`quota_names`](Self::quota_names)
+    /// order (for [runtime limits](RateLimiterBuilder::runtime_limits),
+    /// those it was built with).
+    pub fn quotas(&self) -> Vec<Quota> {
+        self.inner.quotas.iter().map(|q| q.quota.clone()).collect()
+    }
 }
 
 /// The future of [`RateLimiter::check`] and [`RateLimiter::check_n`].

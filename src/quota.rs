@@ -326,6 +326,7 @@ impl Quota {
             named: self.name.is_some() || runtime,
             rate: self.rate,
             shadow: self.shadow,
+            quota: self.clone(),
         })
     }
 }
@@ -419,6 +420,8 @@ pub(crate) struct QuotaSpec {
     /// [`Quota::shadow`]: checked and counted, never denies. Not part of
     /// `key_id`: turning it off keeps the state.
     pub(crate) shadow: bool,
+    /// The quota as configured ([`RateLimiter::quotas`](crate::RateLimiter::quotas)).
+    pub(crate) quota: Quota,
 }
 
 impl QuotaSpec {

@@ -84,7 +84,7 @@ struct Primed<B: Body> {
 impl<B: Body> ResponseBody<B> {
     /// The inner service's body, holding no lease (a lease-holding body is
     /// [`primed`](Self::primed)).
-    pub(crate) fn inner(body: B) -> Self {
+    pub(super) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
         }
@@ -92,7 +92,7 @@ impl<B: Body> ResponseBody<B> {
 
     /// A body whose `first` frame (or error) was polled already; `lease`
     /// still held (the first frame was not the last one) or not.
-    pub(crate) fn primed(
+    pub(super) fn primed(
         body: Pin<Box<B>>,
         first: Option<Result<Frame<B::Data>, B::Error>>,
         lease: Option<LeaseGuard>,
@@ -110,7 +110,7 @@ impl<B: Body> ResponseBody<B> {
         }
     }
 
-    pub(crate) fn full(data: Bytes) -> Self {
+    pub(super) fn full(data: Bytes) -> Self {
         Self {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
@@ -267,7 +267,7 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
 /// Without a runtime (dropped on a foreign thread) the lease expires after
 /// its quota's lease timeout instead. [`release`](Self::release) gives the
 /// same store call as a future, for callers that must know it is done.
-pub(crate) struct LeaseGuard {
+pub(super) struct LeaseGuard {
     limiter: RateLimiter,
     lease: Option<Lease>,
     /// A reservation to settle when the body ends (before the lease's
@@ -278,7 +278,7 @@ pub(crate) struct LeaseGuard {
 }
 
 impl LeaseGuard {
-    pub(crate) fn new(limiter: RateLimiter, lease: Lease) -> Self {
+    pub(super) fn new(limiter: RateLimiter, lease: Lease) -> Self {
         Self {
             limiter,
             lease: Some(lease),
@@ -288,7 +288,7 @@ impl LeaseGuard {
     }
 
     /// A guard that only settles `settle` (no lease).
-    pub(crate) fn settling(limiter: RateLimiter, settle: SettleGuard) -> Self {
+    pub(super) fn settling(limiter: RateLimiter, settle: SettleGuard) -> Self {
         Self {
             limiter,
             lease: None,
@@ -298,13 +298,13 @@ impl LeaseGuard {
     }
 
     /// Settles `settle` too, before the lease is released.
-    pub(crate) fn and_settle(mut self, settle: SettleGuard) -> Self {
+    pub(super) fn and_settle(mut self, settle: SettleGuard) -> Self {
         self.settle = Some(settle);
         self
     }
 
     /// Counts the lease in the `ratelimit_leases` gauge while it is held.
-    pub(crate) fn counted(mut self, count: super::metrics::LeaseCount) -> Self {
+    pub(super) fn counted(mut self, count: super::metrics::LeaseCount) -> Self {
         self._count = Some(count);
         self
     }
@@ -312,7 +312,7 @@ impl LeaseGuard {
     /// The release of the lease as a future: the store call, bounded by the
     /// store's own timeout; a failure is logged (the lease then expires after
     /// its lease timeout), never returned.
-    pub(crate) fn release(mut self) -> Release {
+    pub(super) fn release(mut self) -> Release {
         let settle = self.settle.take().and_then(SettleGuard::settle);
         let lease = self.lease.take().map(|lease| {
             let limiter = self.limiter.clone();
@@ -366,7 +366,7 @@ type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// The future sits in a `Mutex` only so that `Release` (and the
 /// [`ResponseBody`] holding it) is `Sync`; it is only ever reached through
 /// `&mut self`, so the lock is never taken.
-pub(crate) struct Release {
+pub(super) struct Release {
     future: Mutex<Option<ReleaseFuture>>,
 }
 

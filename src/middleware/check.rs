@@ -1,15 +1,16 @@
 //! The check of one request: key → deny cache → store call → failure policy
 //! → [`Verdict`].
 //!
-//! [`check`] does what needs no waiting (find the key, weigh the request,
-//! ask the deny cache) and either answers at once or returns the store call
-//! as a future; [`decide`] is that call and what follows it. The service
+//! [`precheck`] does what needs no waiting (find the key, weigh the
+//! request, ask the deny cache) and either answers at once (a [`Precheck`])
+//! or returns the store call as a future ([`Deciding`]); [`decide`] is that
+//! call and what follows it. The service
 //! ([`RateLimit::call`](crate::middleware::RateLimit)) then only asks whether the
 //! request bypasses the limiter, checks it, and hands the result to its
 //! [`ResponseFuture`](crate::ResponseFuture).
 //!
 //! Plans: the layer's [`PlanResolver`](crate::middleware::PlanResolver)
-//! picks the request's plan where [`check`] picks the limiter (still one
+//! picks the request's plan where [`precheck`] picks the limiter (still one
 //! store call); shadow mode skips the deny cache and lets a denial through
 //! (`future.rs` makes it a "would have denied" outcome).
 
@@ -24,8 +25,7 @@ use http::request::Parts;
 
 use super::config::Config;
 use super::deny_cache::Started;
-use super::headers::{Policy, RateHeaders};
-use super::metrics::{self, Outcome};
+use super::metrics::{self, OutcomeLabel};
 use super::policy::{self, Failure, Resolved};
 use super::response;
 use super::stats::Counters;
@@ -38,7 +38,7 @@ use crate::settle::Reservation;
 /// What the check of a request found before any store call.
 // (a decision inline: boxing it would cost the allocation this avoids)
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Check {
+pub(super) enum Precheck {
     /// No key, and [`MissingKey::skip`](crate::middleware::MissingKey::skip): the
     /// request goes on unlimited.
     Skip,
@@ -50,49 +50,35 @@ pub(crate) enum Check {
     /// Decided already: a memory store decides at once.
     Decided(Checked),
     /// The store decides: this gives the verdict.
-    Store(CheckFuture),
+    Store(Deciding),
 }
 
-/// The store call of a [`Check::Store`], and the failure policy after it.
-pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
+/// The store call of a [`Precheck::Store`], and the failure policy after it.
+pub(super) type Deciding = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
 /// A verdict, with what the rest of the request needs to apply it.
-pub(crate) struct Checked {
-    pub(crate) verdict: Verdict,
+pub(super) struct Checked {
+    pub(super) verdict: Verdict,
     /// The request's plan, for a layer with plans.
-    pub(crate) plan: Option<Arc<ActivePlan>>,
-    pub(crate) cost: u64,
+    pub(super) plan: Option<Arc<ActivePlan>>,
+    pub(super) cost: u64,
     /// Shadow mode (the layer's or the plan's): a denial lets the request through.
-    pub(crate) shadow: bool,
+    pub(super) shadow: bool,
     /// The reservation of an admitted request, for a layer that settles
     /// after the response (its decision is the verdict's).
     /// (boxed: a verdict is moved several times, few carry one)
-    pub(crate) reservation: Option<Box<Reservation>>,
+    pub(super) reservation: Option<Box<Reservation>>,
 }
 
 impl Checked {
     /// The limiter the request was checked with.
-    pub(crate) fn limiter<'a>(&'a self, config: &'a Config) -> &'a RateLimiter {
-        limiter_of(config, self.plan.as_deref())
+    pub(super) fn limiter<'a>(&'a self, config: &'a Config) -> &'a RateLimiter {
+        config.limits.limiter_for(self.plan.as_deref())
     }
-
-    /// What the headers need of the quotas.
-    pub(crate) fn policy<'a>(&'a self, config: &'a Config) -> &'a Policy {
-        match self.plan.as_deref().and_then(|p| p.policy.as_deref()) {
-            Some(policy) => policy,
-            None => &config.policy,
-        }
-    }
-}
-
-/// The limiter of `plan` (a limited one), else the layer's.
-fn limiter_of<'a>(config: &'a Config, plan: Option<&'a ActivePlan>) -> &'a RateLimiter {
-    plan.and_then(ActivePlan::limiter)
-        .unwrap_or(&config.limiter)
 }
 
 /// The result of the store call of a check.
-pub(crate) enum Verdict {
+pub(super) enum Verdict {
     /// A decision of the layer's limiter.
     Decided(Decision),
     /// The store failed (the error); the fallback store decided.
@@ -115,7 +101,7 @@ const KEY_BUFFER_KEPT: usize = 1024;
 /// Checks the request of `parts`: answers it at once where no store call is
 /// needed, else starts the store call.
 #[inline]
-pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
+pub(super) fn precheck(config: &Arc<Config>, parts: &Parts) -> Precheck {
     // The buffer is taken out for the check (an extractor checking a request
     // of its own finds it empty and uses a new one) and put back after: the
     // check is returned straight to the caller, never moved out of a closure.
@@ -125,7 +111,7 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
         .and_then(Result::ok)
         .unwrap_or_default();
     key.clear();
-    let check = check_with(config, parts, &mut key);
+    let check = precheck_with(config, parts, &mut key);
     if key.capacity() <= KEY_BUFFER_KEPT {
         // (the thread is being torn down, or a nested check put one back: dropped)
         let _ = KEY.try_with(|cell| {
@@ -139,36 +125,28 @@ pub(crate) fn check(config: &Arc<Config>, parts: &Parts) -> Check {
     check
 }
 
-/// [`check`], with `key` (empty) to write the request's key into.
-fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
-    let plan = config
-        .plans
-        .as_ref()
-        .map(|(plans, resolver)| plans.resolve(resolver.plan(parts).as_deref()));
+/// [`precheck`], with `key` (empty) to write the request's key into.
+fn precheck_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Precheck {
+    let plan = config.limits.plan_of(parts);
     if let Some(p) = &plan
         && p.limiter().is_none()
     {
-        return Check::Unlimited(p.clone());
+        return Precheck::Unlimited(p.clone());
     }
-    if !config.extractor.extract_into(parts, key)
+    if !config.requests.extractor.extract_into(parts, key)
         && let Some(check) = missing_key(config, parts, key)
     {
         return check;
     }
     let key: &Vec<u8> = key;
-    let estimate = config.settle.as_ref().and_then(|s| s.estimate(parts));
-    // (at least 1: a request of cost 0 would be admitted as a peek even with
-    // nothing left, and take no concurrency lease nor leaky-bucket slot)
-    let cost = estimate
-        .unwrap_or_else(|| config.cost.as_ref().map_or(1, |cost| cost(parts)))
-        .max(1);
+    let cost = config.cost_of(parts);
     let shadow = config.shadow || plan.as_ref().is_some_and(|p| p.is_shadow());
-    let limiter = limiter_of(config, plan.as_deref());
+    let limiter = config.limits.limiter_for(plan.as_deref());
     if !shadow
         && config.deny_cache
         && let Some(decision) = limiter.deny_cache().lookup(limiter, key, cost)
     {
-        return cached_denial(config, parts, plan.as_deref(), decision);
+        return cached_denial(config, parts, plan.as_ref(), decision);
     }
     // A memory store decides at once: no future, no store error.
     let started = started(config, limiter);
@@ -179,7 +157,7 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
         remember(
             config, limiter, limiter, key, cost, started, &decision, shadow,
         );
-        return Check::Decided(Checked {
+        return Precheck::Decided(Checked {
             verdict: Verdict::Decided(decision),
             plan,
             cost,
@@ -194,15 +172,18 @@ fn check_with(config: &Arc<Config>, parts: &Parts, key: &mut Vec<u8>) -> Check {
 /// gives it (written into `key`, `None` returned), or its answer.
 #[cold]
 #[inline(never)]
-fn missing_key(config: &Config, parts: &Parts, key: &mut Vec<u8>) -> Option<Check> {
+fn missing_key(config: &Config, parts: &Parts, key: &mut Vec<u8>) -> Option<Precheck> {
     key.clear();
-    match config.missing.resolve(parts, config.extractor.as_ref()) {
+    let requests = &config.requests;
+    match requests.missing.resolve(parts, requests.extractor.as_ref()) {
         Resolved::Key(k) => {
             *key = k;
             None
         }
-        Resolved::Skip => Some(Check::Skip),
-        Resolved::Reject(status) => Some(Check::Answer(response::rejected(config, parts, status))),
+        Resolved::Skip => Some(Precheck::Skip),
+        Resolved::Reject(status) => {
+            Some(Precheck::Answer(response::rejected(config, parts, status)))
+        }
     }
 }
 
@@ -211,20 +192,21 @@ fn missing_key(config: &Config, parts: &Parts, key: &mut Vec<u8>) -> Option<Chec
 fn cached_denial(
     config: &Config,
     parts: &Parts,
-    plan: Option<&ActivePlan>,
+    plan: Option<&Arc<ActivePlan>>,
     decision: Decision,
-) -> Check {
+) -> Precheck {
     let plan_name = plan.map_or(&Interned::EMPTY, |p| &p.label);
     Counters::bump(&config.counters.deny_cache_hits);
     metrics::deny_cache_hit(&config.name, plan_name, &decision.quota());
-    metrics::decision(&config.name, plan_name, &decision.quota(), Outcome::Denied);
+    metrics::decision(
+        &config.name,
+        plan_name,
+        &decision.quota(),
+        OutcomeLabel::Denied,
+    );
     event!(trace, quota = %decision.quota(), "rate limited (deny cache)");
-    let policy = match plan.and_then(|p| p.policy.as_deref()) {
-        Some(policy) => policy,
-        None => &config.policy,
-    };
-    let headers = RateHeaders::new(config.style, &decision, policy);
-    Check::Answer(response::denied(config, parts, &decision, headers))
+    let headers = config.limits.headers(config.answers.style, &decision, plan);
+    Precheck::Answer(response::denied(config, parts, &decision, headers))
 }
 
 /// The store call of a request the store decides.
@@ -235,9 +217,9 @@ fn store_call(
     key: &[u8],
     cost: u64,
     shadow: bool,
-) -> Check {
+) -> Precheck {
     let key = key.to_vec();
-    Check::Store(boxed_in_place(|| {
+    Precheck::Store(boxed_in_place(|| {
         decide(config.clone(), plan, key, cost, shadow)
     }))
 }
@@ -260,12 +242,12 @@ async fn decide(
     cost: u64,
     shadow: bool,
 ) -> Checked {
-    let limiter = limiter_of(&config, plan.as_deref());
+    let limiter = config.limits.limiter_for(plan.as_deref());
     let plan_name = plan.as_deref().map_or(&Interned::EMPTY, |p| &p.label);
     // Read before the call: a cached denial then ends no later than the store's.
     let started = started(&config, limiter);
     let timer = metrics::start();
-    // (`Check` is small: the store's own future, kilobytes, is on the heap)
+    // (the limiter's `Check` future is small: the store's own, kilobytes, is on the heap)
     let mut reservation = None;
     let result = if config.settle.is_some() {
         match limiter.reserve_n(&key, cost).await {
@@ -290,13 +272,10 @@ async fn decide(
         Err(error) => {
             // a refusal for good (an ACL, a key of another type) is a
             // misconfiguration: the layer's refusal policy decides it
-            let refused = matches!(error, StoreError::Refused(_));
-            let failure = if refused {
+            if matches!(error, StoreError::Refused(_)) {
                 Counters::bump(&config.counters.refused);
-                &config.refusal
-            } else {
-                &config.failure
-            };
+            }
+            let failure = config.failure_for(&error);
             Counters::bump(&config.counters.store_errors);
             metrics::store_error(&config.name, plan_name, &error);
             policy::log_failure(

@@ -1,90 +1,148 @@
 //! The layer's resolved configuration: what [`RateLimitLayer`](crate::RateLimitLayer)'s
-//! builder methods set, read by every service the layer builds.
+//! builder methods set, read by every service the layer builds. Visible to
+//! the middleware only.
 
 use std::sync::Arc;
 
 use http::request::Parts;
 
-use super::headers::{HeaderStyle, Policy};
+use super::headers::HeaderStyle;
 use super::hooks::{BypassFn, CostFn, DenyFn};
+use super::limits::Limits;
+use super::near::NearLimitHook;
 use super::policy::{Failure, MissingKey};
+use super::settle::SettleConfig;
 use super::stats::Counters;
+use crate::decision::Interned;
+use crate::error::StoreError;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
-use crate::plans::Plans;
-
-use super::near::NearLimitHook;
-use super::plan::PlanResolver;
-use super::settle::SettleConfig;
 
 /// Everything a service needs to check a request, resolved once when the
 /// layer is built; shared (behind an `Arc`) by every service of one layer.
 #[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) limiter: RateLimiter,
-    pub(crate) extractor: Arc<dyn KeyExtractor>,
-    pub(crate) style: HeaderStyle,
-    pub(crate) failure: Failure,
-    /// The policy for a store's refusals ([`StoreError::Refused`](crate::error::StoreError::Refused)).
-    pub(crate) refusal: Failure,
-    pub(crate) cost: Option<Arc<CostFn>>,
-    pub(crate) bypass: Option<Arc<BypassFn>>,
-    pub(crate) missing: MissingKey,
-    pub(crate) deny: Option<Arc<DenyFn>>,
+pub(super) struct Config {
+    /// What requests are checked against: one limiter, or plans.
+    pub(super) limits: Limits,
+    /// What a request is counted as: its key, its weight, whether at all.
+    pub(super) requests: Requests,
+    /// What the store's failures get.
+    pub(super) failures: Failures,
+    /// The middleware's own answers and the headers of responses.
+    pub(super) answers: Answers,
     /// Whether denials are answered from the limiter's deny cache.
-    pub(crate) deny_cache: bool,
-    /// Whether the middleware answers in gRPC form: `None` decides per
-    /// request (HTTP/2 with a gRPC content type).
-    pub(crate) grpc: Option<bool>,
-    /// `RateLimit-Policy` and what `RateLimit` needs of the quotas.
-    pub(crate) policy: Arc<Policy>,
-    pub(crate) counters: Arc<Counters>,
-    /// Plans: the quotas are chosen per request (`limiter` is then only
-    /// what [`RateLimitLayer::limiter`](crate::RateLimitLayer::limiter) shows).
-    pub(crate) plans: Option<(Plans, Arc<dyn PlanResolver>)>,
+    pub(super) deny_cache: bool,
     /// Shadow mode for the whole layer: decide and count, never deny.
-    pub(crate) shadow: bool,
-    /// Whether a shadowed denial's response carries its rate-limit headers.
-    pub(crate) shadow_headers: bool,
-    pub(crate) near_limit: NearLimitHook,
-    /// The `limiter` label of the layer's metrics.
-    pub(crate) name: crate::decision::Interned<str>,
+    pub(super) shadow: bool,
+    pub(super) near_limit: NearLimitHook,
     /// Refunds by response and costs from the response: requests are then
     /// admitted with a reservation, settled after the response.
-    pub(crate) settle: Option<Arc<SettleConfig>>,
+    pub(super) settle: Option<Arc<SettleConfig>>,
+    pub(super) counters: Arc<Counters>,
+    /// The `limiter` label of the layer's metrics.
+    pub(super) name: Interned<str>,
+}
+
+/// What a request is counted as.
+#[derive(Clone)]
+pub(super) struct Requests {
+    pub(super) extractor: Arc<dyn KeyExtractor>,
+    /// What a request without a key gets.
+    pub(super) missing: MissingKey,
+    pub(super) cost: Option<Arc<CostFn>>,
+    pub(super) bypass: Option<Arc<BypassFn>>,
+}
+
+/// The failure policies, resolved against the layer's limiter.
+#[derive(Clone, Debug)]
+pub(super) struct Failures {
+    /// For an outage (an error, a timeout).
+    pub(super) outage: Failure,
+    /// For the store's refusals ([`StoreError::Refused`]).
+    pub(super) refusal: Failure,
+}
+
+/// What the middleware's answers and the rate-limit headers look like.
+#[derive(Clone)]
+pub(super) struct Answers {
+    pub(super) style: HeaderStyle,
+    /// The response to a denied HTTP request (`None`: `text_plain`).
+    pub(super) deny: Option<Arc<DenyFn>>,
+    /// Whether the middleware answers in gRPC form: `None` decides per
+    /// request (HTTP/2 with a gRPC content type).
+    pub(super) grpc: Option<bool>,
+    /// Whether a shadowed denial's response carries its rate-limit headers.
+    pub(super) shadow_headers: bool,
 }
 
 impl Config {
-    /// The defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new).
-    pub(crate) fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
-        let policy = Arc::new(Policy::new(&limiter));
-        let name = crate::decision::intern(limiter.prefix());
-        let mut config = Self {
-            limiter,
-            extractor: Arc::new(extractor),
-            style: HeaderStyle::default(),
-            failure: Failure::Open,
-            refusal: Failure::Closed,
-            cost: None,
-            bypass: None,
-            missing: MissingKey::default(),
-            deny: None,
+    /// The defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new)
+    /// for `limits`; `name` labels the layer's metrics.
+    pub(super) fn new(limits: Limits, extractor: impl KeyExtractor, name: Interned<str>) -> Self {
+        Self {
+            limits,
+            requests: Requests {
+                extractor: Arc::new(extractor),
+                missing: MissingKey::default(),
+                cost: None,
+                bypass: None,
+            },
+            failures: Failures {
+                outage: Failure::Open,
+                refusal: Failure::Closed,
+            },
+            answers: Answers {
+                style: HeaderStyle::default(),
+                deny: None,
+                grpc: None,
+                shadow_headers: true,
+            },
             deny_cache: true,
-            grpc: None,
-            policy,
-            counters: Arc::new(Counters::default()),
-            plans: None,
             shadow: false,
-            shadow_headers: true,
             near_limit: NearLimitHook::default(),
-            name,
             settle: None,
-        };
-        // a limiter whose limits change at run time: checked as plans, with
-        // the limiter in force (its policy, its deny cache)
-        if let Some(plans) = config.limiter.runtime_plans() {
-            config.plans = Some((plans.clone(), Arc::new(|_: &Parts| None::<&'static str>)));
+            counters: Arc::new(Counters::default()),
+            name,
         }
-        config
+    }
+
+    /// The defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new).
+    pub(super) fn of_limiter(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
+        let name = crate::decision::intern(limiter.prefix());
+        Self::new(Limits::of_limiter(limiter), extractor, name)
+    }
+
+    /// Whether the request of `parts` skips the limiter.
+    #[inline]
+    pub(super) fn bypasses(&self, parts: &Parts) -> bool {
+        self.requests.bypass.as_ref().is_some_and(|b| b(parts))
+    }
+
+    /// What the request of `parts` takes: its estimate (a layer with costs
+    /// from the response), else its cost; at least 1 (a request of cost 0
+    /// would be admitted as a peek even with nothing left, and take no
+    /// concurrency lease nor leaky-bucket slot).
+    #[inline]
+    pub(super) fn cost_of(&self, parts: &Parts) -> u64 {
+        let estimate = self.settle.as_ref().and_then(|s| s.estimate(parts));
+        estimate
+            .unwrap_or_else(|| self.requests.cost.as_ref().map_or(1, |cost| cost(parts)))
+            .max(1)
+    }
+
+    /// Whether handlers report usage (a [`UsageReporter`](super::UsageReporter)
+    /// goes into every request's extensions).
+    #[inline]
+    pub(super) fn takes_usage_reports(&self) -> bool {
+        self.settle.as_ref().is_some_and(|s| s.cost.is_some())
+    }
+
+    /// The policy for `error`: a refusal for good (an ACL, a key of another
+    /// type) is a misconfiguration, decided by the refusal policy.
+    pub(super) fn failure_for(&self, error: &StoreError) -> &Failure {
+        match error {
+            StoreError::Refused(_) => &self.failures.refusal,
+            _ => &self.failures.outage,
+        }
     }
 }

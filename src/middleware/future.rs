@@ -15,10 +15,10 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::{LeaseGuard, Release, ResponseBody};
-use super::check::{CheckFuture, Checked, Verdict};
+use super::check::{Checked, Deciding, Verdict};
 use super::config::Config;
 use super::headers::RateHeaders;
-use super::metrics::{self, LeaseCount, Outcome};
+use super::metrics::{self, LeaseCount, OutcomeLabel};
 use super::outcome::RateLimitOutcome;
 use super::response;
 use super::settle::{SettleGuard, UsageReporter};
@@ -78,7 +78,7 @@ pin_project! {
         Answered { response: Option<Response<Bytes>> },
         /// Waiting for the store.
         Checking {
-            check: CheckFuture,
+            deciding: Deciding,
             inner: Option<S>,
             request: Option<Request<ReqBody>>,
             config: Arc<Config>,
@@ -104,7 +104,7 @@ where
     S::Response: sealed::HttpResponse,
 {
     /// Answered by the middleware.
-    pub(crate) fn answered(response: Response<Bytes>) -> Self {
+    pub(super) fn answered(response: Response<Bytes>) -> Self {
         Self {
             state: State::Answered {
                 response: Some(response),
@@ -113,7 +113,7 @@ where
     }
 
     /// The inner service was called without limiting (bypass, skipped key).
-    pub(crate) fn passthrough(future: S::Future) -> Self {
+    pub(super) fn passthrough(future: S::Future) -> Self {
         Self {
             state: State::Calling {
                 future,
@@ -129,7 +129,7 @@ where
     /// (inlined into the service's `call`: the request's head and the
     /// future, hundreds of bytes each, are then not copied once more)
     #[inline(always)]
-    pub(crate) fn decided(
+    pub(super) fn decided(
         verdict: Checked,
         inner: &mut S,
         mut parts: Parts,
@@ -151,15 +151,15 @@ where
     }
 
     /// A store check, then the ready `inner` service for `request`.
-    pub(crate) fn checking(
-        check: CheckFuture,
+    pub(super) fn checking(
+        deciding: Deciding,
         inner: S,
         request: Request<ReqBody>,
         config: Arc<Config>,
     ) -> Self {
         Self {
             state: State::Checking {
-                check,
+                deciding,
                 inner: Some(inner),
                 request: Some(request),
                 config,
@@ -188,12 +188,12 @@ where
                     };
                 }
                 StateProj::Checking {
-                    check,
+                    deciding,
                     inner,
                     request,
                     config,
                 } => {
-                    let verdict = ready!(check.as_mut().poll(cx));
+                    let verdict = ready!(deciding.as_mut().poll(cx));
                     let (Some(inner), Some(request)) = (inner.take(), request.take()) else {
                         panic!("ResponseFuture polled after completion");
                     };
@@ -360,8 +360,8 @@ fn after(checked: Checked, parts: &mut Parts, config: &Arc<Config>) -> Next {
             && !config.near_limit.is_on()
             && !decision.shadow_denied() =>
         {
-            metrics::decision(&config.name, "", &decision.quota(), Outcome::Allowed);
-            let headers = RateHeaders::new(config.style, &decision, &config.policy);
+            metrics::decision(&config.name, "", &decision.quota(), OutcomeLabel::Allowed);
+            let headers = config.limits.headers(config.answers.style, &decision, None);
             parts.extensions.insert(RateLimitOutcome::Allowed(decision));
             Next::Call(Extra {
                 headers: Some(headers),
@@ -390,40 +390,45 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
             Verdict::Decided(decision) => (decision, None, None),
             Verdict::Fallback(decision, limiter, error) => (decision, Some(limiter), Some(error)),
             Verdict::Open(error) => {
-                metrics::decision(&config.name, plan, "", Outcome::FailOpen);
+                metrics::decision(&config.name, plan, "", OutcomeLabel::FailOpen);
                 parts
                     .extensions
                     .insert(RateLimitOutcome::StoreUnavailable { error });
                 return Next::Call(Extra::default());
             }
             Verdict::Closed => {
-                metrics::decision(&config.name, plan, "", Outcome::FailClosed);
+                metrics::decision(&config.name, plan, "", OutcomeLabel::FailClosed);
                 return Next::Answer(response::unavailable(config, parts));
             }
         };
     let quota = &decision.quota();
-    let headers = RateHeaders::new(config.style, &decision, checked.policy(config));
+    let headers = config
+        .limits
+        .headers(config.answers.style, &decision, checked.plan.as_ref());
     let fallback = store_error.is_some();
     if !decision.allowed() {
         if !checked.shadow {
             let outcome = if fallback {
-                Outcome::FallbackDenied
+                OutcomeLabel::FallbackDenied
             } else {
-                Outcome::Denied
+                OutcomeLabel::Denied
             };
             metrics::decision(&config.name, plan, quota, outcome);
             return Next::Answer(response::denied(config, parts, &decision, headers));
         }
         // Shadow mode: would have denied; let through, with the headers it
         // would have had (configurable), never a Retry-After.
-        metrics::decision(&config.name, plan, quota, Outcome::ShadowDenied);
+        metrics::decision(&config.name, plan, quota, OutcomeLabel::ShadowDenied);
         let mut decision = decision;
         decision.shadow_let_through = true;
         parts
             .extensions
             .insert(RateLimitOutcome::ShadowDenied(decision));
         let extra = Extra {
-            headers: config.shadow_headers.then(|| headers.without_retry_after()),
+            headers: config
+                .answers
+                .shadow_headers
+                .then(|| headers.without_retry_after()),
             lease: None,
             settle: None,
         };
@@ -441,13 +446,13 @@ fn after_in_full(mut checked: Checked, parts: &mut Parts, config: &Arc<Config>) 
         event!(debug, quota = %decision.quota(), delay = ?_spared, "would have delayed (shadow mode)");
     }
     let outcome = if shadow_denied {
-        Outcome::ShadowDenied
+        OutcomeLabel::ShadowDenied
     } else if spared.is_some() {
-        Outcome::ShadowDelayed
+        OutcomeLabel::ShadowDelayed
     } else if fallback {
-        Outcome::FallbackAllowed
+        OutcomeLabel::FallbackAllowed
     } else {
-        Outcome::Allowed
+        OutcomeLabel::Allowed
     };
     metrics::decision(&config.name, plan, quota, outcome);
     if let Some(near) = config.near_limit.crossed(&decision, checked.cost) {

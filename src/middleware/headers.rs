@@ -1,27 +1,31 @@
 //! [`HeaderStyle`]: which rate-limit headers responses carry, and their formatting.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::decision::{Decision, Interned};
 use crate::limiter::RateLimiter;
+use crate::plans::ActivePlan;
+use crate::quota::Quota;
 use crate::strategy::HeaderPolicy;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
-pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `X-RateLimit-Limit`.
-pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(super) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `X-RateLimit-Remaining`.
-pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+pub(super) const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
-pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(super) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// Which rate-limit headers go on responses that passed the limiter.
 ///
@@ -69,7 +73,7 @@ pub enum HeaderStyle {
 }
 
 impl HeaderStyle {
-    fn ietf(self) -> bool {
+    pub(super) fn ietf(self) -> bool {
         matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
     }
 
@@ -78,13 +82,15 @@ impl HeaderStyle {
     }
 }
 
-/// What a layer's headers need to know of its limiter's quotas, computed
-/// once when the layer is built.
+/// What the headers of a limiter's decisions need to know of its quotas,
+/// made once per limiter (the layer's, or each plan's build, see
+/// [`PlanHeaders`]): the `RateLimit-Policy` value and the start of each
+/// quota's `RateLimit` item.
 #[derive(Debug)]
-pub(crate) struct Policy {
+pub(super) struct QuotaHeaders {
     /// `RateLimit-Policy` (static bytes: cloned per response without a
     /// reference count shared between threads).
-    value: Option<HeaderValue>,
+    policy: Option<HeaderValue>,
     /// Per quota, in the limiter's order: whether its `RateLimit` item has
     /// a `t` (a concurrency quota has none).
     timed: Box<[bool]>,
@@ -92,38 +98,41 @@ pub(crate) struct Policy {
     items: Box<[Box<[u8]>]>,
 }
 
-impl Policy {
-    /// The policy of `limiter`'s quotas.
-    pub(crate) fn new(limiter: &RateLimiter) -> Self {
-        let specs = limiter.quota_specs();
-        let mut s = String::with_capacity(32 * specs.len());
+impl QuotaHeaders {
+    /// The headers' view of `limiter`'s quotas (from its public facts).
+    pub(super) fn new(limiter: &RateLimiter) -> Self {
+        let quotas = limiter.quotas();
+        let names = limiter.quota_names();
+        let mut s = String::with_capacity(32 * quotas.len());
         // a shadow quota (Quota::shadow) is no policy the client is held to,
         // unless every quota is shadow (a shadow layer's headers)
-        let all_shadow = specs.iter().all(|q| q.shadow);
-        for q in specs.iter().filter(|q| all_shadow || !q.shadow) {
+        let all_shadow = quotas.iter().all(Quota::is_shadow);
+        for (q, name) in quotas.iter().zip(names) {
+            if !all_shadow && q.is_shadow() {
+                continue;
+            }
             if !s.is_empty() {
                 s.push_str(", ");
             }
-            push_sf_string(&mut s, &q.name);
-            let _ = match q.spec().header {
-                HeaderPolicy::InFlight => write!(s, ";q={};qu=\"concurrent-requests\"", q.limit),
+            push_sf_string(&mut s, name);
+            // (`limit`: the burst of a bucket strategy, else the rate's count)
+            let (limit, count, period) = (q.limit(), q.rate().count(), q.rate().period());
+            let period_us = period.as_micros();
+            let _ = match q.strategy().spec().header {
+                HeaderPolicy::InFlight => write!(s, ";q={limit};qu=\"concurrent-requests\""),
                 HeaderPolicy::Refill => {
                     // the time an empty bucket takes to refill: burst × period / count
-                    let refill_us =
-                        u128::from(q.period_us) * u128::from(q.burst) / u128::from(q.limit.max(1));
+                    let refill_us = period_us * u128::from(limit) / u128::from(count.max(1));
                     let w = refill_us.div_ceil(1_000_000).max(1);
-                    write!(s, ";q={};w={w}", q.burst)
+                    write!(s, ";q={limit};w={w}")
                 }
-                HeaderPolicy::Window => write!(
-                    s,
-                    ";q={};w={}",
-                    q.limit,
-                    q.period_us.div_ceil(1_000_000).max(1)
-                ),
+                HeaderPolicy::Window => {
+                    write!(s, ";q={limit};w={}", period_us.div_ceil(1_000_000).max(1))
+                }
             };
         }
         // (what a configuration gives: printable ASCII, which `from_static` takes)
-        let value = match s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        let policy = match s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
             true => match crate::decision::intern(&s) {
                 Interned::Static(s) => Some(HeaderValue::from_static(s)),
                 // (the intern table is full: shared bytes, counted per clone)
@@ -132,13 +141,16 @@ impl Policy {
             false => HeaderValue::from_maybe_shared(Bytes::from(s)).ok(),
         };
         Self {
-            value,
-            timed: specs.iter().map(|q| q.spec().header.timed()).collect(),
-            items: specs
+            policy,
+            timed: quotas
                 .iter()
-                .map(|q| {
-                    let mut item = String::with_capacity(q.name.len() + 5);
-                    push_sf_string(&mut item, &q.name);
+                .map(|q| q.strategy().spec().header.timed())
+                .collect(),
+            items: names
+                .iter()
+                .map(|name| {
+                    let mut item = String::with_capacity(name.len() + 5);
+                    push_sf_string(&mut item, name);
                     item.push_str(";r=");
                     item.into_bytes().into_boxed_slice()
                 })
@@ -147,10 +159,83 @@ impl Policy {
     }
 }
 
+/// The [`QuotaHeaders`] of each plan a layer has checked a request under,
+/// made on the first response of each build of the plan (a change of the
+/// plans' limits builds their plans anew).
+///
+/// Read lock-free (one atomic load, then a short scan by address); written
+/// only when a plan's build is new, when builds no longer in force are
+/// dropped.
+#[derive(Default)]
+pub(super) struct PlanHeaders {
+    built: ArcSwap<Vec<PlanEntry>>,
+}
+
+/// One build of a plan and its headers.
+#[derive(Clone)]
+struct PlanEntry {
+    /// The build (its address identifies it while this is held; dropped
+    /// from the cache once nothing else holds the build).
+    plan: Weak<ActivePlan>,
+    headers: Arc<QuotaHeaders>,
+}
+
+impl PlanHeaders {
+    /// Calls `f` with the headers of `plan` (`None`: an unlimited plan,
+    /// which has none).
+    pub(super) fn with<R>(
+        &self,
+        plan: &Arc<ActivePlan>,
+        f: impl FnOnce(Option<&QuotaHeaders>) -> R,
+    ) -> R {
+        let Some(limiter) = plan.limiter() else {
+            return f(None);
+        };
+        let built = self.built.load();
+        if let Some(entry) = built
+            .iter()
+            .find(|e| std::ptr::eq(e.plan.as_ptr(), Arc::as_ptr(plan)))
+        {
+            return f(Some(&entry.headers));
+        }
+        drop(built);
+        f(Some(&self.build(plan, limiter)))
+    }
+
+    /// Makes the headers of a new build of a plan, and keeps them.
+    #[cold]
+    #[inline(never)]
+    fn build(&self, plan: &Arc<ActivePlan>, limiter: &RateLimiter) -> Arc<QuotaHeaders> {
+        let headers = Arc::new(QuotaHeaders::new(limiter));
+        self.built.rcu(|built| {
+            let mut kept: Vec<PlanEntry> = built
+                .iter()
+                .filter(|e| e.plan.strong_count() > 0)
+                .filter(|e| !std::ptr::eq(e.plan.as_ptr(), Arc::as_ptr(plan)))
+                .cloned()
+                .collect();
+            kept.push(PlanEntry {
+                plan: Arc::downgrade(plan),
+                headers: headers.clone(),
+            });
+            kept
+        });
+        headers
+    }
+}
+
+impl fmt::Debug for PlanHeaders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlanHeaders")
+            .field("builds", &self.built.load().len())
+            .finish()
+    }
+}
+
 /// The headers of one decision, computed when it is made (no allocation
 /// beyond the header values themselves).
 #[derive(Debug, Default)]
-pub(crate) struct RateHeaders {
+pub(super) struct RateHeaders {
     policy: Option<HeaderValue>,
     ratelimit: Option<HeaderValue>,
     /// limit, remaining, reset (UTC epoch seconds)
@@ -162,15 +247,19 @@ pub(crate) struct RateHeaders {
 
 impl RateHeaders {
     /// The rate-limit headers (and `Retry-After` if denied) for `decision`.
-    pub(crate) fn new(style: HeaderStyle, decision: &Decision, policy: &Policy) -> Self {
+    pub(super) fn new(
+        style: HeaderStyle,
+        decision: &Decision,
+        quotas: Option<&QuotaHeaders>,
+    ) -> Self {
         let mut h = Self::default();
         if style.ietf() {
-            h.policy = policy.value.clone();
+            h.policy = quotas.and_then(|q| q.policy.clone());
             let binding = Some(decision.binding_index());
             let timed = binding
-                .and_then(|i| policy.timed.get(i).copied())
+                .and_then(|i| quotas?.timed.get(i).copied())
                 .unwrap_or(true);
-            let item = binding.and_then(|i| policy.items.get(i));
+            let item = binding.and_then(|i| quotas?.items.get(i));
             h.ratelimit = ratelimit_value(decision, timed, item.map(|i| &**i));
         }
         if style.legacy() {
@@ -184,7 +273,7 @@ impl RateHeaders {
     }
 
     /// The same headers without `Retry-After` (a shadowed denial is no 429).
-    pub(crate) fn without_retry_after(mut self) -> Self {
+    pub(super) fn without_retry_after(mut self) -> Self {
         self.retry_after = None;
         self
     }
@@ -192,7 +281,7 @@ impl RateHeaders {
     /// Adds the headers to `headers`, combining them with those of another
     /// layer already there: list items appended, the most restrictive
     /// legacy limit kept, an existing `Retry-After` kept.
-    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+    pub(super) fn apply(self, headers: &mut HeaderMap) {
         if let Some(v) = self.policy {
             append_list(headers, RATELIMIT_POLICY, v);
         }
@@ -257,14 +346,14 @@ fn legacy_more_restrictive(headers: &HeaderMap, remaining: u64, reset: u64) -> b
 }
 
 /// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
+pub(super) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The `Retry-After` of a denial: `retry_after` rounded up, never 0. When the
 /// request can never fit (no `retry_after`; it gets no `Retry-After`), the
 /// binding quota's window (its `RateLimit` item's `t`).
-pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
+pub(super) fn retry_after_secs(decision: &Decision) -> u64 {
     let wait = decision
         .retry_after()
         .unwrap_or_else(|| decision.binding_window());
@@ -477,12 +566,16 @@ mod tests {
 
     fn render_into(style: HeaderStyle, d: &Decision, map: &mut HeaderMap) {
         let limiter = RateLimiter::builder()
-            .store(crate::MemoryStore::new())
-            .quota(crate::Quota::fixed_window(crate::Rate::per_minute(60)).name("minute"))
-            .quota(crate::Quota::fixed_window(crate::Rate::per_day(10_000)).name("day"))
+            .store(crate::store::MemoryStore::new())
+            .quota(
+                crate::quota::Quota::fixed_window(crate::rate::Rate::per_minute(60)).name("minute"),
+            )
+            .quota(
+                crate::quota::Quota::fixed_window(crate::rate::Rate::per_day(10_000)).name("day"),
+            )
             .build()
             .unwrap();
-        RateHeaders::new(style, d, &Policy::new(&limiter)).apply(map);
+        RateHeaders::new(style, d, Some(&QuotaHeaders::new(&limiter))).apply(map);
     }
 
     #[test]
@@ -598,5 +691,40 @@ mod tests {
         let mut s = String::new();
         push_sf_string(&mut s, "a\"b\\c\u{e9}\n");
         assert_eq!(s, r#""a\"b\\c??""#);
+    }
+
+    #[test]
+    fn plan_headers_follow_each_build_of_a_plan() {
+        use crate::plans::{Plan, Plans};
+        use crate::rate::Rate;
+        use crate::store::MemoryStore;
+        let plan = |n| Plan::new([Quota::fixed_window(Rate::per_minute(n)).name("minute")]);
+        let plans = Plans::builder()
+            .store(MemoryStore::new())
+            .plan("free", plan(10))
+            .plan("open", Plan::unlimited())
+            .default_plan("free")
+            .build()
+            .unwrap();
+        let cache = PlanHeaders::default();
+        let policy = |p: &Arc<ActivePlan>| {
+            cache.with(p, |q| {
+                q.and_then(|q| q.policy.clone())
+                    .map(|v| v.to_str().unwrap().to_owned())
+            })
+        };
+        let free = plans.resolve(Some("free"));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=10;w=60"#));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=10;w=60"#));
+        assert_eq!(cache.built.load().len(), 1);
+        assert_eq!(policy(&plans.resolve(Some("open"))), None);
+
+        // a new build of the plan: new headers; the old build's are dropped
+        // once nothing holds that build
+        plans.handle().set_plan("free", plan(20)).unwrap();
+        drop(free);
+        let free = plans.resolve(Some("free"));
+        assert_eq!(policy(&free).as_deref(), Some(r#""minute";q=20;w=60"#));
+        assert_eq!(cache.built.load().len(), 1);
     }
 }

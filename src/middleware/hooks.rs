@@ -14,12 +14,12 @@ use crate::decision::Decision;
 
 /// A request's cost from its head ([`RateLimitLayer::cost`](crate::RateLimitLayer::cost),
 /// [`ResponseCost::estimate`](super::ResponseCost::estimate)).
-pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+pub(super) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 /// Whether a request skips the limiter ([`RateLimitLayer::bypass`](crate::RateLimitLayer::bypass)).
-pub(crate) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
+pub(super) type BypassFn = dyn Fn(&Parts) -> bool + Send + Sync;
 /// The response to a denied request ([`RateLimitLayer::deny_response`](crate::RateLimitLayer::deny_response)).
-pub(crate) type DenyFn = dyn Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync;
+pub(super) type DenyFn = dyn Fn(&Parts, &Decision) -> Response<Bytes> + Send + Sync;
 /// Whether a response is refunded ([`RateLimitLayer::refund_when`](crate::RateLimitLayer::refund_when)).
-pub(crate) type RefundFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+pub(super) type RefundFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 /// A response's real cost from its extensions ([`ResponseCost::extension`](super::ResponseCost::extension)).
-pub(crate) type ExtensionCostFn = dyn Fn(&http::Extensions) -> Option<u64> + Send + Sync;
+pub(super) type ExtensionCostFn = dyn Fn(&http::Extensions) -> Option<u64> + Send + Sync;

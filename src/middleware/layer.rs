@@ -10,6 +10,7 @@ use tower_layer::Layer;
 
 use super::config::Config;
 use super::headers::HeaderStyle;
+use super::limits::Limits;
 use super::policy::{Failure, FailurePolicy, MissingKey};
 use super::service::RateLimit;
 use super::stats::Stats;
@@ -64,7 +65,7 @@ use super::settle::{ResponseCost, SettleConfig};
 #[derive(Clone)]
 #[must_use]
 pub struct RateLimitLayer {
-    pub(crate) config: Arc<Config>,
+    config: Arc<Config>,
 }
 
 impl RateLimitLayer {
@@ -82,7 +83,7 @@ impl RateLimitLayer {
     /// the [failure policy](Self::on_store_error) applies.
     pub fn new(limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
         Self {
-            config: Arc::new(Config::new(limiter, extractor)),
+            config: Arc::new(Config::of_limiter(limiter, extractor)),
         }
     }
 
@@ -93,7 +94,7 @@ impl RateLimitLayer {
 
     /// Which rate-limit headers responses carry (default [`HeaderStyle::Ietf`]).
     pub fn headers(self, style: HeaderStyle) -> Self {
-        self.with(|c| c.style = style)
+        self.with(|c| c.answers.style = style)
     }
 
     /// What to do when the store fails or times out (default [`FailurePolicy::Open`]).
@@ -103,7 +104,7 @@ impl RateLimitLayer {
     /// With [plans](Self::with_plans), `Fallback` decides each plan's
     /// quotas in its store (each plan's limiter over it is made on first need).
     pub fn on_store_error(self, policy: FailurePolicy) -> Self {
-        self.with(|c| c.failure = Failure::resolve(policy, &c.limiter))
+        self.with(|c| c.failures.outage = Failure::resolve(policy, c.limits.limiter()))
     }
 
     /// What to do when the store refuses the limiter's calls for good
@@ -135,7 +136,7 @@ impl RateLimitLayer {
     /// # }
     /// ```
     pub fn on_refusal(self, policy: FailurePolicy) -> Self {
-        self.with(|c| c.refusal = Failure::resolve(policy, &c.limiter))
+        self.with(|c| c.failures.refusal = Failure::resolve(policy, c.limits.limiter()))
     }
 
     /// The weight of a request (default 1). A cost of 0 counts as 1: every
@@ -149,7 +150,7 @@ impl RateLimitLayer {
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,
     {
-        self.with(|c| c.cost = Some(Arc::new(cost)))
+        self.with(|c| c.requests.cost = Some(Arc::new(cost)))
     }
 
     /// Requests for which `bypass` returns true skip the limiter entirely
@@ -158,7 +159,7 @@ impl RateLimitLayer {
     where
         F: Fn(&Parts) -> bool + Send + Sync + 'static,
     {
-        self.with(|c| c.bypass = Some(Arc::new(bypass)))
+        self.with(|c| c.requests.bypass = Some(Arc::new(bypass)))
     }
 
     /// What to do when the extractor finds no key (default
@@ -166,7 +167,7 @@ impl RateLimitLayer {
     /// anything else the request lacks, 500 (logged) when the server records
     /// no peer address).
     pub fn on_missing_key(self, missing: MissingKey) -> Self {
-        self.with(|c| c.missing = missing)
+        self.with(|c| c.requests.missing = missing)
     }
 
     /// Builds the response to a denied HTTP request (default
@@ -184,7 +185,7 @@ impl RateLimitLayer {
         F: Fn(&Parts, &Decision) -> Response<T> + Send + Sync + 'static,
         T: Into<Bytes>,
     {
-        self.with(|c| c.deny = Some(Arc::new(move |p, d| deny(p, d).map(Into::into))))
+        self.with(|c| c.answers.deny = Some(Arc::new(move |p, d| deny(p, d).map(Into::into))))
     }
 
     /// Turns the local deny cache on (the default) or off.
@@ -212,10 +213,7 @@ impl RateLimitLayer {
     pub fn deny_cache_capacity(self, keys: usize) -> Self {
         self.with(|c| {
             c.deny_cache = true;
-            c.limiter.deny_cache().set_capacity(keys);
-            if let Some((plans, _)) = &c.plans {
-                plans.set_deny_cache_capacity(keys);
-            }
+            c.limits.set_deny_cache_capacity(keys);
         })
     }
 
@@ -229,7 +227,7 @@ impl RateLimitLayer {
     /// request in gRPC form (e.g. gRPC-Web over HTTP/1.1 behind this layer);
     /// `.grpc(false)` never does.
     pub fn grpc(self, grpc: bool) -> Self {
-        self.with(|c| c.grpc = Some(grpc))
+        self.with(|c| c.answers.grpc = Some(grpc))
     }
 
     /// Checks every request under its plan: `resolver` names the plan
@@ -269,15 +267,13 @@ impl RateLimitLayer {
         extractor: impl KeyExtractor,
         resolver: impl PlanResolver,
     ) -> Self {
-        let default = plans.resolve(None);
         // (what `limiter()` shows; a layer of unlimited plans only shows an inert one)
-        let limiter = match default.limiter() {
+        let shown = match plans.resolve(None).limiter() {
             Some(l) => l.clone(),
             None => inert_limiter(),
         };
-        let mut config = Config::new(limiter, extractor);
-        config.name = crate::decision::intern(plans.prefix());
-        config.plans = Some((plans, Arc::new(resolver)));
+        let name = crate::decision::intern(plans.prefix());
+        let config = Config::new(Limits::of_plans(plans, resolver, shown), extractor, name);
         Self {
             config: Arc::new(config),
         }
@@ -316,7 +312,7 @@ impl RateLimitLayer {
     /// Whether a shadowed denial's response carries the rate-limit headers
     /// of its decision (default `true`; `Retry-After` never).
     pub fn shadow_headers(self, headers: bool) -> Self {
-        self.with(|c| c.shadow_headers = headers)
+        self.with(|c| c.answers.shadow_headers = headers)
     }
 
     /// Flags the admitted request that takes a quota across `fraction` of
@@ -466,12 +462,12 @@ impl RateLimitLayer {
     /// [with plans](Self::with_plans): the default plan's when the layer was
     /// built (the plans themselves are [`plans`](Self::plans)).
     pub fn limiter(&self) -> &RateLimiter {
-        &self.config.limiter
+        self.config.limits.limiter()
     }
 
     /// The plans of a layer [with plans](Self::with_plans).
     pub fn plans(&self) -> Option<&Plans> {
-        self.config.plans.as_ref().map(|(p, _)| p)
+        self.config.limits.plans()
     }
 
     /// Counters shared by every service of this layer.
@@ -499,17 +495,17 @@ impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.config;
         f.debug_struct("RateLimitLayer")
-            .field("limiter", &c.limiter)
-            .field("headers", &c.style)
-            .field("on_store_error", &c.failure)
-            .field("on_refusal", &c.refusal)
-            .field("cost", &c.cost.is_some())
-            .field("bypass", &c.bypass.is_some())
-            .field("on_missing_key", &c.missing)
-            .field("deny_response", &c.deny.is_some())
+            .field("limiter", c.limits.limiter())
+            .field("headers", &c.answers.style)
+            .field("on_store_error", &c.failures.outage)
+            .field("on_refusal", &c.failures.refusal)
+            .field("cost", &c.requests.cost.is_some())
+            .field("bypass", &c.requests.bypass.is_some())
+            .field("on_missing_key", &c.requests.missing)
+            .field("deny_response", &c.answers.deny.is_some())
             .field("deny_cache", &c.deny_cache)
-            .field("grpc", &c.grpc)
-            .field("plans", &c.plans.as_ref().map(|(p, _)| p))
+            .field("grpc", &c.answers.grpc)
+            .field("plans", &c.limits.plans())
             .field("shadow", &c.shadow)
             .field("near_limit", &c.near_limit.fraction)
             .field(
@@ -526,9 +522,9 @@ impl fmt::Debug for RateLimitLayer {
 /// never checks with it: every request's plan has no limits).
 fn inert_limiter() -> RateLimiter {
     match RateLimiter::builder()
-        .store(crate::MemoryStore::with_shards(1))
+        .store(crate::store::MemoryStore::with_shards(1))
         .prefix("unlimited")
-        .quota(crate::Rate::per_second(1))
+        .quota(crate::rate::Rate::per_second(1))
         .build()
     {
         Ok(limiter) => limiter,

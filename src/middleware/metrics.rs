@@ -29,7 +29,7 @@ use crate::error::StoreError;
 
 /// `outcome` label values of `ratelimit_decisions_total`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome {
+pub(super) enum OutcomeLabel {
     Allowed,
     Denied,
     ShadowDenied,
@@ -43,28 +43,28 @@ pub(crate) enum Outcome {
     FallbackDenied,
 }
 
-impl Outcome {
+impl OutcomeLabel {
     #[cfg(feature = "metrics")]
     fn label(self) -> &'static str {
         match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Denied => "denied",
-            Outcome::ShadowDenied => "shadow_denied",
-            Outcome::ShadowDelayed => "shadow_delayed",
-            Outcome::Bypassed => "bypassed",
-            Outcome::Skipped => "skipped",
-            Outcome::Unlimited => "unlimited",
-            Outcome::FailOpen => "fail_open",
-            Outcome::FailClosed => "fail_closed",
-            Outcome::FallbackAllowed => "fallback_allowed",
-            Outcome::FallbackDenied => "fallback_denied",
+            OutcomeLabel::Allowed => "allowed",
+            OutcomeLabel::Denied => "denied",
+            OutcomeLabel::ShadowDenied => "shadow_denied",
+            OutcomeLabel::ShadowDelayed => "shadow_delayed",
+            OutcomeLabel::Bypassed => "bypassed",
+            OutcomeLabel::Skipped => "skipped",
+            OutcomeLabel::Unlimited => "unlimited",
+            OutcomeLabel::FailOpen => "fail_open",
+            OutcomeLabel::FailClosed => "fail_closed",
+            OutcomeLabel::FallbackAllowed => "fallback_allowed",
+            OutcomeLabel::FallbackDenied => "fallback_denied",
         }
     }
 }
 
 /// A label value: a literal, or a name made from the configuration
 /// (borrowed when interned, else a count of the shared string).
-pub(crate) trait Label {
+pub(super) trait Label {
     /// The value.
     #[cfg(feature = "metrics")]
     fn value(self) -> metrics::SharedString;
@@ -96,7 +96,7 @@ impl Label for &crate::decision::QuotaName {
 
 /// One decision's outcome.
 #[inline]
-pub(crate) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label, o: Outcome) {
+pub(super) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label, o: OutcomeLabel) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_decisions_total",
@@ -112,7 +112,7 @@ pub(crate) fn decision(limiter: impl Label, plan: impl Label, quota: impl Label,
 
 /// A failed store call, by the `kind` of its error.
 #[inline]
-pub(crate) fn store_error(limiter: impl Label, plan: impl Label, error: &StoreError) {
+pub(super) fn store_error(limiter: impl Label, plan: impl Label, error: &StoreError) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_store_errors_total",
@@ -140,7 +140,7 @@ fn error_kind(error: &StoreError) -> &'static str {
 
 /// A denial answered from the deny cache.
 #[inline]
-pub(crate) fn deny_cache_hit(limiter: impl Label, plan: impl Label, quota: impl Label) {
+pub(super) fn deny_cache_hit(limiter: impl Label, plan: impl Label, quota: impl Label) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_deny_cache_hits_total",
@@ -155,7 +155,7 @@ pub(crate) fn deny_cache_hit(limiter: impl Label, plan: impl Label, quota: impl 
 
 /// A caller that crossed the near-limit fraction of a quota.
 #[inline]
-pub(crate) fn near_limit(limiter: impl Label, plan: impl Label, quota: impl Label) {
+pub(super) fn near_limit(limiter: impl Label, plan: impl Label, quota: impl Label) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "ratelimit_near_limit_total",
@@ -171,7 +171,7 @@ pub(crate) fn near_limit(limiter: impl Label, plan: impl Label, quota: impl Labe
 /// The delay shadow mode did not impose on an admitted request (a
 /// LeakyBucket's slot): the wait it would have had.
 #[inline]
-pub(crate) fn shadow_delay(
+pub(super) fn shadow_delay(
     limiter: impl Label,
     plan: impl Label,
     quota: impl Label,
@@ -191,10 +191,10 @@ pub(crate) fn shadow_delay(
 
 /// The time a store call started (only read with the feature on).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Started(#[cfg(feature = "metrics")] std::time::Instant);
+pub(super) struct Started(#[cfg(feature = "metrics")] std::time::Instant);
 
 #[inline]
-pub(crate) fn start() -> Started {
+pub(super) fn start() -> Started {
     Started(
         #[cfg(feature = "metrics")]
         std::time::Instant::now(),
@@ -203,7 +203,7 @@ pub(crate) fn start() -> Started {
 
 /// A store call's latency, from `started`.
 #[inline]
-pub(crate) fn store_call(limiter: impl Label, plan: impl Label, started: Started) {
+pub(super) fn store_call(limiter: impl Label, plan: impl Label, started: Started) {
     #[cfg(feature = "metrics")]
     {
         let took: Duration = started.0.elapsed();
@@ -217,11 +217,11 @@ pub(crate) fn store_call(limiter: impl Label, plan: impl Label, started: Started
 /// One concurrency lease held by a response: `ratelimit_leases` goes up
 /// now and down when this is dropped (the lease's release starts).
 #[derive(Debug)]
-pub(crate) struct LeaseCount(#[cfg(feature = "metrics")] metrics::Gauge);
+pub(super) struct LeaseCount(#[cfg(feature = "metrics")] metrics::Gauge);
 
 impl LeaseCount {
     #[inline]
-    pub(crate) fn new(limiter: impl Label, plan: impl Label) -> Self {
+    pub(super) fn new(limiter: impl Label, plan: impl Label) -> Self {
         #[cfg(feature = "metrics")]
         {
             let gauge = metrics::gauge!("ratelimit_leases", "limiter" => limiter.value(), "plan" => plan.value());

@@ -79,11 +79,13 @@ macro_rules! event {
 
 // One concern per module:
 // - layer.rs: the builder (`RateLimitLayer`), options resolved once into
-//   config.rs's `Config`, shared by every service of the layer; hooks.rs:
-//   the closure types the options keep (a leaf: imports no middleware module);
+//   config.rs's `Config`, shared by every service of the layer; limits.rs:
+//   what it checks against (`Limits`: one limiter, or plans, with the
+//   header objects of their quotas); hooks.rs: the closure types the
+//   options keep (a leaf: imports no middleware module);
 // - service.rs: `RateLimit::call`: bypass? → check → future;
-// - check.rs: one request's decision: key → deny cache → store call →
-//   failure policy → `Verdict` (plans: the quotas chosen per request there;
+// - check.rs: one request's decision: key → deny cache (a `Precheck`) →
+//   store call → failure policy → `Verdict` (plans: the quotas chosen per request there;
 //   shadow mode: a "would have denied" verdict and outcome);
 // - future.rs: `ResponseFuture`: verdict → (delay) → inner call → headers;
 // - body.rs: `ResponseBody` and the lease released when it ends (and the
@@ -99,9 +101,10 @@ mod check;
 mod config;
 pub(crate) mod deny_cache;
 mod future;
-pub(crate) mod headers;
+mod headers;
 mod hooks;
 pub(crate) mod layer;
+mod limits;
 mod metrics;
 mod near;
 mod options;

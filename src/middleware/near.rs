@@ -6,15 +6,15 @@ use http::request::Parts;
 
 use crate::decision::{Decision, QuotaName};
 
-pub(crate) type NearLimitFn = dyn Fn(&Parts, &NearLimit) + Send + Sync;
+pub(super) type NearLimitFn = dyn Fn(&Parts, &NearLimit) + Send + Sync;
 
 /// What [`RateLimitLayer::near_limit`](crate::RateLimitLayer::near_limit)
 /// and [`on_near_limit`](crate::RateLimitLayer::on_near_limit) set.
 #[derive(Clone, Default)]
-pub(crate) struct NearLimitHook {
+pub(super) struct NearLimitHook {
     /// The fraction flagged (`None`: nothing is flagged, the callback unused).
-    pub(crate) fraction: Option<f64>,
-    pub(crate) callback: Option<Arc<NearLimitFn>>,
+    pub(super) fraction: Option<f64>,
+    pub(super) callback: Option<Arc<NearLimitFn>>,
 }
 
 /// An admitted request that took a quota across the layer's near-limit
@@ -42,13 +42,13 @@ pub struct NearLimit {
 
 impl NearLimitHook {
     /// Whether a fraction is set (requests are then checked for a crossing).
-    pub(crate) fn is_on(&self) -> bool {
+    pub(super) fn is_on(&self) -> bool {
         self.fraction.is_some()
     }
 
     /// The quota this decision (of a request of `cost`) took across the
     /// threshold, if any.
-    pub(crate) fn crossed(&self, decision: &Decision, cost: u64) -> Option<NearLimit> {
+    pub(super) fn crossed(&self, decision: &Decision, cost: u64) -> Option<NearLimit> {
         let fraction = self.fraction?;
         if cost == 0 || !decision.allowed() {
             return None;

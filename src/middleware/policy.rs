@@ -52,7 +52,7 @@ pub enum FailurePolicy {
 
 /// A failure policy, resolved against the limiter.
 #[derive(Clone, Debug)]
-pub(crate) enum Failure {
+pub(super) enum Failure {
     Open,
     Closed,
     Fallback(Arc<Fallback>),
@@ -60,7 +60,7 @@ pub(crate) enum Failure {
 
 impl Failure {
     /// `policy` for `limiter`: a fallback store decides with its quotas.
-    pub(crate) fn resolve(policy: FailurePolicy, limiter: &RateLimiter) -> Self {
+    pub(super) fn resolve(policy: FailurePolicy, limiter: &RateLimiter) -> Self {
         match policy {
             FailurePolicy::Open => Failure::Open,
             FailurePolicy::Closed => Failure::Closed,
@@ -87,7 +87,7 @@ const FALLBACK_PLANS: usize = 256;
 
 /// A [`FailurePolicy::Fallback`]: the layer's limiter over the fallback
 /// store, and each plan's, made on first need.
-pub(crate) struct Fallback {
+pub(super) struct Fallback {
     limiter: RateLimiter,
     store: MemoryStore,
     /// By plan name: the latest build's limiter, with its generation (at
@@ -97,7 +97,7 @@ pub(crate) struct Fallback {
 
 impl Fallback {
     /// The limiter that decides a request of `plan` (the layer's without plans).
-    pub(crate) fn limiter_for(&self, plan: Option<&ActivePlan>) -> RateLimiter {
+    pub(super) fn limiter_for(&self, plan: Option<&ActivePlan>) -> RateLimiter {
         let Some((plan, limiter)) = plan.and_then(|p| Some((p, p.limiter()?))) else {
             return self.limiter.clone();
         };
@@ -133,7 +133,7 @@ impl fmt::Debug for Fallback {
 /// its throttle: an outage at WARN (once a second per layer), a refusal at
 /// ERROR (once every [`REFUSAL_LOG_INTERVAL_MS`] per layer), each line
 /// with the number of failures not logged since the previous one.
-pub(crate) fn log_failure(
+pub(super) fn log_failure(
     failures: &LogThrottle,
     refusals: &LogThrottle,
     failure: &Failure,
@@ -185,14 +185,14 @@ const FAILURE_LOG_INTERVAL_MS: u64 = 1_000;
 /// At most one refusal ERROR per this interval and layer: a refusal fails
 /// every call alike, so one line every 10 s says it all without drowning
 /// the log.
-pub(crate) const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
+pub(super) const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// The time base of every [`LogThrottle`].
 static LOG_EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// Lets one log line through per interval, counting those it holds back.
 #[derive(Debug, Default)]
-pub(crate) struct LogThrottle {
+pub(super) struct LogThrottle {
     /// When the last line was logged (ms since `LOG_EPOCH`, plus one; 0: never).
     last_ms: AtomicU64,
     /// Lines held back since the last one logged.
@@ -202,7 +202,7 @@ pub(crate) struct LogThrottle {
 impl LogThrottle {
     /// Whether to log now (`interval_ms` since the last line, or never
     /// logged); if so, how many were held back before it.
-    pub(crate) fn to_log(&self, interval_ms: u64) -> Option<u64> {
+    pub(super) fn to_log(&self, interval_ms: u64) -> Option<u64> {
         let now = LOG_EPOCH.elapsed().as_millis() as u64 + 1;
         let last = self.last_ms.load(Ordering::Relaxed);
         if (last == 0 || now.saturating_sub(last) >= interval_ms)
@@ -252,10 +252,10 @@ impl LogThrottle {
 /// # let _ = (reject, let_through, share_one_key);
 /// ```
 #[derive(Clone)]
-pub struct MissingKey(pub(crate) MissingKeyKind);
+pub struct MissingKey(pub(super) MissingKeyKind);
 
 #[derive(Clone)]
-pub(crate) enum MissingKeyKind {
+pub(super) enum MissingKeyKind {
     ByCause,
     Reject(StatusCode),
     Skip,
@@ -292,7 +292,7 @@ impl MissingKey {
     }
 
     /// The extractor of [`MissingKey::fallback`], if that is the policy.
-    pub(crate) fn fallback_extractor(&self) -> Option<&dyn KeyExtractor> {
+    pub(super) fn fallback_extractor(&self) -> Option<&dyn KeyExtractor> {
         match &self.0 {
             MissingKeyKind::Fallback(extractor) => Some(extractor.as_ref()),
             _ => None,
@@ -300,7 +300,7 @@ impl MissingKey {
     }
 
     /// What to do for this request, which `extractor` found no key in.
-    pub(crate) fn resolve(&self, parts: &Parts, extractor: &dyn KeyExtractor) -> Resolved {
+    pub(super) fn resolve(&self, parts: &Parts, extractor: &dyn KeyExtractor) -> Resolved {
         match &self.0 {
             MissingKeyKind::ByCause => Resolved::Reject(extractor.missing_cause(parts).status()),
             MissingKeyKind::Reject(status) => Resolved::Reject(*status),
@@ -319,7 +319,7 @@ impl MissingKey {
 }
 
 /// The outcome of [`MissingKey::resolve`].
-pub(crate) enum Resolved {
+pub(super) enum Resolved {
     Key(Vec<u8>),
     Skip,
     Reject(StatusCode),

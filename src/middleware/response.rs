@@ -21,7 +21,7 @@ const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 const GRPC_UNAVAILABLE: u16 = 14;
 
 /// Whether the request has a gRPC content type (`application/grpc*`).
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+pub(super) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
@@ -34,6 +34,7 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 /// client turn its 429 into a success.
 fn grpc_form(config: &Config, parts: &Parts) -> bool {
     config
+        .answers
         .grpc
         .unwrap_or_else(|| parts.version == Version::HTTP_2 && is_grpc(&parts.headers))
 }
@@ -134,7 +135,7 @@ fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Re
 
 /// The answer to a denied request, with the rate-limit headers (and
 /// `Retry-After` unless the request can never fit).
-pub(crate) fn denied(
+pub(super) fn denied(
     config: &Config,
     parts: &Parts,
     decision: &Decision,
@@ -162,7 +163,7 @@ pub(crate) fn denied(
             ),
         }
     } else {
-        match &config.deny {
+        match &config.answers.deny {
             Some(f) => f(parts, decision),
             None => text_plain(parts, decision),
         }
@@ -172,7 +173,7 @@ pub(crate) fn denied(
 }
 
 /// The answer when the store failed under [`FailurePolicy::Closed`](crate::middleware::FailurePolicy::Closed).
-pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
+pub(super) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
     let mut res = if grpc_form(config, parts) {
         grpc(GRPC_UNAVAILABLE, "rate limiter unavailable")
     } else {
@@ -191,9 +192,9 @@ pub(crate) fn unavailable(config: &Config, parts: &Parts) -> Response<Bytes> {
 /// `status` with a body saying why there is no key and what would fix it
 /// (as axum's missing-extension rejection does). A server error (the
 /// default 500: a misconfigured server) is also logged, once per layer.
-pub(crate) fn rejected(config: &Config, parts: &Parts, status: StatusCode) -> Response<Bytes> {
-    let mut hint = config.extractor.missing_hint(parts).into_owned();
-    if let Some(fallback) = config.missing.fallback_extractor() {
+pub(super) fn rejected(config: &Config, parts: &Parts, status: StatusCode) -> Response<Bytes> {
+    let mut hint = config.requests.extractor.missing_hint(parts).into_owned();
+    if let Some(fallback) = config.requests.missing.fallback_extractor() {
         hint.push_str("; and the MissingKey::fallback extractor: ");
         hint.push_str(&fallback.missing_hint(parts));
     }

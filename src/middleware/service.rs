@@ -7,10 +7,10 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::check::{Check, check};
+use super::check::{Precheck, precheck};
 use super::config::Config;
 use super::future::ResponseFuture;
-use super::metrics::{self, Outcome};
+use super::metrics::{self, OutcomeLabel};
 use super::outcome::RateLimitOutcome;
 use super::stats::Stats;
 use crate::key::KeyExtractor;
@@ -31,12 +31,12 @@ pub struct RateLimit<S> {
 impl<S> RateLimit<S> {
     /// Wraps `inner` with the defaults of [`RateLimitLayer::new`](crate::RateLimitLayer::new).
     pub fn new(inner: S, limiter: RateLimiter, extractor: impl KeyExtractor) -> Self {
-        Self::from_config(inner, Arc::new(Config::new(limiter, extractor)))
+        Self::from_config(inner, Arc::new(Config::of_limiter(limiter, extractor)))
     }
 
     // `RateLimit::layer` is in layer.rs, with the builder it returns.
 
-    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+    pub(super) fn from_config(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
     }
 
@@ -57,7 +57,7 @@ impl<S> RateLimit<S> {
 
     /// The limiter this service checks with.
     pub fn limiter(&self) -> &RateLimiter {
-        &self.config.limiter
+        self.config.limits.limiter()
     }
 
     /// Counters shared by every service of the same layer.
@@ -79,8 +79,8 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("limiter", &self.config.limiter)
-            .field("headers", &self.config.style)
+            .field("limiter", self.config.limits.limiter())
+            .field("headers", &self.config.answers.style)
             .finish_non_exhaustive()
     }
 }
@@ -100,48 +100,38 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
-        if self
-            .config
-            .settle
-            .as_ref()
-            .is_some_and(|s| s.cost.is_some())
-        {
+        if self.config.takes_usage_reports() {
             // (on every path, so that a handler can always extract it)
             parts.extensions.insert(super::UsageReporter::default());
         }
-        if self
-            .config
-            .bypass
-            .as_ref()
-            .is_some_and(|bypass| bypass(&parts))
-        {
+        if self.config.bypasses(&parts) {
             parts.extensions.insert(RateLimitOutcome::Bypassed);
-            metrics::decision(&self.config.name, "", "", Outcome::Bypassed);
+            metrics::decision(&self.config.name, "", "", OutcomeLabel::Bypassed);
             return ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)));
         }
-        match check(&self.config, &parts) {
-            Check::Skip => {
+        match precheck(&self.config, &parts) {
+            Precheck::Skip => {
                 parts.extensions.insert(RateLimitOutcome::Skipped);
-                metrics::decision(&self.config.name, "", "", Outcome::Skipped);
+                metrics::decision(&self.config.name, "", "", OutcomeLabel::Skipped);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
-            Check::Unlimited(plan) => {
-                metrics::decision(&self.config.name, &plan.label, "", Outcome::Unlimited);
+            Precheck::Unlimited(plan) => {
+                metrics::decision(&self.config.name, &plan.label, "", OutcomeLabel::Unlimited);
                 parts.extensions.insert(RateLimitOutcome::Unlimited);
                 parts.extensions.insert(plan);
                 ResponseFuture::passthrough(self.inner.call(Request::from_parts(parts, body)))
             }
-            Check::Answer(response) => ResponseFuture::answered(response),
-            Check::Decided(verdict) => {
+            Precheck::Answer(response) => ResponseFuture::answered(response),
+            Precheck::Decided(verdict) => {
                 // Decided already (a memory store): no state to carry.
                 ResponseFuture::decided(verdict, &mut self.inner, parts, body, &self.config)
             }
-            Check::Store(check) => {
+            Precheck::Store(deciding) => {
                 // Hand the service that was driven to readiness to the future, keep a clone.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
                 let request = Request::from_parts(parts, body);
-                ResponseFuture::checking(check, inner, request, self.config.clone())
+                ResponseFuture::checking(deciding, inner, request, self.config.clone())
             }
         }
     }

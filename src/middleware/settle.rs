@@ -26,18 +26,18 @@ use crate::settle::Reservation;
 
 /// The settle options of a layer (present when any is set).
 #[derive(Clone, Default)]
-pub(crate) struct SettleConfig {
+pub(super) struct SettleConfig {
     /// Responses not counted (refunded): any of these says so.
-    pub(crate) refund: Vec<Arc<RefundFn>>,
+    pub(super) refund: Vec<Arc<RefundFn>>,
     /// Whether a request whose response future is dropped before the
     /// response (the client went away) is refunded (default: counted).
-    pub(crate) refund_on_disconnect: bool,
-    pub(crate) cost: Option<ResponseCost>,
+    pub(super) refund_on_disconnect: bool,
+    pub(super) cost: Option<ResponseCost>,
 }
 
 impl SettleConfig {
     /// The estimate to reserve for a request (`None`: the layer's cost).
-    pub(crate) fn estimate(&self, parts: &Parts) -> Option<u64> {
+    pub(super) fn estimate(&self, parts: &Parts) -> Option<u64> {
         let cost = self.cost.as_ref()?;
         cost.estimate.as_ref().map(|f| f(parts))
     }
@@ -213,7 +213,7 @@ enum Actual {
 
 /// An admitted request's reservation, settled once: by [`settle`](Self::settle)
 /// or, when dropped, in a task spawned on the current Tokio runtime.
-pub(crate) struct SettleGuard {
+pub(super) struct SettleGuard {
     limiter: RateLimiter,
     reservation: Option<Reservation>,
     actual: Actual,
@@ -225,7 +225,7 @@ impl SettleGuard {
     /// The guard of an admitted request's `reservation`; until its response
     /// head is known it settles as a disconnect does. `reporter`: the one
     /// in the request's extensions (a layer with a response cost).
-    pub(crate) fn new(
+    pub(super) fn new(
         limiter: RateLimiter,
         reservation: Reservation,
         config: Arc<SettleConfig>,
@@ -247,13 +247,13 @@ impl SettleGuard {
     }
 
     /// The limiter of the reservation.
-    pub(crate) fn limiter(&self) -> &RateLimiter {
+    pub(super) fn limiter(&self) -> &RateLimiter {
         &self.limiter
     }
 
     /// The response head is known: what to settle to. `None`: nothing to
     /// settle (the reservation stands as it is).
-    pub(crate) fn at_head(mut self, head: &http::response::Parts) -> Option<Self> {
+    pub(super) fn at_head(mut self, head: &http::response::Parts) -> Option<Self> {
         let units = match self.reservation.as_ref() {
             Some(r) if r.decision().allowed() => r.units(),
             // (a shadow layer's denied request: not charged, as an
@@ -285,7 +285,7 @@ impl SettleGuard {
 
     /// The settle as a future (none when there is nothing to settle); a
     /// failure is logged and counted, never returned.
-    pub(crate) fn settle(mut self) -> Option<SettleFuture> {
+    pub(super) fn settle(mut self) -> Option<SettleFuture> {
         self.take()
     }
 
@@ -314,7 +314,7 @@ impl SettleGuard {
     }
 }
 
-pub(crate) type SettleFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(super) type SettleFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Drop for SettleGuard {
     fn drop(&mut self) {

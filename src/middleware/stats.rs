@@ -37,7 +37,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn read(c: &Counters) -> Self {
+    pub(super) fn read(c: &Counters) -> Self {
         Self {
             denied: c.denied.load(Ordering::Relaxed),
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
@@ -52,29 +52,29 @@ impl Stats {
 
 /// The live counters of one layer, shared by every service it builds.
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) denied: AtomicU64,
-    pub(crate) deny_cache_hits: AtomicU64,
-    pub(crate) store_errors: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    pub(crate) fallback_decisions: AtomicU64,
-    pub(crate) shadow_denied: AtomicU64,
-    pub(crate) settle_errors: AtomicU64,
+pub(super) struct Counters {
+    pub(super) denied: AtomicU64,
+    pub(super) deny_cache_hits: AtomicU64,
+    pub(super) store_errors: AtomicU64,
+    pub(super) refused: AtomicU64,
+    pub(super) fallback_decisions: AtomicU64,
+    pub(super) shadow_denied: AtomicU64,
+    pub(super) settle_errors: AtomicU64,
     /// The store-failure warnings (WARN, once a second).
-    pub(crate) failure_log: LogThrottle,
+    pub(super) failure_log: LogThrottle,
     /// The refusal errors (ERROR, once every 10 s).
-    pub(crate) refusal_log: LogThrottle,
+    pub(super) refusal_log: LogThrottle,
     /// Whether a request without a key has been logged (once per layer).
     missing_key_logged: AtomicBool,
 }
 
 impl Counters {
-    pub(crate) fn bump(counter: &AtomicU64) {
+    pub(super) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether this is the layer's first request without a key (logged, once).
-    pub(crate) fn first_missing_key(&self) -> bool {
+    pub(super) fn first_missing_key(&self) -> bool {
         !self.missing_key_logged.swap(true, Ordering::Relaxed)
     }
 }

@@ -91,7 +91,6 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Interned, intern};
 use crate::error::{ConfigError, StoreError};
 use crate::limiter::{MAX_PREFIX_LEN, RateLimiter, RateLimiterBuilder};
-use crate::middleware::headers::Policy;
 use crate::quota::Quota;
 use crate::store::{Backend, Store};
 
@@ -162,8 +161,6 @@ pub struct ActivePlan {
     pub(crate) label: Interned<str>,
     plan: Plan,
     limiter: Option<RateLimiter>,
-    /// `RateLimit-Policy` of its quotas (middleware).
-    pub(crate) policy: Option<Arc<Policy>>,
     /// Distinct for every build of a plan (the middleware's fallback
     /// limiters key by it).
     pub(crate) generation: u64,
@@ -691,7 +688,6 @@ impl Shared {
                 name,
                 plan: plan.clone(),
                 limiter: None,
-                policy: None,
                 generation,
             });
         }
@@ -726,13 +722,11 @@ impl Shared {
             0 => {}
             keys => limiter.deny_cache().set_capacity(keys),
         }
-        let policy = Some(Arc::new(Policy::new(&limiter)));
         Ok(ActivePlan {
             label: self.label(&name),
             name,
             plan: plan.clone(),
             limiter: Some(limiter),
-            policy,
             generation,
         })
     }
@@ -1094,7 +1088,6 @@ impl Plans {
                     label: Interned::EMPTY,
                     plan: Plan::unlimited(),
                     limiter: None,
-                    policy: None,
                     generation: 0,
                 }),
             }),
