@@ -441,29 +441,6 @@ pub(crate) async fn verify<P: Pooled>(
     Ok(())
 }
 
-/// The script of [`check_document`] (`lua/document_check.lua`), prepared once.
-fn document_check_script() -> &'static LimiterScript {
-    static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        let source = include_str!("../../../lua/document_check.lua").to_owned();
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
-    })
-}
-
-/// Checks that the document `key` (a `Plans`' shared limits) may be read
-/// and written, in one atomic call that leaves it as it was.
-pub(crate) async fn check_document<P: Pooled>(
-    conns: &Connections<P>,
-    key: &str,
-) -> Result<(), StoreError> {
-    let script = document_check_script();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.sha.as_str()).arg(1).arg(key);
-    let _: redis::Value = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
-    Ok(())
-}
-
 /// Refuses a server older than [`MIN_VERSION`], from `INFO server`'s
 /// `redis_version` (one node's text, or every node's on a cluster; Valkey
 /// reports its Redis compatibility version there).
