@@ -170,7 +170,7 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// The hash of a tag's rest and the shard it lives in.
+    /// The hash of a user key (a tag's rest) and the shard it lives in.
     fn locate(&self, rest: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
         let hash = self.inner.hasher.hash_one(rest);
         // the high half picks the shard; the table hash mixes all of it

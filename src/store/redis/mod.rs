@@ -4,7 +4,10 @@
 //!   ([`cluster`], feature `cluster`): a Redis Cluster; `RedisSentinelStore`
 //!   (`sentinel`, feature `sentinel`): the primary that Redis Sentinel names.
 //!   A connection kind is its store type and one `conn::Pooled`
-//!   implementation.
+//!   implementation; [`RedisConns`] holds any kind's connections, and runs
+//!   every operation on them, for the store-agnostic layer above.
+//! - [`options`]: what the three builders share (timeout, connections, the
+//!   errors of URLs).
 //! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
 //!   connections, time budgets, discarding broken or silent connections,
 //!   reloading the script on `NOSCRIPT`.
@@ -13,6 +16,10 @@
 //! - [`protocol`]: what is sent (`KEYS`/`ARGV` of a decision, the commands of
 //!   release and reset) and how the replies read, into the store's
 //!   [`Outcome`](super::Outcome). It shares no types with the memory store.
+//! - `reserve`: the take and give-back of local reservations, and the
+//!   adjust and block of the admin calls; `document`: named text documents
+//!   (`GET`, `SET`, an access check); `error`: which client errors are
+//!   refusals for good.
 //!
 //! Per limiter, at build, a Redis store prepares its script and the encoded
 //! quota arguments once ([`protocol::Prepared`]); every decision is then one
