@@ -16,10 +16,10 @@
 //! for those quotas (a Redis store: its script and the encoded quota
 //! arguments). Each decision is then one call, the same for every store.
 //!
-//! Inside, a store is one of two: [`Backend::Redis`] (any connection kind,
-//! single node, Cluster or Sentinel, behind one [`RedisConns`]) or
-//! [`Backend::Memory`]; bound to a limiter, [`Bound::Redis`] or
-//! [`Bound::Memory`]. Each operation has those two arms.
+//! Inside, a store is one of two: `Backend::Redis` (any connection kind,
+//! single node, Cluster or Sentinel, behind one `RedisConns`) or
+//! `Backend::Memory`; bound to a limiter, `Bound::Redis` or
+//! `Bound::Memory`. Each operation has those two arms.
 
 pub(crate) mod memory;
 pub(crate) mod redis;

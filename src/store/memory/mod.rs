@@ -154,9 +154,9 @@ impl MemoryStore {
     /// and gives back the memory of shards left mostly empty.
     ///
     /// Each key expires on the clock of the limiter that wrote it: the
-    /// store's, or its [`ManualClock`]'s current reading. Limiters on
-    /// different clocks can share a store (each keeps its own state, even
-    /// under one prefix).
+    /// store's, or its [`ManualClock`](crate::clock::ManualClock)'s current
+    /// reading. Limiters on different clocks can share a store (each keeps
+    /// its own state, even under one prefix).
     pub fn sweep(&self) {
         for s in self.inner.shards.iter() {
             lock(s).sweep_now(&self.inner, false);
