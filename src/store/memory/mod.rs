@@ -28,7 +28,7 @@ use self::scopes::Scopes;
 use self::table::{Padded, Shard, lock};
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
-use crate::store::{Adjustment, Call};
+use crate::store::call::{Adjustment, Call};
 use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
@@ -67,6 +67,14 @@ struct Inner {
     /// Shared documents by name (a [`Plans`](crate::plans::Plans)' current
     /// limits), what Redis holds under the prefix for a Redis store.
     documents: Mutex<HashMap<Box<str>, Arc<str>>>,
+}
+
+impl Inner {
+    /// Each scope's time for a sweep of the table at `store_now` (see
+    /// [`Scopes`]: a scope with a manual clock is swept at its time).
+    fn scope_times(&self, store_now: i64) -> Vec<i64> {
+        scopes::lock_scopes(&self.scopes).times(store_now)
+    }
 }
 
 /// One decision for the memory store: the quotas of one user key.

@@ -10,7 +10,6 @@ use hashbrown::HashTable;
 
 use super::Inner;
 use super::clock::Clock;
-use super::scopes::lock_scopes;
 use crate::strategy::state::Entry;
 
 /// How many operations on a shard at least between the sweeps of its expired
@@ -205,7 +204,7 @@ impl Shard {
     #[inline(never)]
     pub(super) fn sweep_now(&mut self, inner: &Inner, regrow: bool) {
         let store_now = Clock::get().now_us().max(self.latest);
-        let times = lock_scopes(&inner.scopes).times(store_now);
+        let times = inner.scope_times(store_now);
         self.sweep(&times, &inner.hasher, regrow);
     }
 

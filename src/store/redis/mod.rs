@@ -47,7 +47,7 @@ use self::conn::{Connections, Pooled, pool_error};
 use self::options::{Common, bad_url};
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
-use crate::store::{Adjustment, Call, Outcome};
+use crate::store::call::{Adjustment, Call, Outcome};
 
 /// A Redis store's connections, whichever their kind: what a limiter's
 /// store calls go through. Each operation is written once here for every

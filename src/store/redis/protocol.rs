@@ -17,7 +17,7 @@ use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
-use crate::store::{Call, Outcome, QuotaOutcome};
+use crate::store::call::{Call, Outcome, QuotaOutcome};
 use crate::strategy::Strategy;
 
 /// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
