@@ -1,8 +1,8 @@
--- Plans::verify of plans that share their limits (a sync interval): may
--- this user read and write the document KEYS[1] (`<prefix>:plans`)? Changes
--- nothing others can see: a document there is written back as it is; when
--- there is none, an empty one is written and deleted within this one atomic
--- call (DEL first: a user refused DEL is refused before anything is written).
+-- May this user read and write the text document KEYS[1] (a plain string
+-- key)? Changes nothing others can see: a document there is written back as
+-- it is; when there is none, an empty one is written and deleted within this
+-- one atomic call (DEL first: a user refused DEL is refused before anything
+-- is written).
 local doc = redis.call('GET', KEYS[1])
 if doc then
   redis.call('SET', KEYS[1], doc)

@@ -131,20 +131,6 @@ impl StoreError {
         StoreError::Redis(Box::new(e))
     }
 
-    /// A Redis client error: a [`Refused`](Self::Refused) if the server
-    /// refused the command for good (`NOPERM`, an unknown command), else a
-    /// [`Redis`](Self::Redis) error.
-    pub(crate) fn from_redis(e: redis::RedisError) -> Self {
-        match RefusalKind::of(&e) {
-            Some(kind) => StoreError::Refused(Refusal {
-                kind,
-                message: e.to_string(),
-                source: Some(Box::new(e)),
-            }),
-            None => StoreError::redis(e),
-        }
-    }
-
     /// A connection pool error.
     pub(crate) fn pool(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         StoreError::Pool(Box::new(e))
@@ -261,55 +247,17 @@ pub enum RefusalKind {
     ScriptError,
 }
 
-impl RefusalKind {
-    /// The kind of a refusal for good, or `None` for any other error.
-    fn of(e: &redis::RedisError) -> Option<Self> {
-        let detail = e.detail().unwrap_or_default();
-        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
-            || e.code() == Some("NOPERM")
-            || detail.contains("no permissions to")
-            || detail.contains("No permissions to access")
-            // an ACL refusal of a command a script calls comes as `ERR`
-            || detail.contains("user executing the script can't")
-        {
-            Some(RefusalKind::NoPermission)
-        } else if e.code() == Some("ERR")
-            && (detail.starts_with("unknown command") || detail.starts_with("unknown subcommand"))
-        {
-            Some(RefusalKind::UnknownCommand)
-        } else if TRANSIENT.iter().any(|t| detail.contains(t)) {
-            // (Redis 6 wraps the error of a command a script calls in `ERR
-            // Error running script …`: an outage inside a script stays one)
-            None
-        } else if e.code() == Some("WRONGTYPE")
-            || (e.code() == Some("ERR") && detail.contains("WRONGTYPE"))
-        {
-            Some(RefusalKind::WrongType)
-        } else if e.code() == Some("ERR")
-            && (detail.contains("Error running script") || detail.contains("user_script:"))
-        {
-            Some(RefusalKind::ScriptError)
-        } else {
-            None
+impl Refusal {
+    /// A refusal of `kind` with the server's `message` and the client's
+    /// error (see `store::redis::error`, which tells the kind).
+    pub(crate) fn new(kind: RefusalKind, message: String, source: Option<Source>) -> Self {
+        Refusal {
+            kind,
+            message,
+            source,
         }
     }
-}
 
-/// Error codes of a Redis that cannot answer for now (out of memory, a
-/// replica, loading, busy, failing over): inside a script's error they make
-/// it an outage, not a refusal.
-const TRANSIENT: &[&str] = &[
-    "OOM",
-    "READONLY",
-    "LOADING",
-    "BUSY",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "TRYAGAIN",
-    "NOREPLICAS",
-];
-
-impl Refusal {
     /// A server older than the limiter supports.
     pub(crate) fn too_old(version: &str) -> Self {
         Refusal {

@@ -255,6 +255,7 @@ impl RateLimiter {
     fn store_call<'a>(
         &'a self,
         base: &'a str,
+        user: &'a [u8],
         keys: &'a [String],
         cost: u64,
         nonce: &'a str,
@@ -262,6 +263,7 @@ impl RateLimiter {
         let inner = &*self.inner;
         Call {
             base,
+            user,
             keys,
             quotas: &inner.quotas,
             cost,
@@ -275,8 +277,9 @@ impl RateLimiter {
     async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
         let nonce = self.nonce();
-        let (base, keys) = self.keys_of(&storable_key(key));
-        let call = self.store_call(&base, &keys, cost, &nonce);
+        let user = storable_key(key);
+        let (base, keys) = self.keys_of(&user);
+        let call = self.store_call(&base, &user, &keys, cost, &nonce);
         let outcome = inner.store.decide(call).await?;
         // (a lone shadow quota's script reports its own verdict)
         let allowed = outcome.allowed || self.all_shadow();
@@ -397,8 +400,8 @@ impl RateLimiter {
         }
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&user);
-        let call = self.store_call(&base, &keys, cost, &nonce);
-        let (outcome, now) = inner.store.take(self.settle_scripts(), call, &user).await?;
+        let call = self.store_call(&base, &user, &keys, cost, &nonce);
+        let (outcome, now) = inner.store.take(self.settle_scripts(), call).await?;
         let allowed = outcome.allowed || self.all_shadow();
         let lease = self.lease(allowed, cost, nonce, || (base, keys.clone()));
         let d = self.decision_of(allowed, outcome.quotas.iter().copied(), lease);
@@ -495,8 +498,9 @@ impl RateLimiter {
     }
 
     async fn reset_here(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let (base, keys) = self.keys_of(&storable_key(key.as_ref()));
-        self.inner.store.reset(&base, &keys).await?;
+        let user = storable_key(key.as_ref());
+        let (_, keys) = self.keys_of(&user);
+        self.inner.store.reset(&user, &keys).await?;
         self.forget_denial(key.as_ref());
         Ok(())
     }

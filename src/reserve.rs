@@ -326,6 +326,7 @@ impl Reserver {
         let manual = lim.manual_now_us();
         let call = Call {
             base: &base,
+            user,
             keys: &keys,
             quotas,
             cost: self.n,
@@ -343,7 +344,7 @@ impl Reserver {
                 self.give_back(lim, user, old).await;
             }
         };
-        let take = lim.bound_store().take(self.scripts.as_deref(), call, user);
+        let take = lim.bound_store().take(self.scripts.as_deref(), call);
         let ((), taken) = tokio::join!(give_back, take);
         let (outcome, at) = taken?;
         let now = self.now(lim);

@@ -136,6 +136,9 @@ struct Shared {
 /// state of a `Plans` built with a sync interval.
 struct StoreSync {
     interval_us: u64,
+    /// The name of the store's text document the limits are kept in
+    /// (`<prefix>:plans`, a plain string key on Redis), holding the
+    /// [`PlansConfig`] in its text notation.
     key: String,
     /// When the store was last read (µs since `epoch`, plus one; 0: never).
     last_poll: AtomicU64,

@@ -15,20 +15,26 @@
 //! A limiter binds its store once, at build: the store prepares what it needs
 //! for those quotas (a Redis store: its script and the encoded quota
 //! arguments). Each decision is then one call, the same for every store.
+//!
+//! Inside, a store is one of two: `Backend::Redis` (any connection kind,
+//! single node, Cluster or Sentinel, behind one `RedisConns`) or
+//! `Backend::Memory`; bound to a limiter, `Bound::Redis` or
+//! `Bound::Memory`. Each operation has those two arms.
 
+pub(crate) mod call;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+pub(crate) use self::call::{Adjustment, Call, Outcome, QuotaOutcome};
 pub(crate) use self::memory::MemoryStore;
-pub(crate) use self::redis::RedisStore;
 #[cfg(feature = "cluster")]
 pub(crate) use self::redis::cluster::RedisClusterStore;
 use self::redis::protocol;
 #[cfg(feature = "sentinel")]
 pub(crate) use self::redis::sentinel::RedisSentinelStore;
+pub(crate) use self::redis::{RedisConns, RedisStore};
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::QuotaSpec;
@@ -61,7 +67,7 @@ pub(crate) mod sealed {
 #[allow(private_interfaces)]
 impl sealed::Sealed for RedisStore {
     fn into_backend(self) -> Backend {
-        Backend::Redis(self)
+        Backend::Redis(RedisConns::Single(self.inner))
     }
 }
 
@@ -69,7 +75,7 @@ impl sealed::Sealed for RedisStore {
 #[allow(private_interfaces)]
 impl sealed::Sealed for RedisClusterStore {
     fn into_backend(self) -> Backend {
-        Backend::Cluster(self)
+        Backend::Redis(RedisConns::Cluster(self.inner))
     }
 }
 
@@ -77,7 +83,7 @@ impl sealed::Sealed for RedisClusterStore {
 #[allow(private_interfaces)]
 impl sealed::Sealed for RedisSentinelStore {
     fn into_backend(self) -> Backend {
-        Backend::Sentinel(self)
+        Backend::Redis(RedisConns::Sentinel(self.inner))
     }
 }
 
@@ -88,77 +94,20 @@ impl sealed::Sealed for MemoryStore {
     }
 }
 
-/// The stores, dispatched without boxing.
-#[derive(Debug, Clone)]
+/// The stores, dispatched without boxing: Redis of any connection kind, or
+/// memory.
+#[derive(Clone)]
 pub(crate) enum Backend {
-    Redis(RedisStore),
-    #[cfg(feature = "cluster")]
-    Cluster(RedisClusterStore),
-    #[cfg(feature = "sentinel")]
-    Sentinel(RedisSentinelStore),
+    Redis(RedisConns),
     Memory(MemoryStore),
 }
 
-/// One decision to make: the quota keys of one user key. The same for every
-/// store; what a store needs beyond it was prepared at [`bind`](Backend::bind).
-pub(crate) struct Call<'a> {
-    /// The hash-tagged part shared by all keys, `{prefix:key}`.
-    pub(crate) base: &'a str,
-    /// One storage key per quota.
-    pub(crate) keys: &'a [String],
-    /// The limiter's quotas, in the order of `keys`.
-    pub(crate) quotas: &'a [QuotaSpec],
-    pub(crate) cost: u64,
-    /// Manual clock reading (any value, 0 included, up to
-    /// [`ManualClock::MAX`](crate::clock::ManualClock::MAX)); `None`: the store's clock.
-    pub(crate) now_us: Option<u64>,
-    /// Unique id for sorted-set members (leases).
-    pub(crate) nonce: &'a str,
-    /// Blocking, as the limiter was built (see `lua/block.lua`): `keys`
-    /// then ends with the block key.
-    pub(crate) block_us: Option<u64>,
-}
-
-/// A store's answer: every quota's outcome, and whether all allowed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Outcome {
-    pub(crate) allowed: bool,
-    pub(crate) quotas: Vec<QuotaOutcome>,
-}
-
-/// One quota's outcome, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct QuotaOutcome {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) reset_after: Duration,
-    pub(crate) retry_after: Option<Duration>,
-    pub(crate) delay: Duration,
-}
-
-/// A memory algorithm's answer as an outcome (Redis replies parse straight
-/// into outcomes, in `redis::protocol`).
-impl From<Raw> for QuotaOutcome {
-    fn from(r: Raw) -> Self {
-        let us = |v: i64| {
-            // (most values are below a second: no division then)
-            let v = v.max(0) as u64;
-            if v < 1_000_000 {
-                Duration::new(0, v as u32 * 1_000)
-            } else {
-                Duration::from_micros(v)
-            }
-        };
-        QuotaOutcome {
-            allowed: r.ok,
-            remaining: r.remaining.max(0) as u64,
-            reset_after: us(r.reset),
-            retry_after: (r.retry >= 0 && !r.ok).then(|| us(r.retry)),
-            delay: if r.delay > 0 {
-                us(r.delay)
-            } else {
-                Duration::ZERO
-            },
+impl std::fmt::Debug for Backend {
+    /// The store: `Redis(RedisStore { … })`, `Cluster(…)`, `Memory(…)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Redis(r) => r.fmt(f),
+            Backend::Memory(s) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
 }
@@ -168,11 +117,7 @@ impl Backend {
     /// (a zero timeout, no connections, a pool of size 0).
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         match self {
-            Backend::Redis(s) => s.inner.validate("RedisStore"),
-            #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.validate("RedisClusterStore"),
-            #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => s.inner.validate("RedisSentinelStore"),
+            Backend::Redis(r) => r.validate(),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -188,13 +133,8 @@ impl Backend {
         block: Option<u64>,
         clock: &crate::clock::Clock,
     ) -> Bound {
-        let redis = || Arc::new(protocol::Prepared::new(quotas, block));
         match self {
-            Backend::Redis(s) => Bound::Redis(s, redis()),
-            #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => Bound::Cluster(s, redis()),
-            #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => Bound::Sentinel(s, redis()),
+            Backend::Redis(r) => Bound::Redis(r, Arc::new(protocol::Prepared::new(quotas, block))),
             Backend::Memory(s) => {
                 let scopes = s.bind(prefix, suffixes, clock);
                 Bound::Memory(s, scopes)
@@ -207,11 +147,8 @@ impl Backend {
 /// quotas (opaque to the limiter). Dispatched without boxing.
 #[derive(Clone)]
 pub(crate) enum Bound {
-    Redis(RedisStore, Arc<protocol::Prepared>),
-    #[cfg(feature = "cluster")]
-    Cluster(RedisClusterStore, Arc<protocol::Prepared>),
-    #[cfg(feature = "sentinel")]
-    Sentinel(RedisSentinelStore, Arc<protocol::Prepared>),
+    /// The connections and the limiter's script and encoded arguments.
+    Redis(RedisConns, Arc<protocol::Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
     Memory(MemoryStore, memory::ScopeIds),
 }
@@ -220,11 +157,7 @@ impl std::fmt::Debug for Bound {
     /// The store alone, as [`Backend`] shows it (the script is no news).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Bound::Redis(s, _) => f.debug_tuple("Redis").field(s).finish(),
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, _) => f.debug_tuple("Cluster").field(s).finish(),
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, _) => f.debug_tuple("Sentinel").field(s).finish(),
+            Bound::Redis(r, _) => r.fmt(f),
             Bound::Memory(s, ..) => f.debug_tuple("Memory").field(s).finish(),
         }
     }
@@ -233,34 +166,13 @@ impl std::fmt::Debug for Bound {
 impl Bound {
     /// Decides `call`. The limiter calls a memory store with
     /// [`MemoryStore::decide`] instead, without storage-key strings; this is
-    /// the same decision from the strings.
+    /// the same decision through the general path.
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
-            Bound::Redis(s, p) => protocol::decide(&s.inner, p, call).await,
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, p) => protocol::decide(&s.inner, p, call).await,
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, p) => protocol::decide(&s.inner, p, call).await,
+            Bound::Redis(r, p) => r.decide(p, call).await,
             Bound::Memory(s, scopes) => {
-                // `{<prefix>:<user>}`, the user key after the prefix
-                let tag = call
-                    .base
-                    .strip_prefix('{')
-                    .and_then(|b| b.strip_suffix('}'));
-                let user = tag
-                    .and_then(|t| t.get(t.find(':')? + 1..))
-                    .unwrap_or_default();
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
-                let local = memory::LocalCall {
-                    scopes,
-                    user: user.as_bytes(),
-                    quotas: call.quotas,
-                    cost: call.cost,
-                    now_us: call.now_us,
-                    nonce: call.nonce,
-                    block_us: call.block_us,
-                };
-                let allowed = s.decide(&local, &mut raws);
+                let allowed = s.decide(&memory::LocalCall::of(&call, scopes), &mut raws);
                 Ok(Outcome {
                     allowed,
                     quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
@@ -271,11 +183,7 @@ impl Bound {
 
     pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         match self {
-            Bound::Redis(s, _) => protocol::release(&s.inner, lease).await,
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, _) => protocol::release(&s.inner, lease).await,
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, _) => protocol::release(&s.inner, lease).await,
+            Bound::Redis(r, _) => r.release(lease).await,
             Bound::Memory(s, scopes) => {
                 s.release(lease, scopes);
                 Ok(())
@@ -283,22 +191,18 @@ impl Bound {
         }
     }
 
-    pub(crate) async fn reset(&self, base: &str, keys: &[String]) -> Result<(), StoreError> {
+    /// Forgets the state of the user key `user` (as stored), whose storage
+    /// keys are `keys`.
+    pub(crate) async fn reset(&self, user: &[u8], keys: &[String]) -> Result<(), StoreError> {
         match self {
-            Bound::Redis(s, _) => protocol::reset(&s.inner, keys).await,
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, _) => protocol::reset(&s.inner, keys).await,
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, _) => protocol::reset(&s.inner, keys).await,
+            Bound::Redis(r, _) => r.reset(keys).await,
             Bound::Memory(s, scopes) => {
-                s.reset(base, keys, scopes);
+                s.reset(user, &scopes[..keys.len().min(scopes.len())]);
                 Ok(())
             }
         }
     }
-}
 
-impl Bound {
     /// Checks that the store can run this limiter's scripts (a Redis store:
     /// its version, then `SCRIPT LOAD` of the decision scripts (a fast
     /// path's too) and of the reservation scripts `reserve`, if any); a
@@ -307,20 +211,12 @@ impl Bound {
         &self,
         reserve: Option<&redis::reserve::Scripts>,
     ) -> Result<(), StoreError> {
-        fn scripts<'a>(
-            p: &'a protocol::Prepared,
-            reserve: Option<&'a redis::reserve::Scripts>,
-        ) -> Vec<&'a redis::script::LimiterScript> {
-            let mut all: Vec<_> = p.scripts().collect();
-            all.extend(reserve.iter().flat_map(|r| r.scripts()));
-            all
-        }
         match self {
-            Bound::Redis(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, p) => protocol::verify(&s.inner, &scripts(p, reserve)).await,
+            Bound::Redis(r, p) => {
+                let mut all: Vec<_> = p.scripts().collect();
+                all.extend(reserve.iter().flat_map(|r| r.scripts()));
+                r.verify(&all).await
+            }
             Bound::Memory(..) => Ok(()),
         }
     }
@@ -338,36 +234,22 @@ impl Bound {
     ) -> Option<Arc<redis::reserve::Scripts>> {
         match self {
             Bound::Memory(..) => None,
-            _ => Some(Arc::new(redis::reserve::Scripts::new(quotas, block))),
+            Bound::Redis(..) => Some(Arc::new(redis::reserve::Scripts::new(quotas, block))),
         }
     }
 
     /// A reservation's take: the decision of `call` for the reserved units,
-    /// and the time the store decided at. `user` is the user key as stored.
+    /// and the time the store decided at.
     pub(crate) async fn take(
         &self,
         scripts: Option<&redis::reserve::Scripts>,
         call: Call<'_>,
-        user: &[u8],
     ) -> Result<(Outcome, i64), StoreError> {
         match (self, scripts) {
-            (Bound::Redis(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
-            #[cfg(feature = "cluster")]
-            (Bound::Cluster(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
-            #[cfg(feature = "sentinel")]
-            (Bound::Sentinel(s, _), Some(x)) => redis::reserve::take(&s.inner, x, call).await,
+            (Bound::Redis(r, _), Some(x)) => r.take(x, call).await,
             (Bound::Memory(s, scopes), _) => {
-                let local = memory::LocalCall {
-                    scopes,
-                    user,
-                    quotas: call.quotas,
-                    cost: call.cost,
-                    now_us: call.now_us,
-                    nonce: call.nonce,
-                    block_us: call.block_us,
-                };
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
-                let (allowed, now) = s.take(&local, &mut raws);
+                let (allowed, now) = s.take(&memory::LocalCall::of(&call, scopes), &mut raws);
                 Ok((
                     Outcome {
                         allowed,
@@ -376,9 +258,7 @@ impl Bound {
                     now,
                 ))
             }
-            _ => Err(StoreError::Protocol(
-                "reservation scripts were not prepared".to_owned(),
-            )),
+            (Bound::Redis(..), None) => Err(not_prepared("reservation")),
         }
     }
 
@@ -391,72 +271,53 @@ impl Bound {
         user: &[u8],
     ) -> Result<(), StoreError> {
         match (self, scripts) {
-            (Bound::Redis(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
-            #[cfg(feature = "cluster")]
-            (Bound::Cluster(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
-            #[cfg(feature = "sentinel")]
-            (Bound::Sentinel(s, _), Some(x)) => redis::reserve::give_back(&s.inner, x, &gb).await,
+            (Bound::Redis(r, _), Some(x)) => r.give_back(x, &gb).await,
             (Bound::Memory(s, scopes), _) => {
                 let local = memory::LocalCall {
-                    scopes,
-                    user,
-                    quotas,
                     cost: gb.units,
-                    now_us: gb.now_us,
-                    nonce: "",
-                    block_us: None,
+                    ..local_call(scopes, user, quotas, gb.now_us)
                 };
                 s.give_back(&local, gb.at, gb.fins);
                 Ok(())
             }
-            _ => Err(StoreError::Protocol(
-                "reservation scripts were not prepared".to_owned(),
-            )),
+            (Bound::Redis(..), None) => Err(not_prepared("reservation")),
         }
     }
 }
 
-/// Shared documents (a [`Plans`](crate::plans::Plans)' current limits): a
-/// plain key on Redis (`GET`, `SET`), a map on the memory store. Never on a
-/// decision's path: read at most once per sync interval.
+/// The error of a Redis call whose scripts were not prepared at bind (a
+/// bug: never seen by a user).
+fn not_prepared(what: &str) -> StoreError {
+    StoreError::Protocol(format!("{what} scripts were not prepared"))
+}
+
+/// Named text documents (what [`Plans`](crate::plans::Plans) shares its
+/// current limits in, say): a plain string key on Redis (`GET`, `SET`), a
+/// map on the memory store. Never on a decision's path.
 impl Backend {
-    pub(crate) async fn document(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let mut cmd = ::redis::cmd("GET");
-        cmd.arg(key);
+    /// The text of the document `name`, if there is one.
+    pub(crate) async fn document(&self, name: &str) -> Result<Option<String>, StoreError> {
         match self {
-            Backend::Redis(s) => s.inner.query(conn_request(&cmd), None, None).await,
-            #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.query(conn_request(&cmd), None, None).await,
-            #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => s.inner.query(conn_request(&cmd), None, None).await,
-            Backend::Memory(s) => Ok(s.document(key).map(|d| d.to_string())),
+            Backend::Redis(r) => r.document(name).await,
+            Backend::Memory(s) => Ok(s.document(name).map(|d| d.to_string())),
         }
     }
 
-    /// Checks that the document `key` may be read and written (Redis: one
+    /// Checks that the document `name` may be read and written (Redis: one
     /// script call that leaves it as it was; memory: always).
-    pub(crate) async fn check_document(&self, key: &str) -> Result<(), StoreError> {
+    pub(crate) async fn check_document(&self, name: &str) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => protocol::check_document(&s.inner, key).await,
-            #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => protocol::check_document(&s.inner, key).await,
-            #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => protocol::check_document(&s.inner, key).await,
+            Backend::Redis(r) => r.check_document(name).await,
             Backend::Memory(_) => Ok(()),
         }
     }
 
-    pub(crate) async fn set_document(&self, key: &str, text: &str) -> Result<(), StoreError> {
-        let mut cmd = ::redis::cmd("SET");
-        cmd.arg(key).arg(text);
+    /// Writes `text` as the document `name`.
+    pub(crate) async fn set_document(&self, name: &str, text: &str) -> Result<(), StoreError> {
         match self {
-            Backend::Redis(s) => s.inner.query(conn_request(&cmd), None, None).await,
-            #[cfg(feature = "cluster")]
-            Backend::Cluster(s) => s.inner.query(conn_request(&cmd), None, None).await,
-            #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => s.inner.query(conn_request(&cmd), None, None).await,
+            Backend::Redis(r) => r.set_document(name, text).await,
             Backend::Memory(s) => {
-                s.set_document(key, text);
+                s.set_document(name, text);
                 Ok(())
             }
         }
@@ -479,24 +340,12 @@ impl Bound {
     ) -> Result<(), StoreError> {
         let keys = &keys[..quotas.len().min(keys.len())];
         match (self, scripts) {
-            (Bound::Redis(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
-            }
-            #[cfg(feature = "cluster")]
-            (Bound::Cluster(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
-            }
-            #[cfg(feature = "sentinel")]
-            (Bound::Sentinel(s, _), Some(x)) => {
-                redis::reserve::adjust(&s.inner, x, keys, adjustment, now_us).await
-            }
+            (Bound::Redis(r, _), Some(x)) => r.adjust(x, keys, adjustment, now_us).await,
             (Bound::Memory(s, scopes), _) => {
                 s.adjust(&local_call(scopes, user, quotas, now_us), adjustment);
                 Ok(())
             }
-            _ => Err(StoreError::Protocol(
-                "settle scripts were not prepared".to_owned(),
-            )),
+            (Bound::Redis(..), None) => Err(not_prepared("settle")),
         }
     }
 
@@ -511,32 +360,13 @@ impl Bound {
         now_us: Option<u64>,
     ) -> Result<(), StoreError> {
         match self {
-            Bound::Redis(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
-            #[cfg(feature = "cluster")]
-            Bound::Cluster(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
-            #[cfg(feature = "sentinel")]
-            Bound::Sentinel(s, _) => redis::reserve::block(&s.inner, block_key, us, now_us).await,
+            Bound::Redis(r, _) => r.block(block_key, us, now_us).await,
             Bound::Memory(s, scopes) => {
                 s.set_block(&local_call(scopes, user, quotas, now_us), us);
                 Ok(())
             }
         }
     }
-}
-
-fn conn_request(cmd: &::redis::Cmd) -> redis::conn::Request<'_> {
-    redis::conn::Request::Cmd(cmd)
-}
-
-/// What an adjust does to every quota of a key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Adjustment<'a> {
-    /// Charges (`> 0`, past the limit if need be) or gives back (`< 0`,
-    /// never above the limit) these units.
-    By(i64),
-    /// Starts each quota afresh, charged `units[i]` (its capacity less the
-    /// remaining asked for).
-    Set(&'a [i64]),
 }
 
 /// A memory call on a key's quotas that decides nothing (adjust, block).

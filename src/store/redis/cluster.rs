@@ -7,6 +7,7 @@ use deadpool_redis::cluster::Pool;
 use redis::cluster_async::ClusterConnection;
 
 use super::conn::{Connections, Pooled, pool_error};
+use super::options::{self, Common, bad_url};
 use crate::error::{ConfigError, StoreError};
 
 /// A store in a Redis Cluster, reached through a `deadpool_redis::cluster::Pool`.
@@ -68,23 +69,29 @@ impl Pooled for Pool {
     }
 }
 
-impl std::fmt::Debug for RedisClusterStore {
+impl std::fmt::Debug for Connections<Pool> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisClusterStore")
-            .field("pool", &self.inner.pool.status())
-            .field("timeout", &self.inner.timeout)
+            .field("pool", &self.pool.status())
+            .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+impl std::fmt::Debug for RedisClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
     }
 }
 
 impl RedisClusterStore {
     /// Default bound on one store call.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    pub const DEFAULT_TIMEOUT: Duration = Common::DEFAULT_TIMEOUT;
 
     /// A store over `pool` with the [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
     pub fn new(pool: Pool) -> Self {
         Self {
-            inner: Arc::new(Connections::new(pool, 1, Self::DEFAULT_TIMEOUT)),
+            inner: Arc::new(Connections::new(pool, Common::DEFAULT)),
         }
     }
 
@@ -102,25 +109,13 @@ impl RedisClusterStore {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
-        if urls.is_empty() {
-            return Err(ConfigError::new(
-                "store.urls",
-                "no seed node; give at least one, e.g. [\"redis://127.0.0.1:7000/\"]",
-            ));
-        }
+        let urls = options::urls(urls, "seed node", "redis://127.0.0.1:7000/")?;
         deadpool_redis::cluster::Config::from_urls(urls)
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .map(Self::new)
             .map_err(|e| {
-                // The URLs may hold a password: they are not repeated here.
-                ConfigError::new(
-                    "store.urls",
-                    format!(
-                        "not usable Redis Cluster URLs ({e}); expected \
-                         redis://[[user]:password@]host[:port] for each seed node"
-                    ),
-                )
+                let expected = "redis://[[user]:password@]host[:port] for each seed node";
+                bad_url("store.urls", "usable Redis Cluster URLs", e, Some(expected))
             })
     }
 
@@ -132,7 +127,7 @@ impl RedisClusterStore {
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {
-            inner: Arc::new(Connections::new(self.inner.pool.clone(), 1, timeout)),
+            inner: self.inner.with(|o| o.timeout = timeout),
         }
     }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use super::options::Common;
 use super::script::LimiterScript;
 use crate::error::{ConfigError, StoreError};
 
@@ -49,8 +50,10 @@ pub(crate) struct Connections<P: Pooled> {
     pub(crate) pool: P,
     slots: Box<[Arc<Slot<P>>]>,
     next: AtomicUsize,
-    /// The number of connections asked for (0 is rejected by [`Connections::validate`]).
-    requested: usize,
+    /// The options it was built with (the connections as asked: the slots
+    /// are at least one).
+    options: Common,
+    /// [`Common::timeout`], read by every call.
     pub(crate) timeout: Duration,
     /// Serialises script loads after `NOSCRIPT`.
     loading: tokio::sync::Mutex<()>,
@@ -206,10 +209,10 @@ impl Request<'_> {
 }
 
 impl<P: Pooled> Connections<P> {
-    pub(crate) fn new(pool: P, connections: usize, timeout: Duration) -> Self {
+    pub(crate) fn new(pool: P, options: Common) -> Self {
         Self {
             pool,
-            slots: (0..connections.max(1))
+            slots: (0..options.connections.max(1))
                 .map(|_| {
                     Arc::new(Slot {
                         held: RwLock::new(None),
@@ -218,8 +221,8 @@ impl<P: Pooled> Connections<P> {
                 })
                 .collect(),
             next: AtomicUsize::new(0),
-            requested: connections,
-            timeout,
+            options,
+            timeout: options.timeout,
             loading: tokio::sync::Mutex::new(()),
             loads: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -234,32 +237,23 @@ impl<P: Pooled> Connections<P> {
         self.slots.len()
     }
 
-    /// The number of connections asked for (the slots are at least one).
-    pub(crate) fn requested(&self) -> usize {
-        self.requested
+    /// The same pool under `options` changed by `change` (a builder's
+    /// step): new connections, taken on the first call. Connections beyond
+    /// what the pool may hand out are not asked for (one the pool can never
+    /// hand out would time out every call that comes to it).
+    pub(crate) fn with(&self, change: impl FnOnce(&mut Common)) -> Arc<Self> {
+        let mut options = self.options;
+        change(&mut options);
+        if options.connections != self.options.connections {
+            options.connections = options.connections.min(self.pool.max_size().max(1));
+        }
+        Arc::new(Self::new(self.pool.clone(), options))
     }
 
     /// Rejects a configuration under which every call would fail; `store`
     /// names the store's type in the messages.
     pub(crate) fn validate(&self, store: &str) -> Result<(), ConfigError> {
-        if self.timeout.is_zero() {
-            return Err(ConfigError::new(
-                "store.timeout",
-                format!(
-                    "must be greater than zero, or every call times out at once; \
-                     use {store}::timeout(Duration::from_millis(100)) (the default) or more"
-                ),
-            ));
-        }
-        if self.requested == 0 {
-            return Err(ConfigError::new(
-                "store.connections",
-                format!(
-                    "must be at least 1: calls are multiplexed over this many pooled \
-                     connections; use {store}::connections(1) (the default)"
-                ),
-            ));
-        }
+        self.options.validate(store)?;
         if self.pool.max_size() == 0 {
             return Err(ConfigError::new(
                 "store.pool.max_size",

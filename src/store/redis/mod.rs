@@ -4,7 +4,10 @@
 //!   ([`cluster`], feature `cluster`): a Redis Cluster; `RedisSentinelStore`
 //!   (`sentinel`, feature `sentinel`): the primary that Redis Sentinel names.
 //!   A connection kind is its store type and one `conn::Pooled`
-//!   implementation.
+//!   implementation; [`RedisConns`] holds any kind's connections, and runs
+//!   every operation on them, for the store-agnostic layer above.
+//! - [`options`]: what the three builders share (timeout, connections, the
+//!   errors of URLs).
 //! - [`conn`]: connection health, shared by all kinds: pooled multiplexed
 //!   connections, time budgets, discarding broken or silent connections,
 //!   reloading the script on `NOSCRIPT`.
@@ -13,6 +16,10 @@
 //! - [`protocol`]: what is sent (`KEYS`/`ARGV` of a decision, the commands of
 //!   release and reset) and how the replies read, into the store's
 //!   [`Outcome`](super::Outcome). It shares no types with the memory store.
+//! - `reserve`: the take and give-back of local reservations, and the
+//!   adjust and block of the admin calls; `document`: named text documents
+//!   (`GET`, `SET`, an access check); `error`: which client errors are
+//!   refusals for good.
 //!
 //! Per limiter, at build, a Redis store prepares its script and the encoded
 //! quota arguments once ([`protocol::Prepared`]); every decision is then one
@@ -21,6 +28,9 @@
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod conn;
+mod document;
+mod error;
+pub(crate) mod options;
 pub(crate) mod protocol;
 pub(crate) mod reserve;
 pub(crate) mod script;
@@ -34,7 +44,147 @@ use deadpool_redis::Pool;
 use redis::aio::MultiplexedConnection;
 
 use self::conn::{Connections, Pooled, pool_error};
+use self::options::{Common, bad_url};
+use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
+use crate::store::call::{Adjustment, Call, Outcome};
+
+/// A Redis store's connections, whichever their kind: what a limiter's
+/// store calls go through. Each operation is written once here for every
+/// kind (`each_kind!`), and runs the kind's own code (no boxing, no dynamic
+/// dispatch beyond the one `match`).
+#[derive(Clone)]
+pub(crate) enum RedisConns {
+    /// One server ([`RedisStore`]).
+    Single(Arc<Connections<Pool>>),
+    /// A Redis Cluster (`RedisClusterStore`).
+    #[cfg(feature = "cluster")]
+    Cluster(Arc<Connections<deadpool_redis::cluster::Pool>>),
+    /// The primary that Redis Sentinel names (`RedisSentinelStore`).
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<Connections<sentinel::Sentinels>>),
+}
+
+/// Runs `$body` with `$c` the connections of `$conns`, whatever their kind.
+macro_rules! each_kind {
+    ($conns:expr, $c:ident => $body:expr) => {
+        match $conns {
+            RedisConns::Single($c) => $body,
+            #[cfg(feature = "cluster")]
+            RedisConns::Cluster($c) => $body,
+            #[cfg(feature = "sentinel")]
+            RedisConns::Sentinel($c) => $body,
+        }
+    };
+}
+
+impl std::fmt::Debug for RedisConns {
+    /// As the store: `Redis(RedisStore { … })`, `Cluster(…)`, `Sentinel(…)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisConns::Single(c) => f.debug_tuple("Redis").field(c).finish(),
+            #[cfg(feature = "cluster")]
+            RedisConns::Cluster(c) => f.debug_tuple("Cluster").field(c).finish(),
+            #[cfg(feature = "sentinel")]
+            RedisConns::Sentinel(c) => f.debug_tuple("Sentinel").field(c).finish(),
+        }
+    }
+}
+
+impl RedisConns {
+    /// Rejects a store configured so that every call would fail (a zero
+    /// timeout, no connections, a pool of size 0), naming its type.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            RedisConns::Single(c) => c.validate("RedisStore"),
+            #[cfg(feature = "cluster")]
+            RedisConns::Cluster(c) => c.validate("RedisClusterStore"),
+            #[cfg(feature = "sentinel")]
+            RedisConns::Sentinel(c) => c.validate("RedisSentinelStore"),
+        }
+    }
+
+    /// See [`protocol::decide`].
+    pub(crate) async fn decide(
+        &self,
+        prepared: &protocol::Prepared,
+        call: Call<'_>,
+    ) -> Result<Outcome, StoreError> {
+        each_kind!(self, c => protocol::decide(c, prepared, call).await)
+    }
+
+    /// See [`protocol::release`].
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        each_kind!(self, c => protocol::release(c, lease).await)
+    }
+
+    /// See [`protocol::reset`].
+    pub(crate) async fn reset(&self, keys: &[String]) -> Result<(), StoreError> {
+        each_kind!(self, c => protocol::reset(c, keys).await)
+    }
+
+    /// See [`protocol::verify`].
+    pub(crate) async fn verify(
+        &self,
+        scripts: &[&script::LimiterScript],
+    ) -> Result<(), StoreError> {
+        each_kind!(self, c => protocol::verify(c, scripts).await)
+    }
+
+    /// See [`reserve::take`].
+    pub(crate) async fn take(
+        &self,
+        scripts: &reserve::Scripts,
+        call: Call<'_>,
+    ) -> Result<(Outcome, i64), StoreError> {
+        each_kind!(self, c => reserve::take(c, scripts, call).await)
+    }
+
+    /// See [`reserve::give_back`].
+    pub(crate) async fn give_back(
+        &self,
+        scripts: &reserve::Scripts,
+        gb: &reserve::GiveBackCall<'_>,
+    ) -> Result<(), StoreError> {
+        each_kind!(self, c => reserve::give_back(c, scripts, gb).await)
+    }
+
+    /// See [`reserve::adjust`].
+    pub(crate) async fn adjust(
+        &self,
+        scripts: &reserve::Scripts,
+        keys: &[String],
+        adjustment: Adjustment<'_>,
+        now_us: Option<u64>,
+    ) -> Result<(), StoreError> {
+        each_kind!(self, c => reserve::adjust(c, scripts, keys, adjustment, now_us).await)
+    }
+
+    /// See [`reserve::block`].
+    pub(crate) async fn block(
+        &self,
+        block_key: &str,
+        us: u64,
+        now_us: Option<u64>,
+    ) -> Result<(), StoreError> {
+        each_kind!(self, c => reserve::block(c, block_key, us, now_us).await)
+    }
+
+    /// See [`document::get`].
+    pub(crate) async fn document(&self, name: &str) -> Result<Option<String>, StoreError> {
+        each_kind!(self, c => document::get(c, name).await)
+    }
+
+    /// See [`document::set`].
+    pub(crate) async fn set_document(&self, name: &str, text: &str) -> Result<(), StoreError> {
+        each_kind!(self, c => document::set(c, name, text).await)
+    }
+
+    /// See [`document::check`].
+    pub(crate) async fn check_document(&self, name: &str) -> Result<(), StoreError> {
+        each_kind!(self, c => document::check(c, name).await)
+    }
+}
 
 /// A store in one Redis server, reached through a `deadpool_redis::Pool`.
 ///
@@ -102,25 +252,31 @@ impl Pooled for Pool {
     }
 }
 
-impl std::fmt::Debug for RedisStore {
+impl std::fmt::Debug for Connections<Pool> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("pool", &self.inner.pool.status())
-            .field("connections", &self.inner.connections())
-            .field("timeout", &self.inner.timeout)
+            .field("pool", &self.pool.status())
+            .field("connections", &self.connections())
+            .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
     }
 }
 
 impl RedisStore {
     /// Default bound on one store call: a hung Redis never stalls a request longer.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    pub const DEFAULT_TIMEOUT: Duration = Common::DEFAULT_TIMEOUT;
 
     /// A store over `pool`, with one shared connection and the
     /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
     pub fn new(pool: Pool) -> Self {
         Self {
-            inner: Arc::new(Connections::new(pool, 1, Self::DEFAULT_TIMEOUT)),
+            inner: Arc::new(Connections::new(pool, Common::DEFAULT)),
         }
     }
 
@@ -137,14 +293,8 @@ impl RedisStore {
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .map(Self::new)
             .map_err(|e| {
-                // The URL may hold a password: it is not repeated here.
-                ConfigError::new(
-                    "store.url",
-                    format!(
-                        "not a usable Redis URL ({e}); expected \
-                         redis://[[user]:password@]host[:port][/db]"
-                    ),
-                )
+                let expected = "redis://[[user]:password@]host[:port][/db]";
+                bad_url("store.url", "a usable Redis URL", e, Some(expected))
             })
     }
 
@@ -178,18 +328,13 @@ impl RedisStore {
         certificates: redis::TlsCertificates,
     ) -> Result<Self, ConfigError> {
         check_pem(&certificates)?;
-        // The URL may hold a password: it is not repeated in the errors.
         let client = redis::Client::build_with_tls(url, certificates).map_err(|e| {
-            ConfigError::new(
-                "store.url",
-                format!(
-                    "not a usable TLS Redis URL and certificates ({e}); expected \
-                     rediss://[[user]:password@]host[:port][/db] and PEM certificates"
-                ),
-            )
+            let expected = "rediss://[[user]:password@]host[:port][/db] and PEM certificates";
+            let what = "a usable TLS Redis URL and certificates";
+            bad_url("store.url", what, e, Some(expected))
         })?;
         let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
-            .map_err(|e| ConfigError::new("store.url", format!("not a usable Redis URL ({e})")))?;
+            .map_err(|e| bad_url("store.url", "a usable Redis URL", e, None))?;
         Pool::builder(manager)
             .runtime(deadpool_redis::Runtime::Tokio1)
             .build()
@@ -204,13 +349,8 @@ impl RedisStore {
     /// [`build`](crate::limiter::RateLimiterBuilder::build) (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
-        let connections = self.inner.requested();
         Self {
-            inner: Arc::new(Connections::new(
-                self.inner.pool.clone(),
-                connections,
-                timeout,
-            )),
+            inner: self.inner.with(|o| o.timeout = timeout),
         }
     }
 
@@ -222,15 +362,9 @@ impl RedisStore {
     /// spare cores for I/O threads.
     #[must_use]
     pub fn connections(self, connections: usize) -> Self {
-        // Calls go round the connections in turn: one the pool can never hand
-        // out would time out every call that comes to it.
-        let connections = connections.min(self.inner.pool.status().max_size.max(1));
+        // (at most the pool's max_size: see `Connections::with`)
         Self {
-            inner: Arc::new(Connections::new(
-                self.inner.pool.clone(),
-                connections,
-                self.inner.timeout,
-            )),
+            inner: self.inner.with(|o| o.connections = connections),
         }
     }
 

@@ -17,7 +17,7 @@ use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
-use crate::store::{Call, Outcome, QuotaOutcome};
+use crate::store::call::{Call, Outcome, QuotaOutcome};
 use crate::strategy::Strategy;
 
 /// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
@@ -438,29 +438,6 @@ pub(crate) async fn verify<P: Pooled>(
             )));
         }
     }
-    Ok(())
-}
-
-/// The script of [`check_document`] (`lua/document_check.lua`), prepared once.
-fn document_check_script() -> &'static LimiterScript {
-    static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        let source = include_str!("../../../lua/document_check.lua").to_owned();
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
-    })
-}
-
-/// Checks that the document `key` (a `Plans`' shared limits) may be read
-/// and written, in one atomic call that leaves it as it was.
-pub(crate) async fn check_document<P: Pooled>(
-    conns: &Connections<P>,
-    key: &str,
-) -> Result<(), StoreError> {
-    let script = document_check_script();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.sha.as_str()).arg(1).arg(key);
-    let _: redis::Value = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     Ok(())
 }
 

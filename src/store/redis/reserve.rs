@@ -11,7 +11,7 @@ use super::protocol::{give_back_lease, parse_reply, takes_lease};
 use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
-use crate::store::{Adjustment, Call, Outcome};
+use crate::store::call::{Adjustment, Call, Outcome};
 use crate::strategy::Strategy;
 
 /// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).

@@ -9,6 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
 use super::conn::{Connections, Pooled};
+use super::options::{self, Common, bad_url};
 use crate::error::{ConfigError, StoreError};
 
 /// A store in the primary of a Redis Sentinel deployment, reached through a
@@ -119,18 +120,24 @@ impl Pooled for Sentinels {
     }
 }
 
-impl std::fmt::Debug for RedisSentinelStore {
+impl std::fmt::Debug for Connections<Sentinels> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSentinelStore")
-            .field("connections", &self.inner.connections())
-            .field("timeout", &self.inner.timeout)
+            .field("connections", &self.connections())
+            .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+impl std::fmt::Debug for RedisSentinelStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
     }
 }
 
 impl RedisSentinelStore {
     /// Default bound on one store call.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    pub const DEFAULT_TIMEOUT: Duration = Common::DEFAULT_TIMEOUT;
 
     /// A store in the primary that `client` finds, with one shared
     /// connection and the [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT). Build
@@ -162,7 +169,7 @@ impl RedisSentinelStore {
 
     fn over(sentinels: Sentinels) -> Self {
         Self {
-            inner: Arc::new(Connections::new(sentinels, 1, Self::DEFAULT_TIMEOUT)),
+            inner: Arc::new(Connections::new(sentinels, Common::DEFAULT)),
         }
     }
 
@@ -184,13 +191,7 @@ impl RedisSentinelStore {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
-        if urls.is_empty() {
-            return Err(ConfigError::new(
-                "store.urls",
-                "no sentinel; give at least one, e.g. [\"redis://127.0.0.1:26379/\"]",
-            ));
-        }
+        let urls = options::urls(urls, "sentinel", "redis://127.0.0.1:26379/")?;
         if master_name.trim().is_empty() {
             return Err(ConfigError::new(
                 "store.master_name",
@@ -199,15 +200,14 @@ impl RedisSentinelStore {
         }
         let mut clients = Vec::with_capacity(urls.len());
         for url in &urls {
-            // The URLs may hold a password: they are not repeated here.
             let info =
                 redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
-                    ConfigError::new(
+                    let expected = "redis://[[user]:password@]host[:port] for each sentinel";
+                    bad_url(
                         "store.urls",
-                        format!(
-                            "not a usable Redis Sentinel URL ({e}); expected \
-                         redis://[[user]:password@]host[:port] for each sentinel"
-                        ),
+                        "a usable Redis Sentinel URL",
+                        e,
+                        Some(expected),
                     )
                 })?;
             if info.redis_settings().db() != 0 {
@@ -228,12 +228,7 @@ impl RedisSentinelStore {
                 None,
                 SentinelServerType::Master,
             )
-            .map_err(|e| {
-                ConfigError::new(
-                    "store.urls",
-                    format!("not a usable Redis Sentinel URL ({e})"),
-                )
-            })?;
+            .map_err(|e| bad_url("store.urls", "a usable Redis Sentinel URL", e, None))?;
             clients.push(client);
         }
         Ok(Self::with_clients(clients))
@@ -245,13 +240,8 @@ impl RedisSentinelStore {
     /// (`store.timeout`).
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
-        let connections = self.inner.requested();
         Self {
-            inner: Arc::new(Connections::new(
-                self.inner.pool.clone(),
-                connections,
-                timeout,
-            )),
+            inner: self.inner.with(|o| o.timeout = timeout),
         }
     }
 
@@ -261,11 +251,7 @@ impl RedisSentinelStore {
     #[must_use]
     pub fn connections(self, connections: usize) -> Self {
         Self {
-            inner: Arc::new(Connections::new(
-                self.inner.pool.clone(),
-                connections,
-                self.inner.timeout,
-            )),
+            inner: self.inner.with(|o| o.connections = connections),
         }
     }
 }
