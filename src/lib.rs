@@ -46,7 +46,6 @@ pub mod middleware;
 pub mod plans;
 mod quota;
 mod rate;
-mod reserve;
 pub mod settle;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -80,6 +80,7 @@
 //! ```
 
 mod config;
+mod runtime;
 #[cfg(feature = "serde")]
 mod serde;
 mod text;

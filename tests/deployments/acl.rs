@@ -110,7 +110,7 @@ fn limiters(store: &RedisStore) -> Vec<Exercised> {
             b = b.clock(clock.clone());
         }
         if reserve {
-            b = b.local_reservations(2);
+            b = b.local_budget(2);
         }
         (b.build().unwrap(), reserve, clock, 0)
     };
@@ -184,7 +184,7 @@ async fn exercise(limiters: &[Exercised], expected: Option<&[u64]>) -> Result<Ve
                 }
             }
         }
-        lim.flush_reservations().await;
+        lim.flush_local_budgets().await;
         if *reserved {
             let left = lim.peek("user-1").await?.remaining();
             if let Some(want) = expected.and_then(|e| e.get(lefts.len()))
@@ -321,7 +321,7 @@ async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
         .store(store)
         .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(1_000)))
-        .local_reservations(50)
+        .local_budget(50)
         .build()
         .unwrap();
     let rules: Vec<String> = readme_acl()
@@ -370,7 +370,7 @@ async fn verify_passes_on_a_plain_server_and_the_memory_store() {
         .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
         .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(30)))
-        .local_reservations(2)
+        .local_budget(2)
         .build()
         .unwrap();
     reserved.verify().await.unwrap();
@@ -407,7 +407,7 @@ async fn verify_names_what_the_server_refuses() {
         assert!(no_permission(&e), "without {rule}: {e}");
     }
 
-    // PING (idle connections' check), a command only local reservations'
+    // PING (idle connections' check), a command only local budgets'
     // take runs, PEXPIRE (a write would stay without a TTL) and the SET that
     // writes a sliding log with its TTL: each is found by verify(), which
     // leaves no key behind even then
@@ -424,7 +424,7 @@ async fn verify_names_what_the_server_refuses() {
             .prefix("api")
             .quota(Quota::new(strategy, Rate::per_minute(100)));
         if reserve {
-            builder = builder.local_reservations(10);
+            builder = builder.local_budget(10);
         }
         let e = builder.build().unwrap().verify().await.expect_err(rule);
         assert!(no_permission(&e), "without {rule} ({strategy}): {e}");
