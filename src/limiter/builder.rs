@@ -141,7 +141,7 @@ impl fmt::Debug for RateLimiterBuilder {
 }
 
 impl RateLimiterBuilder {
-    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`]. Required.
+    /// Where state is kept: a [`RedisStore`](crate::RedisStore) or a [`MemoryStore`](crate::MemoryStore). Required.
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(store.into_backend());
         self

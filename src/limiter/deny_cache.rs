@@ -40,13 +40,13 @@ pub(crate) trait DenyFacts {
 }
 
 /// Default number of keys the cache holds.
-pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
+pub(super) const DEFAULT_CAPACITY: usize = 10_000;
 
 /// The longest a denial is answered from the cache (µs): after that the
 /// store is asked again, so a change made on another instance (an
 /// operator's `unblock`, `reset`, `reward`, new limits) holds here within
 /// a second.
-pub(crate) const MAX_AGE_US: u64 = 1_000_000;
+const MAX_AGE_US: u64 = 1_000_000;
 
 type Shard = HashMap<Box<[u8]>, Entry>;
 
@@ -98,7 +98,7 @@ impl std::fmt::Debug for DenyCache {
 
 impl DenyCache {
     /// A cache of about `capacity` keys (at least one per shard).
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
@@ -123,7 +123,7 @@ impl DenyCache {
     /// Forgets the cached denial of `key` (an operator changed its state),
     /// and keeps decisions already under way from caching theirs (they may
     /// have been made before the change).
-    pub(crate) fn forget(&self, key: &[u8]) {
+    pub(super) fn forget(&self, key: &[u8]) {
         // (counted before the shard is locked: an insert either sees the
         // count, or is made before this removal)
         self.forgets.fetch_add(1, Ordering::SeqCst);
@@ -139,7 +139,7 @@ impl DenyCache {
     /// process (a manual clock, so tests and simulations see one time; a
     /// memory store's, read as cheaply as a decision reads it), else tokio's
     /// monotonic clock.
-    pub(crate) fn now<F: DenyFacts + ?Sized>(&self, limiter: &F) -> u64 {
+    fn now<F: DenyFacts + ?Sized>(&self, limiter: &F) -> u64 {
         match limiter.local_now_us() {
             Some(t) => t,
             None => duration_us(tokio::time::Instant::now().saturating_duration_since(self.epoch)),
@@ -182,7 +182,7 @@ impl DenyCache {
 
     /// The cached denial of `key` for a request of `cost`, if it still holds
     /// at `now`, with its times brought up to date.
-    pub(crate) fn get(&self, key: &[u8], cost: u64, now: u64) -> Option<Decision> {
+    fn get(&self, key: &[u8], cost: u64, now: u64) -> Option<Decision> {
         if cost == 0 || self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }

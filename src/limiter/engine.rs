@@ -47,7 +47,7 @@ pub(crate) struct Engine {
     /// A Redis store's settle scripts (take, give-back and adjust), for
     /// takes (`reserve_n`, local budgets), give-backs and adjustments.
     settle: Option<Arc<Scripts>>,
-    /// When decisions go straight to a [`MemoryStore`] (see
+    /// When decisions go straight to a [`MemoryStore`](crate::MemoryStore) (see
     /// [`decide_direct`](Self::decide_direct)).
     pub(super) direct: Option<Direct>,
 }
@@ -101,7 +101,7 @@ impl Engine {
     }
 
     /// The base and storage keys of a user key as [`storable_key`] gives it.
-    pub(crate) fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
+    pub(super) fn keys_of(&self, user: &[u8]) -> (String, Vec<String>) {
         self.keys.of(user)
     }
 
@@ -135,7 +135,7 @@ impl Engine {
     }
 
     /// The decision of `cost` when it needs no waiting: the store is a
-    /// [`MemoryStore`] (which never fails), or the cost can never fit.
+    /// [`MemoryStore`](crate::MemoryStore) (which never fails), or the cost can never fit.
     /// `None`: the store must be asked.
     pub(super) fn decide_sync(&self, key: &[u8], cost: u64) -> Option<Decision> {
         if let Some(allowed) = self.never_fits(cost) {
@@ -158,7 +158,7 @@ impl Engine {
 
     /// The decision of `cost` for `key`: one store call (none when
     /// [`decide_sync`](Self::decide_sync) answers).
-    pub(crate) async fn exact(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+    pub(super) async fn exact(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
         match self.decide_sync(key, cost) {
             Some(decision) => Ok(decision),
             None => self.decide_in_store(key, cost).await,
@@ -264,7 +264,7 @@ impl Engine {
     }
 
     /// The decision of an engine of one enforced quota on a
-    /// [`MemoryStore`], with nothing around it (no local budgets, blocks,
+    /// [`MemoryStore`](crate::MemoryStore), with nothing around it (no local budgets, blocks,
     /// leases or manual clock): the store's decision, with none of the
     /// general path's checks. `None`: the general path decides (a peek, a
     /// cost that never fits, any other engine).
@@ -558,7 +558,7 @@ pub(super) struct Direct {
 
 /// Whether an engine's decisions can go straight to the store
 /// ([`Engine::decide_direct`]): one enforced quota of the
-/// theoretical-arrival-time algorithm on a [`MemoryStore`] and its clock,
+/// theoretical-arrival-time algorithm on a [`MemoryStore`](crate::MemoryStore) and its clock,
 /// without local budgets or blocks.
 fn direct(
     store: &Bound,

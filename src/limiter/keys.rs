@@ -12,7 +12,7 @@ pub const MAX_VERBATIM_KEY_LEN: usize = 128;
 /// A limiter's storage keys: `{<prefix>:<user>}` and, per quota (and the
 /// block key, if any), the suffix appended to it.
 #[derive(Debug, Clone)]
-pub(crate) struct KeyScheme {
+pub(super) struct KeyScheme {
     prefix: String,
     /// `:<quota id>` per quota, appended to the hash-tagged base key (and
     /// `:!`, the block key, last when the limiter blocks).
@@ -68,7 +68,7 @@ impl KeyScheme {
 
 /// The user key as it appears inside the hash tag: UTF-8, always.
 #[inline]
-pub(crate) fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
+pub(super) fn storable_key(key: &[u8]) -> Cow<'_, [u8]> {
     if key.len() <= MAX_VERBATIM_KEY_LEN && key.first() != Some(&b'~') && verbatim(key) {
         return Cow::Borrowed(key);
     }

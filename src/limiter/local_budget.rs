@@ -52,7 +52,7 @@ const SWEEP_ABOVE: usize = 1024;
 
 /// One limiter's local budgets: the configuration and, per user key, its
 /// one budget of units.
-pub(crate) struct LocalBudgets {
+pub(super) struct LocalBudgets {
     /// Units per take (at least 2: 1 is the normal path).
     n: u64,
     /// The longest a budget is spent from (µs).

@@ -199,7 +199,7 @@ impl RateLimiter {
     /// [runtime limits](super::RateLimiterBuilder::runtime_limits); `None` for any
     /// other (which decides itself). Lock-free: one atomic load.
     #[inline]
-    pub(crate) fn current(&self) -> Option<RateLimiter> {
+    pub(super) fn current(&self) -> Option<RateLimiter> {
         self.inner.runtime.as_ref()?.current()
     }
 
