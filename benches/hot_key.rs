@@ -18,7 +18,7 @@
 //!
 //! The limit is high (10^9 per minute), so every decision is allowed and the
 //! bench measures the decision path; the exact counts under a tight limit
-//! are what `tests/store/reservations.rs` checks.
+//! are what `tests/store/local_budgets.rs` checks.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

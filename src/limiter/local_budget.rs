@@ -236,7 +236,7 @@ impl LocalBudgets {
                             })
                             .await
                             .map_err(|e| {
-                                StoreError::Protocol(format!("budget take task failed: {e}"))
+                                StoreError::Protocol(format!("local budget take task failed: {e}"))
                             })?
                         }
                         Err(_) => self.refill_guarded(engine, user, cost, old, slot).await,
@@ -457,7 +457,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn local_state_stays_bounded_by_live_reservations() {
+    async fn local_state_stays_bounded_by_live_budgets() {
         let clock = ManualClock::new(Duration::from_secs(3_600));
         let lim = RateLimiter::builder()
             .store(MemoryStore::new())

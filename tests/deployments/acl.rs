@@ -89,7 +89,7 @@ fn limiter_store(server: &RedisServer) -> RedisStore {
 }
 
 /// Every strategy alone and all together, a manual clock, local
-/// reservations (take and give-back), long sliding logs.
+/// local budgets (take and give-back), long sliding logs.
 type Exercised = (RateLimiter, bool, Option<ManualClock>, u64);
 
 /// Limiters under the prefix `api` that, together, run every branch that
@@ -146,7 +146,7 @@ fn limiters(store: &RedisStore) -> Vec<Exercised> {
 #[derive(Debug)]
 enum Failure {
     Store(StoreError),
-    /// A reservation's unspent units were not given back (a give-back runs
+    /// A local budget's unspent units were not given back (a give-back runs
     /// in the background and reports no error: only its effect shows).
     NotGivenBack(#[allow(dead_code)] String),
 }
@@ -158,7 +158,7 @@ impl From<StoreError> for Failure {
 }
 
 /// Everything the limiters do: verify, decide until denied, peek, release,
-/// give reservations back, reset. The first failure, or what the reserving
+/// give local budgets back, reset. The first failure, or what the reserving
 /// limiters had left after their give-backs, which must be `expected` if
 /// given (what they had left with every permission).
 async fn exercise(limiters: &[Exercised], expected: Option<&[u64]>) -> Result<Vec<u64>, Failure> {
@@ -216,7 +216,7 @@ async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_comm
     let store = limiter_store(&server);
     let lims = limiters(&store);
     let given_back = exercise(&lims, None).await.unwrap();
-    // (what the reservations had left when the give-backs ran, checked below)
+    // (what the local budgets had left when the give-backs ran, checked below)
     assert_eq!(given_back.len(), 5);
     // every key written was reset, none is left over
     assert_eq!(
@@ -234,7 +234,7 @@ async fn the_crate_works_under_the_readme_minimal_acl_and_needs_each_of_its_comm
             // sent only before a call on a connection idle for a second
             tokio::time::sleep(Duration::from_millis(1_100)).await;
         }
-        // fresh limiters: no reservation is left from the run before
+        // fresh limiters: no local budget is left from the run before
         match exercise(&limiters(&store), Some(&given_back)).await {
             Err(Failure::Store(e)) => assert!(no_permission(&e), "without {rule}: {e:?}"),
             // commands only a give-back sends
@@ -314,7 +314,7 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
+async fn every_waiter_on_a_refused_local_budget_take_gets_the_refusal() {
     let server = RedisServer::start();
     let store = limiter_store(&server);
     let lim = RateLimiter::builder()
@@ -375,7 +375,7 @@ async fn verify_passes_on_a_plain_server_and_the_memory_store() {
         .unwrap();
     reserved.verify().await.unwrap();
     // the probes leave nothing behind; every script was loaded (the decision
-    // scripts, and the take and give-back of the reservations)
+    // scripts, and the take and give-back of the local budgets)
     assert_eq!(server.dbsize().await, 0);
     assert!(server.command_calls("script|load").await >= 4);
     let memory = lim.with_store(MemoryStore::new());

@@ -186,7 +186,7 @@ async fn overshoot_stays_within_k_times_n_over_time(store: Store) {
 }
 
 #[test]
-fn invalid_reservation_configurations_name_the_field() {
+fn invalid_local_budget_configurations_name_the_field() {
     let b = || {
         RateLimiter::builder()
             .store(MemoryStore::new())
@@ -212,7 +212,7 @@ fn invalid_reservation_configurations_name_the_field() {
 }
 
 /// A caller that gives up while its take is in flight (a timeout around
-/// `check`, a client gone) does not lose the take: the reservation is kept,
+/// `check`, a client gone) does not lose the take: the budget is kept,
 /// and the next request spends from it. Only the two requests' own units end
 /// up counted once the rest is given back.
 async fn a_caller_that_gives_up_does_not_lose_the_take(store: Store) {
