@@ -1,6 +1,6 @@
 //! One hot key past the round-trip ceiling: decisions per second of four
 //! limiter instances (four app replicas, each with its own `RedisStore`) on
-//! one private Redis, all deciding for the same key, with local reservations
+//! one private Redis, all deciding for the same key, with local budgets
 //! of `n` units, next to the one-`EVALSHA`-per-decision ceiling in the same
 //! binary, in alternating rounds (compare the ratios: the machine may be
 //! shared and noisy).
@@ -14,11 +14,11 @@
 //!   instance, one `EVALSHA` of a minimal fixed-window script (`INCRBY`,
 //!   `PEXPIRE` on the first hit) per decision, on the same key.
 //! - Ours: the same tasks calling `RateLimiter::check` on a GCRA quota (or
-//!   `--strategy`) with `local_reservations(n)`.
+//!   `--strategy`) with `local_budget(n)`.
 //!
 //! The limit is high (10^9 per minute), so every decision is allowed and the
 //! bench measures the decision path; the exact counts under a tight limit
-//! are what `tests/store/reservations.rs` checks.
+//! are what `tests/store/local_budgets.rs` checks.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -177,7 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .store(RedisStore::new(pool).timeout(Duration::from_secs(5)))
             .prefix("hot")
             .quota(Quota::new(args.strategy, Rate::per_minute(HUGE)))
-            .local_reservations(args.n)
+            .local_budget(args.n)
             .build()?;
         // connect and load the scripts before timing
         limiter.peek("warm-up").await?;
@@ -189,7 +189,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "one hot key, {} instances, {}, local_reservations({}), concurrency {}, {} decisions per run",
+        "one hot key, {} instances, {}, local_budget({}), concurrency {}, {} decisions per run",
         args.instances, args.strategy, args.n, args.concurrency, args.requests
     );
     let mut ratios = Vec::with_capacity(args.rounds);
@@ -204,7 +204,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     for l in &limiters {
-        l.flush_reservations().await;
+        l.flush_local_budgets().await;
     }
     println!("median ratio to the ceiling {:.2}", median(ratios));
     Ok(())

@@ -4,7 +4,7 @@
 -- is ahead of NOW every quota denies and retries when the block ends; nothing
 -- is read or consumed. BLOCK_US (set before this file) is the penalty of a
 -- denial (0: blocks are only set by RateLimiter::block); TAKE tells whether
--- the reply ends with NOW (a settle's or a reservation's take).
+-- the reply ends with NOW (a settle's or a local budget's take).
 local BK = KEYS[#KEYS]
 local BT = tonumber(redis.call('GET', BK))
 if BT and BT > NOW then

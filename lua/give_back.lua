@@ -1,4 +1,4 @@
--- Gives back a local reservation's unspent units (src/reserve.rs), on every
+-- Gives back a local budget's unspent units (src/limiter/local_budget.rs), on every
 -- quota of the limiter, each as its strategy allows. KEYS: one per quota.
 -- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
 -- NOW), then per quota: strategy id, count, period, burst, interval, then per
@@ -8,7 +8,7 @@
 -- count negative, never touches a window later than the take's, and keeps
 -- the key's TTL (or sets the one its new state needs).
 --
--- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
+-- With ARGV[3] = 'A' it is an adjust instead (src/settle.rs: penalize,
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit; at most 2^50 us of the quota's rate either way,

@@ -30,7 +30,7 @@
 //!   call (`EVALSHA`), timed by Redis's own clock in integer microseconds;
 //!   several quotas are checked and consumed together, all or nothing.
 //! - **Fast**: one Redis round trip per decision over shared multiplexed
-//!   connections, and opt-in [local reservations](guide::middleware) for hot
+//!   connections, and opt-in [local budgets](guide::middleware) for hot
 //!   keys.
 //! - **Honest headers**: IETF `RateLimit` / `RateLimit-Policy`, or
 //!   GitHub-style `X-RateLimit-*`, and `Retry-After` rounded up on every 429.
@@ -82,7 +82,6 @@ pub mod middleware;
 pub mod plans;
 mod quota;
 mod rate;
-mod reserve;
 pub mod settle;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -140,7 +140,7 @@ impl Quota {
     /// The flag is not part of the storage key: turning shadow mode off (the
     /// same quota, enforced) keeps the state it counted. Concurrency quotas
     /// cannot be shadow (rejected at build, `quota[i].shadow`), nor can a
-    /// limiter with local reservations have shadow quotas.
+    /// limiter with local budgets have shadow quotas.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self

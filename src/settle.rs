@@ -23,7 +23,6 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::limiter::RateLimiter;
 use crate::store::Adjustment;
-use crate::store::redis::reserve::GiveBackCall;
 
 /// Units of a reservation taken before the response, to settle after it
 /// with [`RateLimiter::settle`] (see [`RateLimiter::reserve_n`]).
@@ -117,11 +116,12 @@ impl RateLimiter {
         key: impl AsRef<[u8]>,
         estimate: u64,
     ) -> Result<Reservation, StoreError> {
-        let (decision, at, user, keys) = self.take_decision(key.as_ref(), estimate).await?;
+        let engine = self.engine();
+        let (decision, at, user, keys) = engine.take(key.as_ref(), estimate).await?;
         Ok(Reservation {
             decision,
             units: estimate,
-            limiter: self.instance(),
+            limiter: engine.instance(),
             settled: Arc::new(AtomicBool::new(false)),
             at,
             user,
@@ -149,7 +149,8 @@ impl RateLimiter {
     }
 
     async fn settle_here(&self, reservation: &Reservation, actual: u64) -> Result<(), StoreError> {
-        if reservation.limiter != self.instance() {
+        let engine = self.engine();
+        if reservation.limiter != engine.instance() {
             return Err(StoreError::Invalid(
                 "this reservation was made by another limiter: settle it with that one".to_owned(),
             ));
@@ -163,21 +164,12 @@ impl RateLimiter {
         if actual == units {
             return Ok(());
         }
-        let quotas = self.quota_specs();
+        let quotas = engine.quotas();
         let keys = &reservation.keys[..quotas.len().min(reservation.keys.len())];
-        let now_us = self.manual_now_us();
         if actual > units {
             let excess = clamp_units(actual - units);
-            return self
-                .bound_store()
-                .adjust(
-                    self.settle_scripts(),
-                    quotas,
-                    keys,
-                    &reservation.user,
-                    Adjustment::By(excess),
-                    now_us,
-                )
+            return engine
+                .adjust_keys(&reservation.user, keys, Adjustment::By(excess))
                 .await;
         }
         let fins: Vec<i64> = reservation
@@ -185,15 +177,14 @@ impl RateLimiter {
             .quotas()
             .map(|q| reservation.at + i64::try_from(q.reset_after().as_micros()).unwrap_or(0))
             .collect();
-        let gb = GiveBackCall {
-            keys,
-            units: units - actual,
-            now_us,
-            at: reservation.at,
-            fins: &fins,
-        };
-        self.bound_store()
-            .give_back(self.settle_scripts(), quotas, gb, &reservation.user)
+        engine
+            .give_back(
+                &reservation.user,
+                keys,
+                units - actual,
+                reservation.at,
+                &fins,
+            )
             .await
     }
 
@@ -259,7 +250,8 @@ impl RateLimiter {
         remaining: u64,
     ) -> Result<(), StoreError> {
         let units: Vec<i64> = self
-            .quota_specs()
+            .engine()
+            .quotas()
             .iter()
             .map(|q| {
                 let capacity = q.capacity();
@@ -273,17 +265,8 @@ impl RateLimiter {
         if matches!(adjustment, Adjustment::By(0)) {
             return Ok(());
         }
-        let user = crate::limiter::storable_key(key);
-        let (_, keys) = self.keys_of(&user);
-        self.bound_store()
-            .adjust(
-                self.settle_scripts(),
-                self.quota_specs(),
-                &keys,
-                &user,
-                adjustment,
-                self.manual_now_us(),
-            )
+        self.engine()
+            .adjust(key, adjustment)
             .await
             .inspect(|_| self.forget_denial(key))
     }
@@ -332,25 +315,8 @@ impl RateLimiter {
     }
 
     async fn set_block(&self, key: &[u8], us: u64) -> Result<(), StoreError> {
-        if self.block_us().is_none() {
-            return Err(StoreError::Invalid(
-                "blocking is not enabled for this limiter: build it with .blocking() or .block_for(..)"
-                    .to_owned(),
-            ));
-        }
-        let user = crate::limiter::storable_key(key);
-        let (_, keys) = self.keys_of(&user);
-        let Some(block_key) = keys.last() else {
-            return Ok(());
-        };
-        self.bound_store()
-            .set_block(
-                self.quota_specs(),
-                block_key,
-                &user,
-                us,
-                self.manual_now_us(),
-            )
+        self.engine()
+            .set_block(key, us)
             .await
             .inspect(|_| self.forget_denial(key))
     }

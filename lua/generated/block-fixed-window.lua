@@ -2,7 +2,7 @@
 -- limiter with one fixed-window quota and block_for(60 s): the penalty box.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 182f123f93f86b38799fc8da39dbb548dbd97864).
+-- (SCRIPT LOAD, then EVALSHA 2ea893fcb4c0cec2a1afbc625fe4495fb5bdd8e0).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = false
@@ -66,7 +66,7 @@ local BLOCK_US, TAKE = 60000000, false
 -- is ahead of NOW every quota denies and retries when the block ends; nothing
 -- is read or consumed. BLOCK_US (set before this file) is the penalty of a
 -- denial (0: blocks are only set by RateLimiter::block); TAKE tells whether
--- the reply ends with NOW (a settle's or a reservation's take).
+-- the reply ends with NOW (a settle's or a local budget's take).
 local BK = KEYS[#KEYS]
 local BT = tonumber(redis.call('GET', BK))
 if BT and BT > NOW then

@@ -2,7 +2,7 @@
 -- limiter with a gcra and a sliding-window-log quota and block_for(60 s): the penalty box.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 36cdd925b7fefa257dfa7d129dfbe30636593c50).
+-- (SCRIPT LOAD, then EVALSHA 4b926be470dad6510b7d52eaf514ab5246508096).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -65,7 +65,7 @@ local BLOCK_US, TAKE = 60000000, false
 -- is ahead of NOW every quota denies and retries when the block ends; nothing
 -- is read or consumed. BLOCK_US (set before this file) is the penalty of a
 -- denial (0: blocks are only set by RateLimiter::block); TAKE tells whether
--- the reply ends with NOW (a settle's or a reservation's take).
+-- the reply ends with NOW (a settle's or a local budget's take).
 local BK = KEYS[#KEYS]
 local BT = tonumber(redis.call('GET', BK))
 if BT and BT > NOW then

@@ -1,8 +1,8 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
--- limiter with one quota of every strategy that gives back and local reservations: the give-back.
+-- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA a05b7241fbce5bded8bf795789f3162f9deccb85).
+-- (SCRIPT LOAD, then EVALSHA d3bfabd31ff1cc68928c3f60568609e3494b0b89).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -613,7 +613,7 @@ else
 end
 end
 end
--- Gives back a local reservation's unspent units (src/reserve.rs), on every
+-- Gives back a local budget's unspent units (src/limiter/local_budget.rs), on every
 -- quota of the limiter, each as its strategy allows. KEYS: one per quota.
 -- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
 -- NOW), then per quota: strategy id, count, period, burst, interval, then per
@@ -623,7 +623,7 @@ end
 -- count negative, never touches a window later than the take's, and keeps
 -- the key's TTL (or sets the one its new state needs).
 --
--- With ARGV[3] = 'A' it is an adjust instead (src/limiter.rs: penalize,
+-- With ARGV[3] = 'A' it is an adjust instead (src/settle.rs: penalize,
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit; at most 2^50 us of the quota's rate either way,

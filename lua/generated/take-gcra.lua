@@ -1,8 +1,8 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
--- limiter with one gcra quota and local reservations: the take.
+-- limiter with one gcra quota and local budgets: the take.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA da92f4394764ecf755b823539dbb5682e72d74ac).
+-- (SCRIPT LOAD, then EVALSHA 1f0c6e3bcfd781704e2f7cfec83029ee93df4546).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = true
@@ -155,5 +155,5 @@ else
   if queue and cost > 0 then delay = tat - now end
 end
 end
--- a take (src/reserve.rs): the reply ends with the decision's NOW
+-- a take (src/limiter/local_budget.rs): the reply ends with the decision's NOW
 return fmt('%d %d %d %d %d %d %d', ok, ok, rem, reset, retry, delay, NOW)

@@ -1,8 +1,8 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
--- limiter with a fixed-window and a sliding-window-log quota and local reservations: the take.
+-- limiter with a fixed-window and a sliding-window-log quota and local budgets: the take.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 02c950f045100c750049f1110d933719c79bb81a).
+-- (SCRIPT LOAD, then EVALSHA c7b118b8a8ffa6ece7b59ae4fc6d74d3d894f785).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -331,6 +331,6 @@ for i = 1, nq do
   local r = res[i]
   out[i + 1] = string.format('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])
 end
--- a take (src/reserve.rs): the reply ends with the decision's NOW
+-- a take (src/limiter/local_budget.rs): the reply ends with the decision's NOW
 out[nq + 2] = fmt('%d', NOW)
 return table.concat(out, ' ')

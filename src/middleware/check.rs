@@ -24,13 +24,13 @@ use http::Response;
 use http::request::Parts;
 
 use super::config::Config;
-use super::deny_cache::Started;
 use super::metrics::{self, OutcomeLabel};
 use super::policy::{self, Failure, Resolved};
 use super::response;
 use super::stats::Counters;
 use crate::decision::{Decision, Interned};
 use crate::error::StoreError;
+use crate::limiter::deny_cache::Started;
 use crate::limiter::{RateLimiter, boxed_in_place};
 use crate::plans::ActivePlan;
 use crate::settle::Reservation;

@@ -95,11 +95,11 @@ macro_rules! event {
 // - headers.rs, response.rs: what the answers carry; policy.rs:
 //   `FailurePolicy`, `MissingKey`; outcome.rs: `RateLimitOutcome`;
 //   stats.rs: counters (metrics: one labelled counter per outcome);
-//   deny_cache.rs: denials answered without a store call.
+//   the deny cache (denials answered without a store call) is the
+//   limiter's (`limiter/deny_cache.rs`), filled and read here.
 mod body;
 mod check;
 mod config;
-pub(crate) mod deny_cache;
 mod future;
 mod headers;
 mod hooks;

@@ -74,6 +74,7 @@
 //! ```
 
 mod config;
+mod runtime;
 #[cfg(feature = "serde")]
 mod serde;
 mod text;

@@ -222,7 +222,7 @@ impl Bound {
     }
 }
 
-/// The store side of local reservations (`src/reserve.rs`): a take and a
+/// The store side of local budgets (`src/limiter/local_budget.rs`): a take and a
 /// give-back, each one atomic call on every store.
 impl Bound {
     /// What a Redis store prepares for a reservation's calls (`None`: a

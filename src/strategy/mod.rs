@@ -154,8 +154,8 @@ pub(crate) struct StrategySpec {
     pub(crate) denials_cacheable: bool,
     /// The `RateLimit-Policy` parameters of a quota of this strategy.
     pub(crate) header: HeaderPolicy,
-    /// How the unspent units of a local reservation go back to the store
-    /// (the settle call, `src/reserve.rs`), or why local reservations do
+    /// How the unspent units of a local budget go back to the store
+    /// (the settle call, `src/limiter/local_budget.rs`), or why local budgets do
     /// not apply to the strategy.
     pub(crate) give_back: GiveBack,
     /// How units are charged or given back outside a take: a penalty, a

@@ -89,7 +89,7 @@ fn limiter_store(server: &RedisServer) -> RedisStore {
 }
 
 /// Every strategy alone and all together, a manual clock, local
-/// reservations (take and give-back), long sliding logs.
+/// local budgets (take and give-back), long sliding logs.
 type Exercised = (RateLimiter, bool, Option<ManualClock>, u64);
 
 /// Limiters under the prefix `api` that, together, run every branch that
@@ -110,7 +110,7 @@ fn limiters(store: &RedisStore) -> Vec<Exercised> {
             b = b.clock(clock.clone());
         }
         if reserve {
-            b = b.local_reservations(2);
+            b = b.local_budget(2);
         }
         (b.build().unwrap(), reserve, clock, 0)
     };
@@ -146,7 +146,7 @@ fn limiters(store: &RedisStore) -> Vec<Exercised> {
 #[derive(Debug)]
 enum Failure {
     Store(StoreError),
-    /// A reservation's unspent units were not given back (a give-back runs
+    /// A local budget's unspent units were not given back (a give-back runs
     /// in the background and reports no error: only its effect shows).
     NotGivenBack(#[allow(dead_code)] String),
 }
@@ -158,7 +158,7 @@ impl From<StoreError> for Failure {
 }
 
 /// Everything the limiters do: verify, decide until denied, peek, release,
-/// give reservations back, reset. The first failure, or what the reserving
+/// give local budgets back, reset. The first failure, or what the reserving
 /// limiters had left after their give-backs, which must be `expected` if
 /// given (what they had left with every permission).
 async fn exercise(limiters: &[Exercised], expected: Option<&[u64]>) -> Result<Vec<u64>, Failure> {
@@ -184,7 +184,7 @@ async fn exercise(limiters: &[Exercised], expected: Option<&[u64]>) -> Result<Ve
                 }
             }
         }
-        lim.flush_reservations().await;
+        lim.flush_local_budgets().await;
         if *reserved {
             let left = lim.peek("user-1").await?.remaining();
             if let Some(want) = expected.and_then(|e| e.get(lefts.len()))
@@ -216,7 +216,7 @@ async fn the_crate_works_under_the_guides_minimal_acl_and_needs_each_of_its_comm
     let store = limiter_store(&server);
     let lims = limiters(&store);
     let given_back = exercise(&lims, None).await.unwrap();
-    // (what the reservations had left when the give-backs ran, checked below)
+    // (what the local budgets had left when the give-backs ran, checked below)
     assert_eq!(given_back.len(), 5);
     // every key written was reset, none is left over
     assert_eq!(
@@ -234,7 +234,7 @@ async fn the_crate_works_under_the_guides_minimal_acl_and_needs_each_of_its_comm
             // sent only before a call on a connection idle for a second
             tokio::time::sleep(Duration::from_millis(1_100)).await;
         }
-        // fresh limiters: no reservation is left from the run before
+        // fresh limiters: no local budget is left from the run before
         match exercise(&limiters(&store), Some(&given_back)).await {
             Err(Failure::Store(e)) => assert!(no_permission(&e), "without {rule}: {e:?}"),
             // commands only a give-back sends
@@ -314,14 +314,14 @@ async fn a_missing_permission_is_a_refused_store_error_naming_noperm() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_waiter_on_a_refused_reservation_take_gets_the_refusal() {
+async fn every_waiter_on_a_refused_local_budget_take_gets_the_refusal() {
     let server = RedisServer::start();
     let store = limiter_store(&server);
     let lim = RateLimiter::builder()
         .store(store)
         .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(1_000)))
-        .local_reservations(50)
+        .local_budget(50)
         .build()
         .unwrap();
     let rules: Vec<String> = guide_acl()
@@ -370,12 +370,12 @@ async fn verify_passes_on_a_plain_server_and_the_memory_store() {
         .store(RedisStore::new(server.pool(2)).timeout(GENEROUS))
         .prefix("api")
         .quota(Quota::gcra(Rate::per_minute(30)))
-        .local_reservations(2)
+        .local_budget(2)
         .build()
         .unwrap();
     reserved.verify().await.unwrap();
     // the probes leave nothing behind; every script was loaded (the decision
-    // scripts, and the take and give-back of the reservations)
+    // scripts, and the take and give-back of the local budgets)
     assert_eq!(server.dbsize().await, 0);
     assert!(server.command_calls("script|load").await >= 4);
     let memory = lim.with_store(MemoryStore::new());
@@ -407,7 +407,7 @@ async fn verify_names_what_the_server_refuses() {
         assert!(no_permission(&e), "without {rule}: {e}");
     }
 
-    // PING (idle connections' check), a command only local reservations'
+    // PING (idle connections' check), a command only local budgets'
     // take runs, PEXPIRE (a write would stay without a TTL) and the SET that
     // writes a sliding log with its TTL: each is found by verify(), which
     // leaves no key behind even then
@@ -424,7 +424,7 @@ async fn verify_names_what_the_server_refuses() {
             .prefix("api")
             .quota(Quota::new(strategy, Rate::per_minute(100)));
         if reserve {
-            builder = builder.local_reservations(10);
+            builder = builder.local_budget(10);
         }
         let e = builder.build().unwrap().verify().await.expect_err(rule);
         assert!(no_permission(&e), "without {rule} ({strategy}): {e}");

@@ -5,7 +5,7 @@
 //! - `differential`: the memory store against a real Redis, case by case;
 //! - `reference_models`: each strategy against a plain model of its rule;
 //! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
-//! - `reservations`, `lease_undo`: hot-key reservations and undoing a lease;
+//! - `local_budgets`, `lease_undo`: hot-key local budgets and undoing a lease;
 //! - `soak`: many keys over many windows, memory bounded.
 //!
 //! One test binary; the Redis fixtures are `tests/common`.
@@ -15,10 +15,10 @@ mod common;
 
 mod differential;
 mod lease_undo;
+mod local_budgets;
 mod manual_clock_redis;
 mod memory_store;
 mod redis_store;
 mod reference_models;
-mod reservations;
 mod soak;
 mod suite;

@@ -193,7 +193,7 @@ impl MemoryStore {
         self.decide_at(call, out).0
     }
 
-    /// A local reservation's take (`src/reserve.rs`): [`decide`](Self::decide),
+    /// A local budget's take (`src/limiter/local_budget.rs`): [`decide`](Self::decide),
     /// and the time it decided at (what its give-back needs).
     pub(crate) fn take(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
         self.decide_at(call, out)

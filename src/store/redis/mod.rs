@@ -16,7 +16,7 @@
 //! - [`protocol`]: what is sent (`KEYS`/`ARGV` of a decision, the commands of
 //!   release and reset) and how the replies read, into the store's
 //!   [`Outcome`](super::Outcome). It shares no types with the memory store.
-//! - `reserve`: the take and give-back of local reservations, and the
+//! - `reserve`: the take and give-back of local budgets, and the
 //!   adjust and block of the admin calls; `document`: named text documents
 //!   (`GET`, `SET`, an access check); `error`: which client errors are
 //!   refusals for good.

@@ -1,4 +1,4 @@
-//! The two calls of local reservations (`src/reserve.rs`) on Redis, for
+//! The two calls of local budgets (`src/limiter/local_budget.rs`) on Redis, for
 //! every connection kind: the take (the limiter's decision for the reserved
 //! units, whose reply also tells the decision's time) and the give-back of
 //! unspent units. Each is one `EVALSHA` of a script prepared once per

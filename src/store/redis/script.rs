@@ -62,11 +62,11 @@ const SHADOW_APPLIES: &str = concat!(
 );
 /// A take script's reply (one quota): `single.lua`'s, then the decision's
 /// `NOW` (the time the give-back needs to find what the take wrote).
-const TAKE_SINGLE_TAIL: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
+const TAKE_SINGLE_TAIL: &str = "-- a take (src/limiter/local_budget.rs): the reply ends with the decision's NOW\n\
 return fmt('%d %d %d %d %d %d %d', ok, ok, rem, reset, retry, delay, NOW)\n";
 /// `multi.lua`'s reply, which a take script extends with `NOW`.
 const MULTI_RETURN: &str = "return table.concat(out, ' ')";
-const TAKE_MULTI_RETURN: &str = "-- a take (src/reserve.rs): the reply ends with the decision's NOW\n\
+const TAKE_MULTI_RETURN: &str = "-- a take (src/limiter/local_budget.rs): the reply ends with the decision's NOW\n\
 out[nq + 2] = fmt('%d', NOW)\nreturn table.concat(out, ' ')";
 
 impl LimiterScript {
@@ -79,8 +79,8 @@ impl LimiterScript {
         Self::assemble(strategies, shadow, false, block)
     }
 
-    /// The take script of a limiter with local reservations
-    /// (`src/reserve.rs`): its decision script, which always reads the time
+    /// The take script of a limiter with local budgets
+    /// (`src/limiter/local_budget.rs`): its decision script, which always reads the time
     /// and ends its reply with the decision's `NOW` (a take has no fast path).
     pub(crate) fn for_take(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
         Self::assemble(strategies, shadow, true, block)
@@ -303,18 +303,17 @@ mod tests {
         ));
         out.push((
             "take-gcra".to_owned(),
-            "one gcra quota and local reservations: the take".to_owned(),
+            "one gcra quota and local budgets: the take".to_owned(),
             vec![Strategy::Gcra],
         ));
         out.push((
             "take-multi".to_owned(),
-            "a fixed-window and a sliding-window-log quota and local reservations: the take"
-                .to_owned(),
+            "a fixed-window and a sliding-window-log quota and local budgets: the take".to_owned(),
             vec![Strategy::FixedWindow, Strategy::SlidingWindowLog],
         ));
         out.push((
             "give-back-all".to_owned(),
-            "one quota of every strategy that gives back and local reservations: the give-back"
+            "one quota of every strategy that gives back and local budgets: the give-back"
                 .to_owned(),
             Strategy::ALL.to_vec(),
         ));

@@ -2,7 +2,8 @@
 //! process memory until then (for at most [`MAX_AGE_US`]), so a client
 //! that keeps knocking after its denial costs the store nothing.
 //!
-//! Each [`RateLimiter`] holds one, which the middleware's layers over it
+//! Each [`RateLimiter`](crate::RateLimiter) holds one, in front of its
+//! engine, which the middleware's layers over it
 //! fill and read; the limiter's own admin operations (`reset`, `reward`,
 //! `set_remaining`, `block`, `unblock`, `penalize`) [forget](DenyCache::forget)
 //! the key's denial, so an operator's change holds on this instance's next
@@ -16,7 +17,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::clock::duration_us;
 use crate::decision::Decision;
-use crate::limiter::RateLimiter;
 
 const SHARDS: usize = 16;
 
@@ -25,14 +25,28 @@ const SHARDS: usize = 16;
 /// short of its end still spares the store nearly every request).
 const COUNTER_SKEW_US: u64 = 1_000;
 
+/// What the cache needs to know of the limiter it answers for (its
+/// engine's clock and strategies), so that it knows no limiter.
+pub(crate) trait DenyFacts {
+    /// The time in µs by the clock the limiter decides with, when that
+    /// clock is in this process: its manual clock's, or its memory store's.
+    fn local_now_us(&self) -> Option<u64>;
+    /// Whether it decides by a memory store's counter clock (no manual clock).
+    fn decides_by_counter(&self) -> bool;
+    /// Whether a denial by the quota at `quota` (in the limiter's order)
+    /// may be answered from the cache (not a concurrency quota's: a lease
+    /// may be released any moment).
+    fn denials_cacheable(&self, quota: usize) -> bool;
+}
+
 /// Default number of keys the cache holds.
-pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
+pub(super) const DEFAULT_CAPACITY: usize = 10_000;
 
 /// The longest a denial is answered from the cache (µs): after that the
 /// store is asked again, so a change made on another instance (an
 /// operator's `unblock`, `reset`, `reward`, new limits) holds here within
 /// a second.
-pub(crate) const MAX_AGE_US: u64 = 1_000_000;
+const MAX_AGE_US: u64 = 1_000_000;
 
 type Shard = HashMap<Box<[u8]>, Entry>;
 
@@ -84,7 +98,7 @@ impl std::fmt::Debug for DenyCache {
 
 impl DenyCache {
     /// A cache of about `capacity` keys (at least one per shard).
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
@@ -109,7 +123,7 @@ impl DenyCache {
     /// Forgets the cached denial of `key` (an operator changed its state),
     /// and keeps decisions already under way from caching theirs (they may
     /// have been made before the change).
-    pub(crate) fn forget(&self, key: &[u8]) {
+    pub(super) fn forget(&self, key: &[u8]) {
         // (counted before the shard is locked: an insert either sees the
         // count, or is made before this removal)
         self.forgets.fetch_add(1, Ordering::SeqCst);
@@ -125,7 +139,7 @@ impl DenyCache {
     /// process (a manual clock, so tests and simulations see one time; a
     /// memory store's, read as cheaply as a decision reads it), else tokio's
     /// monotonic clock.
-    pub(crate) fn now(&self, limiter: &RateLimiter) -> u64 {
+    fn now<F: DenyFacts + ?Sized>(&self, limiter: &F) -> u64 {
         match limiter.local_now_us() {
             Some(t) => t,
             None => duration_us(tokio::time::Instant::now().saturating_duration_since(self.epoch)),
@@ -137,7 +151,7 @@ impl DenyCache {
     /// store's counter clock is read on whichever core the thread is on, and
     /// two cores' counters may disagree by a little: that clock is read
     /// [`COUNTER_SKEW_US`] early.
-    pub(crate) fn started(&self, limiter: &RateLimiter) -> Started {
+    pub(crate) fn started<F: DenyFacts + ?Sized>(&self, limiter: &F) -> Started {
         let forgets = self.forgets.load(Ordering::SeqCst);
         let now = self.now(limiter);
         let now = if limiter.decides_by_counter() {
@@ -154,7 +168,12 @@ impl DenyCache {
     }
 
     /// The cached denial of `key` for a request of `cost`, if it still holds.
-    pub(crate) fn lookup(&self, limiter: &RateLimiter, key: &[u8], cost: u64) -> Option<Decision> {
+    pub(crate) fn lookup<F: DenyFacts + ?Sized>(
+        &self,
+        limiter: &F,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Decision> {
         if cost == 0 || self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -163,7 +182,7 @@ impl DenyCache {
 
     /// The cached denial of `key` for a request of `cost`, if it still holds
     /// at `now`, with its times brought up to date.
-    pub(crate) fn get(&self, key: &[u8], cost: u64, now: u64) -> Option<Decision> {
+    fn get(&self, key: &[u8], cost: u64, now: u64) -> Option<Decision> {
         if cost == 0 || self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -191,9 +210,9 @@ impl DenyCache {
     /// [`Concurrency`](crate::strategy::Strategy::Concurrency) quota denied it (a lease may be
     /// released any moment), nor when the request can never fit, nor when
     /// the key may have been [forgotten](Self::forget) since it started.
-    pub(crate) fn insert(
+    pub(crate) fn insert<F: DenyFacts + ?Sized>(
         &self,
-        limiter: &RateLimiter,
+        limiter: &F,
         key: &[u8],
         cost: u64,
         started: Started,
@@ -206,12 +225,10 @@ impl DenyCache {
         if decision.allowed() || retry.is_zero() || cost == 0 {
             return;
         }
-        let uncacheable = decision.quotas().enumerate().any(|(i, q)| {
-            !q.allowed()
-                && limiter
-                    .strategy_at(i)
-                    .is_some_and(|s| !s.spec().denials_cacheable)
-        });
+        let uncacheable = decision
+            .quotas()
+            .enumerate()
+            .any(|(i, q)| !q.allowed() && !limiter.denials_cacheable(i));
         if uncacheable {
             return;
         }
@@ -258,7 +275,7 @@ impl DenyCache {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::{MemoryStore, Quota, Rate};
+    use crate::{MemoryStore, Quota, Rate, RateLimiter};
     use std::time::Duration;
 
     fn at(now: u64) -> Started {

@@ -1,22 +1,23 @@
-//! Local reservations for hot keys
-//! ([`RateLimiterBuilder::local_reservations`](crate::limiter::RateLimiterBuilder::local_reservations)).
+//! Local budgets for hot keys
+//! ([`RateLimiterBuilder::local_budget`](crate::limiter::RateLimiterBuilder::local_budget)),
+//! spent in front of the limiter's [engine](super::engine).
 //!
 //! A limiter instance takes up to `n` units of a key's quotas in one store
 //! call (the *take*) and spends them locally, without a store call, until
-//! they run out or the reservation's deadline passes; what it did not spend
+//! they run out or the budget's deadline passes; what it did not spend
 //! goes back in one more atomic call (the *give-back*, each strategy's
 //! settle operation: `StrategySpec::give_back`).
 //!
 //! # The bound
 //!
-//! Per instance and user key there is at most **one** reservation. The task
+//! Per instance and user key there is at most **one** budget. The task
 //! that finds it empty or expired refills it; tasks arriving meanwhile wait
 //! for that refill (or, once a take was refused, make their own exact
 //! calls), never take a second one. A take spends the taking request's own
-//! cost at once, so a reservation holds at most `n - 1` unspent units.
+//! cost at once, so a budget holds at most `n - 1` unspent units.
 //! Over any window, what an instance spends is at most what it took in
 //! that window (which the store counted against the quota, exactly as
-//! requests) plus what the one reservation it held when the window began
+//! requests) plus what the one budget it held when the window began
 //! still had: at most `n - 1`. With `k` instances the quota is exceeded by at
 //! most `k × (n - 1)` (within the documented `k × n`), whatever the traffic,
 //! and never with `n = 1` (no local state at all). Units are spent only
@@ -26,7 +27,7 @@
 //! window never sees units that another window counted. A take the quota
 //! cannot give in full is not made smaller: the request makes the exact call
 //! for its own cost, and so do the instance's requests on that key for one
-//! hold time, so a nearly exhausted quota behaves as without reservations.
+//! hold time, so a nearly exhausted quota behaves as without budgets.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -38,35 +39,33 @@ use tokio::sync::Notify;
 
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::limiter::{RateLimiter, storable_key};
-use crate::quota::QuotaSpec;
-use crate::store::redis::reserve::{GiveBackCall, Scripts};
-use crate::store::{Bound, Call, QuotaOutcome};
+use crate::store::QuotaOutcome;
 use crate::strategy::GiveBack;
+
+use super::engine::Engine;
+use super::keys::storable_key;
 
 const SHARDS: usize = 16;
 /// A shard reaching this many keys, or a power of two above it, drops those
-/// with no live reservation (amortized: a sweep per doubling).
+/// with no live budget (amortized: a sweep per doubling).
 const SWEEP_ABOVE: usize = 1024;
 
-/// One limiter's reservations: the configuration and, per user key, its
-/// one reservation.
-pub(crate) struct Reserver {
+/// One limiter's local budgets: the configuration and, per user key, its
+/// one budget of units.
+pub(super) struct LocalBudgets {
     /// Units per take (at least 2: 1 is the normal path).
     n: u64,
-    /// The longest a reservation is spent from (µs).
+    /// The longest a budget is spent from (µs).
     hold_us: i64,
-    /// A Redis store's take and give-back scripts.
-    scripts: Option<Arc<Scripts>>,
     shards: Box<[Mutex<Keys>]>,
     hasher: RandomState,
     /// The origin of local time on the store's clock.
     epoch: tokio::time::Instant,
 }
 
-impl std::fmt::Debug for Reserver {
+impl std::fmt::Debug for LocalBudgets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reserver")
+        f.debug_struct("LocalBudgets")
             .field("n", &self.n)
             .field("hold_us", &self.hold_us)
             .finish()
@@ -98,7 +97,7 @@ struct Refilling {
     failed: std::sync::OnceLock<Arc<StoreError>>,
 }
 
-/// A reservation.
+/// A budget.
 struct Held {
     /// Units not spent yet.
     left: u64,
@@ -116,14 +115,14 @@ struct Held {
 
 /// Clears a key's refill flag and wakes its waiters, however the refill ends.
 struct Refill<'a> {
-    reserver: &'a Reserver,
+    budgets: &'a LocalBudgets,
     user: &'a [u8],
     slot: Arc<Refilling>,
 }
 
 impl Drop for Refill<'_> {
     fn drop(&mut self) {
-        if let Some(local) = self.reserver.shard(self.user).get_mut(self.user)
+        if let Some(local) = self.budgets.shard(self.user).get_mut(self.user)
             && local
                 .refilling
                 .as_ref()
@@ -144,32 +143,20 @@ enum Step {
     Refill(Option<Held>, Arc<Refilling>),
 }
 
-impl Reserver {
-    /// Reservations of `n` units (at least 2) held at most `hold`, over `store`.
-    pub(crate) fn new(
-        n: u64,
-        hold: Duration,
-        store: &Bound,
-        quotas: &[QuotaSpec],
-        block: Option<u64>,
-    ) -> Self {
-        Reserver {
+impl LocalBudgets {
+    /// Budgets of `n` units (at least 2) held at most `hold`.
+    pub(super) fn new(n: u64, hold: Duration) -> Self {
+        LocalBudgets {
             n,
             hold_us: i64::try_from(hold.as_micros()).unwrap_or(i64::MAX),
-            scripts: store.reserve_scripts(quotas, block),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             epoch: tokio::time::Instant::now(),
         }
     }
 
-    /// A Redis store's take and give-back scripts (`None`: a memory store).
-    pub(crate) fn scripts(&self) -> Option<&Scripts> {
-        self.scripts.as_deref()
-    }
-
     /// The units per take and the hold, to build it again over another store.
-    pub(crate) fn config(&self) -> (u64, Duration) {
+    pub(super) fn config(&self) -> (u64, Duration) {
         (self.n, Duration::from_micros(self.hold_us as u64))
     }
 
@@ -179,39 +166,46 @@ impl Reserver {
     }
 
     /// Local time (µs): the manual clock's, else a monotonic clock's.
-    fn now(&self, lim: &RateLimiter) -> i64 {
-        match lim.manual_now_us() {
+    fn now(&self, engine: &Engine) -> i64 {
+        match engine.manual_now_us() {
             Some(us) => us as i64,
             None => self.epoch.elapsed().as_micros() as i64,
         }
     }
 
-    /// Decides a request of `cost` (at least 1, at most every capacity) for `key`.
-    pub(crate) async fn check(
-        &self,
-        lim: &RateLimiter,
+    /// Decides a request of `cost` (at least 1, at most every capacity) for
+    /// `key`, spending from `engine`'s takes (its owner's handle: a take
+    /// runs in a task of its own, which holds it and these budgets).
+    pub(super) async fn check<H>(
+        self: &Arc<Self>,
+        engine: &Arc<H>,
         key: &[u8],
         cost: u64,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Decision, StoreError>
+    where
+        H: AsRef<Engine> + Send + Sync + 'static,
+    {
+        let handle = engine;
+        let engine: &Engine = (**handle).as_ref();
         let user = &*storable_key(key);
         loop {
-            let now = self.now(lim);
+            let now = self.now(engine);
             let step = {
                 let mut shard = self.shard(user);
                 match shard.get_mut(user) {
-                    Some(local) => self.step(lim, local, now, cost),
+                    Some(local) => self.step(engine, local, now, cost),
                     // nothing to remember of a key that only makes exact calls
                     None if cost >= self.n => Step::Exact,
                     None => {
                         sweep_if_full(&mut shard, now);
                         let local = shard.entry(user.into()).or_default();
-                        self.step(lim, local, now, cost)
+                        self.step(engine, local, now, cost)
                     }
                 }
             };
             match step {
                 Step::Spent(d) => return Ok(d),
-                Step::Exact => return lim.exact(key, cost).await,
+                Step::Exact => return engine.exact(key, cost).await,
                 Step::Wait(slot) => {
                     // created before the check below: a refill that ends
                     // after it still wakes this future
@@ -232,25 +226,24 @@ impl Reserver {
                     let decision = match tokio::runtime::Handle::try_current() {
                         // a task of its own, so that a caller who gives up (a
                         // timeout, a client gone) does not lose the units its
-                        // take counted: the reservation is kept all the same
+                        // take counted: the budget is kept all the same
                         Ok(rt) => {
-                            let (lim, user) = (lim.clone(), Box::<[u8]>::from(user));
+                            let (budgets, handle) = (self.clone(), handle.clone());
+                            let user = Box::<[u8]>::from(user);
                             rt.spawn(async move {
-                                match lim.reserver() {
-                                    Some(r) => r.refill_guarded(&lim, &user, cost, old, slot).await,
-                                    None => Ok(None),
-                                }
+                                let engine: &Engine = (*handle).as_ref();
+                                budgets.refill_guarded(engine, &user, cost, old, slot).await
                             })
                             .await
                             .map_err(|e| {
-                                StoreError::Protocol(format!("reservation take task failed: {e}"))
+                                StoreError::Protocol(format!("local budget take task failed: {e}"))
                             })?
                         }
-                        Err(_) => self.refill_guarded(lim, user, cost, old, slot).await,
+                        Err(_) => self.refill_guarded(engine, user, cost, old, slot).await,
                     };
                     match decision? {
                         Some(d) => return Ok(d),
-                        None => return lim.exact(key, cost).await,
+                        None => return engine.exact(key, cost).await,
                     }
                 }
             }
@@ -258,11 +251,11 @@ impl Reserver {
     }
 
     /// What a request of `cost` does with its key's local state at `now`.
-    fn step(&self, lim: &RateLimiter, local: &mut Local, now: i64, cost: u64) -> Step {
+    fn step(&self, engine: &Engine, local: &mut Local, now: i64, cost: u64) -> Step {
         match &mut local.held {
             Some(h) if h.deadline > now && h.left >= cost => {
                 h.left -= cost;
-                Step::Spent(self.spent(lim, h, now))
+                Step::Spent(self.spent(engine, h, now))
             }
             _ => match &local.refilling {
                 // a refill in flight serves at most n - 1 waiters; the rest
@@ -286,18 +279,18 @@ impl Reserver {
     /// its waiters (telling them of a failure), however it ends.
     async fn refill_guarded(
         &self,
-        lim: &RateLimiter,
+        engine: &Engine,
         user: &[u8],
         cost: u64,
         old: Option<Held>,
         slot: Arc<Refilling>,
     ) -> Result<Option<Decision>, StoreError> {
         let guard = Refill {
-            reserver: self,
+            budgets: self,
             user,
             slot: slot.clone(),
         };
-        let decision = match self.refill(lim, user, cost, old).await {
+        let decision = match self.refill(engine, user, cost, old).await {
             Err(e) => {
                 // its waiters answer the same error
                 let e = Arc::new(e);
@@ -316,38 +309,27 @@ impl Reserver {
     /// exact call, as do this instance's others on the key for a hold time).
     async fn refill(
         &self,
-        lim: &RateLimiter,
+        engine: &Engine,
         user: &[u8],
         cost: u64,
         old: Option<Held>,
     ) -> Result<Option<Decision>, StoreError> {
-        let quotas = lim.quota_specs();
-        let (base, keys) = lim.keys_of(user);
-        let manual = lim.manual_now_us();
-        let call = Call {
-            base: &base,
-            user,
-            keys: &keys,
-            quotas,
-            cost: self.n,
-            now_us: manual,
-            nonce: "",
-            block_us: lim.block_us(),
-        };
+        let quotas = engine.quotas();
+        let manual = engine.manual_now_us();
         // the deadline counts from before the take was sent: never later
         // than the end of the state its units come from
-        let sent = self.now(lim);
-        // the old reservation goes back alongside the take (one round trip of
+        let sent = self.now(engine);
+        // the old budget goes back alongside the take (one round trip of
         // latency; a give-back that fails leaves its units counted)
         let give_back = async {
             if let Some(old) = &old {
-                self.give_back(lim, user, old).await;
+                self.give_back(engine, user, old).await;
             }
         };
-        let take = lim.bound_store().take(self.scripts.as_deref(), call);
+        let take = engine.take_units(user, self.n);
         let ((), taken) = tokio::join!(give_back, take);
         let (outcome, at) = taken?;
-        let now = self.now(lim);
+        let now = self.now(engine);
         if !outcome.allowed {
             if let Some(l) = self.shard(user).get_mut(user) {
                 l.exact_until = now.saturating_add(self.hold_us);
@@ -380,10 +362,10 @@ impl Reserver {
                 .collect(),
             outcomes: outcome.quotas.into_boxed_slice(),
         };
-        let decision = self.spent(lim, &held, now);
+        let decision = self.spent(engine, &held, now);
         if held.deadline <= now {
             // nothing of it can be spent: back at once
-            self.give_back(lim, user, &held).await;
+            self.give_back(engine, user, &held).await;
             return Ok(Some(decision));
         }
         let mut shard = self.shard(user);
@@ -393,33 +375,25 @@ impl Reserver {
     }
 
     /// Gives back `held`'s unspent units; a failure leaves them counted.
-    async fn give_back(&self, lim: &RateLimiter, user: &[u8], held: &Held) {
+    async fn give_back(&self, engine: &Engine, user: &[u8], held: &Held) {
         if held.left == 0 {
             return;
         }
-        let (_, keys) = lim.keys_of(user);
-        let gb = GiveBackCall {
-            keys: &keys,
-            units: held.left,
-            now_us: lim.manual_now_us(),
-            at: held.at,
-            fins: &held.fins,
-        };
-        let _ = lim
-            .bound_store()
-            .give_back(self.scripts.as_deref(), lim.quota_specs(), gb, user)
+        let (_, keys) = engine.keys_of(user);
+        let _ = engine
+            .give_back(user, &keys, held.left, held.at, &held.fins)
             .await;
     }
 
     /// The decision of a request spent from `h` at `now` (after its units
     /// were taken off): the take's state, with what is left locally counted
     /// as remaining (never above the limit) and its times aged.
-    fn spent(&self, lim: &RateLimiter, h: &Held, now: i64) -> Decision {
+    fn spent(&self, engine: &Engine, h: &Held, now: i64) -> Decision {
         let age = Duration::from_micros((now - h.taken).max(0) as u64);
         let outcomes = h
             .outcomes
             .iter()
-            .zip(lim.quota_specs())
+            .zip(engine.quotas())
             .map(|(o, q)| QuotaOutcome {
                 allowed: true,
                 remaining: o.remaining.saturating_add(h.left).min(q.capacity()),
@@ -427,11 +401,11 @@ impl Reserver {
                 retry_after: None,
                 delay: Duration::ZERO,
             });
-        lim.decision_of(true, outcomes, None)
+        engine.decision_of(true, outcomes, None)
     }
 
-    /// Gives back every reservation this limiter holds (one call each).
-    pub(crate) async fn flush(&self, lim: &RateLimiter) {
+    /// Gives back every budget these budgets hold (one call each).
+    pub(super) async fn flush(&self, engine: &Engine) {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
@@ -442,15 +416,15 @@ impl Reserver {
             }
         }
         for (user, held) in all {
-            self.give_back(lim, &user, &held).await;
+            self.give_back(engine, &user, &held).await;
         }
     }
 }
 
-/// Drops the keys of `shard` with nothing live (no reservation to spend, no
+/// Drops the keys of `shard` with nothing live (no budget to spend, no
 /// refill, no exact-call period) when it has grown to [`SWEEP_ABOVE`] keys or
 /// a power of two above, and gives back the memory of a shard left mostly
-/// empty. What a dropped reservation did not spend stays counted in the store
+/// empty. What a dropped budget did not spend stays counted in the store
 /// until its state ends (never more than was taken).
 fn sweep_if_full(shard: &mut Keys, now: i64) {
     let len = shard.len();
@@ -475,7 +449,7 @@ mod tests {
     use crate::{MemoryStore, Quota, Rate, RateLimiter};
 
     fn keys_held(lim: &RateLimiter) -> usize {
-        let r = lim.reserver().expect("reservations on");
+        let r = lim.local_budgets().expect("local budgets on");
         r.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
@@ -483,14 +457,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn local_state_stays_bounded_by_live_reservations() {
+    async fn local_state_stays_bounded_by_live_budgets() {
         let clock = ManualClock::new(Duration::from_secs(3_600));
         let lim = RateLimiter::builder()
             .store(MemoryStore::new())
             .quota(Quota::fixed_window(Rate::per_hour(1_000_000)))
             .clock(clock.clone())
-            .local_reservations(10)
-            .reservation_hold(Duration::from_secs(1))
+            .local_budget(10)
+            .local_budget_hold(Duration::from_secs(1))
             .build()
             .unwrap();
         // keys that only make exact calls leave nothing behind
@@ -498,7 +472,7 @@ mod tests {
             assert!(lim.check_n(format!("x{i}"), 10).await.unwrap().allowed());
         }
         assert_eq!(keys_held(&lim), 0);
-        // keys whose reservations ended are swept as new keys come
+        // keys whose budgets ended are swept as new keys come
         for round in 0..4 {
             for i in 0..20_000 {
                 assert!(lim.check(format!("r{round}-{i}")).await.unwrap().allowed());

@@ -1,4 +1,4 @@
-//! Local reservations for hot keys (`RateLimiterBuilder::local_reservations`),
+//! Local budgets for hot keys (`RateLimiterBuilder::local_budget`),
 //! on the memory store and a private Redis, under a manual clock: exact
 //! counts, no sleeps.
 
@@ -28,8 +28,8 @@ impl Store {
             .prefix("hot")
             .quota(quota)
             .clock(clock.clone())
-            .local_reservations(n)
-            .reservation_hold(Duration::from_secs(3_600));
+            .local_budget(n)
+            .local_budget_hold(Duration::from_secs(3_600));
         match self {
             Store::Memory(m) => b.store(m.clone()),
             Store::Redis(r) => b.store(RedisStore::new(r.pool(4)).timeout(GENEROUS)),
@@ -87,7 +87,7 @@ async fn four_instances_admit_the_limit_once_flushed(store: Store) {
                 assert_eq!(first, 1_000, "{strategy}: n = 1 is exact");
             }
             for l in &limiters {
-                l.flush_reservations().await;
+                l.flush_local_budgets().await;
             }
             let second = hammer(&limiters[..1], 500).await;
             assert_eq!(first + second, 1_000, "{strategy} n={n}");
@@ -110,17 +110,17 @@ async fn give_back_returns_units_only_to_the_take_s_window(store: Store) {
     assert!(d.allowed());
     assert_eq!(d.remaining(), 99, "the store's 90 and a's 9 unspent");
     assert_eq!(b.peek("k").await.unwrap().remaining(), 90);
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(b.peek("k").await.unwrap().remaining(), 99);
     // twice: nothing more (never above the limit)
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(b.peek("k").await.unwrap().remaining(), 99);
     // a takes again, then the window rolls over; b starts a new one
     a.check("k").await.unwrap();
     assert_eq!(b.peek("k").await.unwrap().remaining(), 89);
     clock.advance(Duration::from_secs(10));
     assert_eq!(b.check("k").await.unwrap().remaining(), 99);
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(
         b.peek("k").await.unwrap().remaining(),
         99,
@@ -133,13 +133,13 @@ async fn give_back_returns_units_only_to_the_take_s_window(store: Store) {
     let b = store.limiter(g, 1, &clock);
     a.check("g").await.unwrap();
     assert_eq!(b.peek("g").await.unwrap().remaining(), 90);
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(b.peek("g").await.unwrap().remaining(), 99);
     // taken, then the bucket refills fully: nothing to give back
     a.check("g").await.unwrap();
     clock.advance(Duration::from_secs(20));
     b.check_n("g", 100).await.unwrap();
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(
         b.peek("g").await.unwrap().remaining(),
         0,
@@ -155,7 +155,7 @@ async fn give_back_returns_units_only_to_the_take_s_window(store: Store) {
     a.check("l").await.unwrap();
     a.check("l").await.unwrap();
     assert_eq!(b.peek("l").await.unwrap().remaining(), 89);
-    a.flush_reservations().await;
+    a.flush_local_budgets().await;
     assert_eq!(b.peek("l").await.unwrap().remaining(), 97);
     clock.advance(Duration::from_secs(9));
     assert_eq!(
@@ -186,33 +186,33 @@ async fn overshoot_stays_within_k_times_n_over_time(store: Store) {
 }
 
 #[test]
-fn invalid_reservation_configurations_name_the_field() {
+fn invalid_local_budget_configurations_name_the_field() {
     let b = || {
         RateLimiter::builder()
             .store(MemoryStore::new())
             .quota(Quota::fixed_window(Rate::per_second(10)))
     };
-    let e = b().local_reservations(0).build().unwrap_err();
-    assert_eq!(e.field(), "local_reservations");
-    let e = b().local_reservations(11).build().unwrap_err();
+    let e = b().local_budget(0).build().unwrap_err();
+    assert_eq!(e.field(), "local_budget");
+    let e = b().local_budget(11).build().unwrap_err();
     assert!(e.to_string().contains("capacity 10"), "{e}");
-    let e = b().reservation_hold(Duration::ZERO).build().unwrap_err();
-    assert_eq!(e.field(), "reservation_hold");
+    let e = b().local_budget_hold(Duration::ZERO).build().unwrap_err();
+    assert_eq!(e.field(), "local_budget_hold");
     for s in [Strategy::Concurrency, Strategy::LeakyBucket] {
         let e = RateLimiter::builder()
             .store(MemoryStore::new())
             .quota(Quota::new(s, Rate::per_second(10)))
-            .local_reservations(2)
+            .local_budget(2)
             .build()
             .unwrap_err();
-        assert_eq!(e.field(), "local_reservations");
+        assert_eq!(e.field(), "local_budget");
         assert!(e.to_string().contains(s.as_str()), "{e}");
     }
-    assert!(b().local_reservations(10).build().is_ok());
+    assert!(b().local_budget(10).build().is_ok());
 }
 
 /// A caller that gives up while its take is in flight (a timeout around
-/// `check`, a client gone) does not lose the take: the reservation is kept,
+/// `check`, a client gone) does not lose the take: the budget is kept,
 /// and the next request spends from it. Only the two requests' own units end
 /// up counted once the rest is given back.
 async fn a_caller_that_gives_up_does_not_lose_the_take(store: Store) {
@@ -223,7 +223,7 @@ async fn a_caller_that_gives_up_does_not_lose_the_take(store: Store) {
     let _ = tokio::time::timeout(Duration::ZERO, lim.check("hot")).await;
     let d = lim.check("hot").await.unwrap();
     assert!(d.allowed());
-    lim.flush_reservations().await;
+    lim.flush_local_budgets().await;
     assert_eq!(lim.peek("hot").await.unwrap().remaining(), 1_000 - 2);
 }
 
@@ -244,7 +244,7 @@ async fn waiters_on_a_stalled_take_answer_within_one_timeout() {
         .store(RedisStore::new(pool).timeout(TIMEOUT))
         .prefix("hot")
         .quota(Quota::gcra(Rate::per_hour(1_000_000)))
-        .local_reservations(100)
+        .local_budget(100)
         .build()
         .unwrap();
     common::warm_up(&lim, "warm-up").await;
