@@ -31,8 +31,6 @@
 //! time), [`settle`] (reservations, settling after the response, the penalty
 //! box and the admin API), [`strategy`], [`decision`] (a decision's parts),
 //! [`clock`], [`store`] (the trait the stores implement) and [`error`].
-//! With the `sim` feature, `sim` runs any strategy against traffic patterns
-//! and draws the result as an SVG chart.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -48,9 +46,6 @@ mod quota;
 mod rate;
 mod reserve;
 pub mod settle;
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub mod sim;
 pub mod store;
 pub mod strategy;
 
@@ -84,11 +79,8 @@ pub use deadpool_redis;
 /// The `redis` crate this crate is built with (error types, commands).
 pub use redis;
 
-/// The README's code blocks, compiled (and, where they need no server, run)
-/// as doctests, so the README cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+// The README's code blocks are doctests of the test package (`tests/readme.rs`),
+// whose dependencies they may use.
 
 #[cfg(test)]
 mod tests {
