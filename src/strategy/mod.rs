@@ -465,6 +465,22 @@ mod tests {
         }
     }
 
+    /// The public facts agree with each other: a strategy holds leases
+    /// exactly when its bound is on what is in flight, one that delays is
+    /// bounded as a bucket (its burst is its queue), and every guarantee is
+    /// said in words.
+    #[test]
+    fn public_facts_agree() {
+        for s in Strategy::ALL {
+            assert_eq!(s.holds_leases(), s.bound() == Bound::InFlight, "{s}");
+            assert!(
+                !s.delays() || (s.bound() == Bound::Bucket && s.takes_burst()),
+                "{s}"
+            );
+            assert!(s.guarantee().starts_with("at most") || s.delays(), "{s}");
+        }
+    }
+
     #[test]
     fn parse_error_names_the_input_and_every_strategy() {
         let e = "fixed_window".parse::<Strategy>().unwrap_err();
