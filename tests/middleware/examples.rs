@@ -441,9 +441,14 @@ async fn plans_probe(app: &Router) {
 
 #[tokio::test]
 async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
-    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
-        .await
-        .unwrap();
+    let app = plans::app(
+        MemoryStore::new(),
+        None,
+        ADMIN_TOKEN,
+        in_repo(plans::DEFAULT_CONFIG),
+    )
+    .await
+    .unwrap();
     plans_probe(&app).await;
 }
 
@@ -451,7 +456,7 @@ async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
 async fn plans_keep_api_keys_out_of_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
-    let app = plans::app(store, None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
+    let app = plans::app(store, None, ADMIN_TOKEN, in_repo(plans::DEFAULT_CONFIG))
         .await
         .unwrap();
     plans_probe(&app).await;
@@ -483,9 +488,14 @@ fn policy_names(res: &http::Response<Body>) -> Vec<String> {
 
 #[tokio::test]
 async fn plans_headers_name_the_ip_guard_apart_from_the_plan() {
-    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
-        .await
-        .unwrap();
+    let app = plans::app(
+        MemoryStore::new(),
+        None,
+        ADMIN_TOKEN,
+        in_repo(plans::DEFAULT_CONFIG),
+    )
+    .await
+    .unwrap();
     let res = send(
         &app,
         request(
