@@ -3,9 +3,9 @@
 //! may be shared and noisy).
 //!
 //! ```sh
-//! cargo bench --bench decisions                                  # both stores, fixed window
-//! cargo bench --bench decisions -- --store redis --strategy gcra --rounds 5
-//! cargo bench --bench decisions -- --store memory --keys 1000000
+//! cargo bench -p tower-redis-ratelimit-tests --bench decisions                                  # both stores, fixed window
+//! cargo bench -p tower-redis-ratelimit-tests --bench decisions -- --store redis --strategy gcra --rounds 5
+//! cargo bench -p tower-redis-ratelimit-tests --bench decisions -- --store memory --keys 1000000
 //! ```
 //!
 //! - `--store redis`: the limiter over `RedisStore` against the practical
@@ -64,7 +64,7 @@ struct Args {
     connections: usize,
 }
 
-const USAGE: &str = "usage: cargo bench --bench decisions -- [--store redis|memory|both] \
+const USAGE: &str = "usage: cargo bench -p tower-redis-ratelimit-tests --bench decisions -- [--store redis|memory|both] \
     [--redis-url URL] [--strategy NAME] [--concurrency C] [--keys K] [--requests N] \
     [--rounds R] [--connections N]";
 

@@ -6,8 +6,8 @@
 //! shared and noisy).
 //!
 //! ```sh
-//! cargo bench --bench hot_key                       # n = 100, 4 instances
-//! cargo bench --bench hot_key -- --n 10 --rounds 5
+//! cargo bench -p tower-redis-ratelimit-tests --bench hot_key                       # n = 100, 4 instances
+//! cargo bench -p tower-redis-ratelimit-tests --bench hot_key -- --n 10 --rounds 5
 //! ```
 //!
 //! - The ceiling: tasks sharing one redis-rs multiplexed connection per
@@ -45,7 +45,7 @@ if n > tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[2]) return 0 en
 return 1
 ";
 
-const USAGE: &str = "usage: cargo bench --bench hot_key -- [--n N] [--instances K] \
+const USAGE: &str = "usage: cargo bench -p tower-redis-ratelimit-tests --bench hot_key -- [--n N] [--instances K] \
     [--strategy NAME] [--concurrency C] [--requests N] [--rounds R]";
 
 struct Args {

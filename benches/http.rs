@@ -12,9 +12,9 @@
 //! commands per denied request are read from `INFO commandstats`.
 //!
 //! ```sh
-//! cargo bench --bench http --features axum                       # wrk -t1 -c64 -d5s, 1 round
-//! cargo bench --bench http --features axum -- --rounds 3 --duration 10
-//! cargo bench --bench http --features axum -- --strategy gcra
+//! cargo bench -p tower-redis-ratelimit-tests --bench http --features axum                       # wrk -t1 -c64 -d5s, 1 round
+//! cargo bench -p tower-redis-ratelimit-tests --bench http --features axum -- --rounds 3 --duration 10
+//! cargo bench -p tower-redis-ratelimit-tests --bench http --features axum -- --strategy gcra
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (never 6379)
@@ -122,7 +122,7 @@ fn parse_args() -> Result<Args, String> {
             },
             "--help" | "-h" => {
                 return Err(
-                    "usage: cargo bench --bench http --features axum -- [--duration SECS] [--connections N] [--threads N] \
+                    "usage: cargo bench -p tower-redis-ratelimit-tests --bench http --features axum -- [--duration SECS] [--connections N] [--threads N] \
                      [--rounds N] [--modes bare,handwritten,layer] [--strategy fixed-window|gcra] [--no-flood]"
                         .into(),
                 );

@@ -2,9 +2,9 @@
 //! run (compare the ratios: the machine may be shared and noisy).
 //!
 //! ```sh
-//! cargo bench --bench redis_cost                        # both modes, every strategy
-//! cargo bench --bench redis_cost -- cpu --rounds 5      # Redis CPU per decision
-//! cargo bench --bench redis_cost -- keys --keys 50000   # Redis bytes per key
+//! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost                        # both modes, every strategy
+//! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- cpu --rounds 5      # Redis CPU per decision
+//! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- keys --keys 50000   # Redis bytes per key
 //! ```
 //!
 //! - `cpu`: per strategy, `CONFIG RESETSTAT`, then `--decisions` checks
@@ -56,7 +56,7 @@ struct Args {
     keys: Option<usize>,
 }
 
-const USAGE: &str = "usage: cargo bench --bench redis_cost -- [cpu|keys] [--rounds R] \
+const USAGE: &str = "usage: cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- [cpu|keys] [--rounds R] \
     [--decisions N] [--keys K]";
 
 fn parse_args() -> Result<Args, String> {

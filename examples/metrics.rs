@@ -2,7 +2,7 @@
 //! facade and `metrics-exporter-prometheus`, served on a listener of their
 //! own that only this host can reach.
 //!
-//!     cargo run --example metrics --features axum,metrics
+//!     cargo run -p tower-redis-ratelimit-tests --example metrics --features axum,metrics
 //!     for i in $(seq 8); do curl -s -o /dev/null http://127.0.0.1:3000/; done
 //!     curl -s http://127.0.0.1:9000/metrics | grep ratelimit
 //!

@@ -5,7 +5,7 @@
 //! `internal` unlimited), as loaded from the file `PLANS_CONFIG` names
 //! (default `examples/plans.toml`, relative to the working directory).
 //!
-//!     ADMIN_TOKEN=s3cret cargo run --example plans --features axum,serde
+//!     ADMIN_TOKEN=s3cret cargo run -p tower-redis-ratelimit-tests --example plans --features axum,serde
 //!     curl -si -H 'x-api-key: key-free' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-pro' http://127.0.0.1:3000/
 //!     curl -si -H 'x-api-key: key-internal' http://127.0.0.1:3000/

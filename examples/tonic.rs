@@ -1,8 +1,8 @@
 //! A rate-limited tonic gRPC server, and a client that runs into the limit.
 //! No `protoc` needed: the service is written by hand with a raw-bytes codec.
 //!
-//!     cargo run --example tonic --features tonic
-//!     REDIS_URL=redis://127.0.0.1:6379/ cargo run --example tonic --features tonic
+//!     cargo run -p tower-redis-ratelimit-tests --example tonic --features tonic
+//!     REDIS_URL=redis://127.0.0.1:6379/ cargo run -p tower-redis-ratelimit-tests --example tonic --features tonic
 //!
 //! It serves `demo.Echo/Echo` on 127.0.0.1:PORT (default 50051), limited to
 //! 3 calls per 10 s per client IP, then calls it five times and prints what

@@ -66,8 +66,6 @@
 //! box and the admin API), [`strategy`], [`decision`] (a decision's parts),
 //! [`clock`], [`store`] (the trait the stores implement), [`error`] and
 //! [`guide`] (no code: the chapters above).
-//! With the `sim` feature, `sim` runs any strategy against traffic patterns
-//! and draws the result as an SVG chart.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -83,9 +81,6 @@ pub mod plans;
 mod quota;
 mod rate;
 pub mod settle;
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub mod sim;
 pub mod store;
 pub mod strategy;
 
@@ -119,11 +114,8 @@ pub use deadpool_redis;
 /// The `redis` crate this crate is built with (error types, commands).
 pub use redis;
 
-/// The README's code blocks, compiled (and, where they need no server, run)
-/// as doctests, so the README cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+// The README's code blocks are doctests of the test package (`tests/readme.rs`),
+// whose dependencies they may use.
 
 #[cfg(test)]
 mod tests {

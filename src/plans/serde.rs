@@ -273,22 +273,22 @@ impl PlansConfig {
     /// ```
     /// use tower_redis_ratelimit::plans::PlansConfig;
     ///
-    /// let toml = r#"
-    ///     default = "free"
-    ///     [plans]
-    ///     free = "60/min; 1000/day"
-    ///     pro = { quotas = [{ strategy = "gcra", rate = "600/min", burst = 100, name = "minute" }] }
-    ///     internal = { unlimited = true }
-    /// "#;
-    /// let config = PlansConfig::deserialize_from(toml::Deserializer::parse(toml).unwrap())?;
+    /// let json = r#"{
+    ///     "default": "free",
+    ///     "plans": {
+    ///         "free": "60/min; 1000/day",
+    ///         "pro": { "quotas": [{ "strategy": "gcra", "rate": "600/min", "burst": 100, "name": "minute" }] },
+    ///         "internal": { "unlimited": true }
+    ///     }
+    /// }"#;
+    /// let config = PlansConfig::deserialize_from(&mut serde_json::Deserializer::from_str(json))?;
     /// assert_eq!(config.default_name(), "free");
     ///
-    /// let bad = r#"
-    ///     default = "free"
-    ///     [plans]
-    ///     free = { quotas = ["60/min", { rate = "10/eon" }] }
-    /// "#;
-    /// let e = PlansConfig::deserialize_from(toml::Deserializer::parse(bad).unwrap()).unwrap_err();
+    /// let bad = r#"{
+    ///     "default": "free",
+    ///     "plans": { "free": { "quotas": ["60/min", { "rate": "10/eon" }] } }
+    /// }"#;
+    /// let e = PlansConfig::deserialize_from(&mut serde_json::Deserializer::from_str(bad)).unwrap_err();
     /// assert_eq!(e.field(), "plans.free.quotas[1].rate");
     /// # Ok::<(), tower_redis_ratelimit::error::ConfigError>(())
     /// ```

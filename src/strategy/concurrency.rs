@@ -3,7 +3,9 @@
 //! (`lua/concurrency.lua`).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value};
-use super::{Adjust, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec};
+use super::{
+    Adjust, Bound, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec,
+};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "concurrency",
@@ -28,6 +30,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "lease_timeout",
     needs_nonce: true,
     holds_leases: true,
+    bound: Bound::InFlight,
+    guarantee: "at most n in flight",
     denials_cacheable: false,
     header: HeaderPolicy::InFlight,
     give_back: GiveBack::Never(

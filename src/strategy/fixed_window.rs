@@ -2,7 +2,7 @@
 //! window starting at the key's first hit (`lua/fixed_window.lua`).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
-use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
+use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "fixed-window",
@@ -23,6 +23,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "rate.period",
     needs_nonce: false,
     holds_leases: false,
+    bound: Bound::Window,
+    guarantee: "at most n in one window (opened by a key's first hit), so at most 2n in any span of one period",
     denials_cacheable: true,
     header: HeaderPolicy::Window,
     give_back: GiveBack::Units {

@@ -3,7 +3,7 @@
 //! until its slot (`delay`).
 
 use super::state::Algorithm;
-use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
+use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "leaky-bucket",
@@ -24,6 +24,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "rate.period",
     needs_nonce: false,
     holds_leases: false,
+    bound: Bound::Bucket,
+    guarantee: "admits at most burst + t / interval in any span t; serves in order, one per interval, each after a delay of at most burst x interval",
     denials_cacheable: true,
     header: HeaderPolicy::Refill,
     give_back: GiveBack::Never(

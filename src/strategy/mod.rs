@@ -104,6 +104,69 @@ impl Strategy {
     pub(crate) const fn id(&self) -> u8 {
         self.spec().lua.id
     }
+
+    /// Whether [`Quota::burst`](crate::Quota::burst) applies: the burst, not
+    /// the rate's count, is then the capacity a request's cost is compared
+    /// with ([`Quota::limit`](crate::Quota::limit)).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::strategy::Strategy;
+    ///
+    /// assert!(Strategy::Gcra.takes_burst());
+    /// assert!(!Strategy::FixedWindow.takes_burst());
+    /// ```
+    pub const fn takes_burst(self) -> bool {
+        self.spec().takes_burst
+    }
+
+    /// Whether an admitted request holds a [`Lease`](crate::decision::Lease)
+    /// on the key until it is released (or its timeout, the rate's period,
+    /// passes).
+    pub const fn holds_leases(self) -> bool {
+        self.spec().holds_leases
+    }
+
+    /// Whether an admitted request may be given a
+    /// [`delay`](crate::Decision::delay) to wait before it is served
+    /// (traffic shaping); other strategies admit with no delay.
+    pub const fn delays(self) -> bool {
+        matches!(self.spec().algorithm, Algorithm::Tat { queue: true })
+    }
+
+    /// The kind of bound the strategy keeps on what one key admits
+    /// (see [`Bound`]).
+    pub const fn bound(self) -> Bound {
+        self.spec().bound
+    }
+
+    /// The strategy's documented guarantee, in words, e.g. `at most n in
+    /// any span of one period` (`n`: the rate's count).
+    pub const fn guarantee(self) -> &'static str {
+        self.spec().guarantee
+    }
+}
+
+/// The kind of bound a [`Strategy`] keeps on what one key admits
+/// ([`Strategy::bound`]; `n` is the rate's count). The words of each
+/// strategy's bound are [`Strategy::guarantee`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Bound {
+    /// At most `n` in one window of one period, opened by the key's first
+    /// hit after the previous window closed: hence at most `2n` in any span
+    /// of one period.
+    Window,
+    /// At most `n` in one aligned window (from a multiple of the period on
+    /// the store's clock): hence at most `2n` in any span of one period.
+    AlignedWindow,
+    /// At most `n` in any span of one period.
+    Span,
+    /// At most `burst + t / interval` in any span `t`, where
+    /// `interval = ceil(period / n)` and `burst` is the
+    /// [`Quota::limit`](crate::Quota::limit).
+    Bucket,
+    /// At most `n` requests holding a lease at once.
+    InFlight,
 }
 
 /// Everything the crate asks of one strategy. Every field must be given (no
@@ -149,6 +212,10 @@ pub(crate) struct StrategySpec {
     /// Whether an admitted request holds a [`Lease`](crate::decision::Lease) on the key
     /// until it is released.
     pub(crate) holds_leases: bool,
+    /// The kind of bound kept on what one key admits ([`Strategy::bound`]).
+    pub(crate) bound: Bound,
+    /// That bound in words ([`Strategy::guarantee`]).
+    pub(crate) guarantee: &'static str,
     /// Whether a denial holds until its `retry_after` (the middleware's deny
     /// cache may answer from it); not when a release can free a slot sooner.
     pub(crate) denials_cacheable: bool,
@@ -395,6 +462,22 @@ mod tests {
                 | Strategy::Concurrency => Strategy::ALL.contains(&s),
             };
             assert!(in_all);
+        }
+    }
+
+    /// The public facts agree with each other: a strategy holds leases
+    /// exactly when its bound is on what is in flight, one that delays is
+    /// bounded as a bucket (its burst is its queue), and every guarantee is
+    /// said in words.
+    #[test]
+    fn public_facts_agree() {
+        for s in Strategy::ALL {
+            assert_eq!(s.holds_leases(), s.bound() == Bound::InFlight, "{s}");
+            assert!(
+                !s.delays() || (s.bound() == Bound::Bucket && s.takes_burst()),
+                "{s}"
+            );
+            assert!(s.guarantee().starts_with("at most") || s.delays(), "{s}");
         }
     }
 

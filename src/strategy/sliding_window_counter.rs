@@ -3,7 +3,7 @@
 //! (`lua/sliding_window_counter.lua`).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, floor_div, ttl_us};
-use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec};
+use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "sliding-window-counter",
@@ -24,6 +24,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "rate.period",
     needs_nonce: false,
     holds_leases: false,
+    bound: Bound::AlignedWindow,
+    guarantee: "at most n in one aligned window, so at most 2n in any span of one period",
     denials_cacheable: true,
     header: HeaderPolicy::Window,
     give_back: GiveBack::Units {

@@ -4,7 +4,7 @@
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
 use super::{
-    Adjust, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec,
+    Adjust, Bound, CountBound, GiveBack, HeaderPolicy, Lua, MAX_SORTED_SET_LIMIT, StrategySpec,
     until_reset,
 };
 
@@ -34,6 +34,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "rate.period",
     needs_nonce: false,
     holds_leases: false,
+    bound: Bound::Span,
+    guarantee: "at most n in any span of one period",
     denials_cacheable: true,
     header: HeaderPolicy::Window,
     give_back: GiveBack::Units {

@@ -3,7 +3,7 @@
 //! then `lua/tat.lua`: that time is the GCRA's theoretical arrival time).
 
 use super::state::Algorithm;
-use super::{Adjust, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
+use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "token-bucket",
@@ -24,6 +24,8 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     period_field: "rate.period",
     needs_nonce: false,
     holds_leases: false,
+    bound: Bound::Bucket,
+    guarantee: "at most burst + t / interval in any span t (interval = ceil(period / n))",
     denials_cacheable: true,
     header: HeaderPolicy::Refill,
     give_back: GiveBack::Units {

@@ -115,7 +115,7 @@ impl TlsFiles {
         #[cfg(not(feature = "tls"))]
         {
             panic!(
-                "a TLS server ({url}) needs the crate's `tls` feature: cargo test --all-features"
+                "a TLS server ({url}) needs the crate's `tls` feature: cargo test --workspace --all-features"
             )
         }
     }

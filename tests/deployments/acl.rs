@@ -256,7 +256,7 @@ async fn the_crate_works_under_the_guides_minimal_acl_and_needs_each_of_its_comm
 #[test]
 fn the_guides_acl_allows_every_command_the_scripts_call() {
     let acl = guide_acl();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
     let mut called = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

@@ -441,9 +441,14 @@ async fn plans_probe(app: &Router) {
 
 #[tokio::test]
 async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
-    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
-        .await
-        .unwrap();
+    let app = plans::app(
+        MemoryStore::new(),
+        None,
+        ADMIN_TOKEN,
+        in_repo(plans::DEFAULT_CONFIG),
+    )
+    .await
+    .unwrap();
     plans_probe(&app).await;
 }
 
@@ -451,7 +456,7 @@ async fn plans_refuse_unknown_keys_and_unauthenticated_reloads_in_memory() {
 async fn plans_keep_api_keys_out_of_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::new(redis.pool(4)).timeout(common::GENEROUS);
-    let app = plans::app(store, None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
+    let app = plans::app(store, None, ADMIN_TOKEN, in_repo(plans::DEFAULT_CONFIG))
         .await
         .unwrap();
     plans_probe(&app).await;
@@ -483,9 +488,14 @@ fn policy_names(res: &http::Response<Body>) -> Vec<String> {
 
 #[tokio::test]
 async fn plans_headers_name_the_ip_guard_apart_from_the_plan() {
-    let app = plans::app(MemoryStore::new(), None, ADMIN_TOKEN, plans::DEFAULT_CONFIG)
-        .await
-        .unwrap();
+    let app = plans::app(
+        MemoryStore::new(),
+        None,
+        ADMIN_TOKEN,
+        in_repo(plans::DEFAULT_CONFIG),
+    )
+    .await
+    .unwrap();
     let res = send(
         &app,
         request(
@@ -506,10 +516,18 @@ async fn plans_headers_name_the_ip_guard_apart_from_the_plan() {
     assert_eq!(names.len(), all, "a quota named twice: {names:?}");
 }
 
+/// `path` from the repository's root (this test package is `tests/`, its
+/// working directory when run).
+fn in_repo(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
 /// A copy of `examples/plans.toml` in a file of the test's own, the `pro`
 /// plan's burst set to `burst`.
 fn plans_file(name: &str, burst: u32) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(plans::DEFAULT_CONFIG).unwrap();
+    let text = std::fs::read_to_string(in_repo(plans::DEFAULT_CONFIG)).unwrap();
     let from = "pro = \"gcra 600/min burst=50 name=minute\"";
     assert!(text.contains(from), "examples/plans.toml changed: {text}");
     let text = text.replace(
@@ -777,7 +795,7 @@ fn crates_listed(example: &str) -> Option<std::collections::BTreeSet<String>> {
 #[test]
 fn every_example_lists_the_crates_it_needs() {
     let mut seen = 0;
-    for entry in std::fs::read_dir("examples").unwrap() {
+    for entry in std::fs::read_dir(in_repo("examples")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "rs") {
             continue;
@@ -807,7 +825,7 @@ fn every_example_lists_the_crates_it_needs() {
             path.display()
         );
     }
-    assert!(seen >= 8, "{seen} examples");
+    assert!(seen >= 7, "{seen} examples");
 }
 
 /// The crates a Markdown text's first `toml` block lists (from `start` on),
@@ -841,7 +859,7 @@ fn snippet_crates(text: &str) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn the_readmes_dependency_list_covers_its_snippets() {
-    let readme = std::fs::read_to_string("README.md").unwrap();
+    let readme = std::fs::read_to_string(in_repo("README.md")).unwrap();
     let listed = listed_crates(&readme, "## Quick start");
     let used = snippet_crates(&readme);
     let missing: Vec<_> = used.difference(&listed).collect();
@@ -853,10 +871,10 @@ fn the_readmes_dependency_list_covers_its_snippets() {
 
 #[test]
 fn the_guides_dependency_list_covers_its_snippets() {
-    let quick_start = std::fs::read_to_string("docs/guide/quick-start.md").unwrap();
+    let quick_start = std::fs::read_to_string(in_repo("docs/guide/quick-start.md")).unwrap();
     let listed = listed_crates(&quick_start, "# Quick start");
     let mut chapters = 0;
-    for entry in std::fs::read_dir("docs/guide").unwrap() {
+    for entry in std::fs::read_dir(in_repo("docs/guide")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "md") {
             continue;

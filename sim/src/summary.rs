@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 
 use super::{Simulation, seconds, us};
-use crate::strategy::Strategy;
 
 /// A count as one character: `.` for 0, `1`-`9`, `A` (10) to `Z` (35), `#` above.
 fn glyph(count: usize) -> char {
@@ -38,16 +37,17 @@ impl Simulation {
             sent,
             seconds(self.duration)
         );
-        let most = match self.strategy() {
-            Strategy::Concurrency => format!("at most {} in flight", self.most_in_flight()),
-            _ => format!("at most {} in one period", self.most_in_one_period()),
+        let most = if self.strategy().holds_leases() {
+            format!("at most {} in flight", self.most_in_flight())
+        } else {
+            format!("at most {} in one period", self.most_in_one_period())
         };
         let _ = writeln!(
             out,
             "  admitted {admitted} of {sent}; {most}; longest retry-after {} s",
             retry.map_or_else(|| "-".to_owned(), |d| seconds(us(d)))
         );
-        if self.strategy() == Strategy::LeakyBucket {
+        if self.strategy().delays() {
             let delay = self.requests.iter().filter_map(|r| r.delay).max();
             let _ = writeln!(
                 out,
@@ -97,7 +97,7 @@ impl Simulation {
             };
         row("requests", &|r| Some(us(r.at)), None);
         row("admitted", &|r| r.allowed.then(|| us(r.at)), None);
-        if self.strategy() == Strategy::LeakyBucket {
+        if self.strategy().delays() {
             row(
                 "served",
                 &|r| r.allowed.then(|| us(r.at) + r.delay.map_or(0, us)),

@@ -11,7 +11,6 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{Request, SimError, Simulation, seconds, us};
-use crate::strategy::Strategy;
 
 const WIDTH: u32 = 860;
 const HEIGHT: u32 = 560;
@@ -201,9 +200,10 @@ impl Simulation {
         let sent = self.per_bin(|r| Some((us(r.at), 1.0)), false);
         let admitted = self.per_bin(|r| r.allowed.then(|| (us(r.at), 1.0)), false);
         // the quota's sustained rate, in requests per bin, for every client together
-        let (count, per) = match self.strategy() {
-            Strategy::Concurrency => (self.quota.rate().count(), us(self.hold)),
-            _ => (self.quota.rate().count(), us(self.quota.rate().period())),
+        let (count, per) = if self.strategy().holds_leases() {
+            (self.quota.rate().count(), us(self.hold))
+        } else {
+            (self.quota.rate().count(), us(self.quota.rate().period()))
         };
         let rate =
             count as f64 * self.bin as f64 / per.max(1) as f64 * self.pattern.clients() as f64;
@@ -212,9 +212,10 @@ impl Simulation {
         let y_desc = format!("per {} s", seconds(self.bin));
         let mut chart = self.panel(area, Some(caption), top(max, 2.0), &y_desc, false)?;
         let mut lines = Lines::default();
-        let rate_name = match self.strategy() {
-            Strategy::Concurrency => "n per hold",
-            _ => "the quota's rate",
+        let rate_name = if self.strategy().holds_leases() {
+            "n per hold"
+        } else {
+            "the quota's rate"
         };
         let end = self.duration as f64 / 1e6;
         lines.add(
@@ -228,7 +229,7 @@ impl Simulation {
             steps(&admitted, width),
             ADMITTED.stroke_width(2),
         );
-        if self.strategy() == Strategy::LeakyBucket {
+        if self.strategy().delays() {
             let served = self.per_bin(
                 |r| r.allowed.then(|| (us(r.at) + r.delay.map_or(0, us), 1.0)),
                 false,
@@ -290,7 +291,7 @@ impl Simulation {
             steps(&retry, width),
             RETRY.stroke_width(2),
         );
-        if self.strategy() == Strategy::LeakyBucket {
+        if self.strategy().delays() {
             lines.add(
                 "delay (longest)",
                 steps(&delay, width),

@@ -2,9 +2,9 @@
 //! clock, writes one SVG chart per run and prints an ASCII summary of each;
 //! exits with an error if a run breaks its strategy's documented guarantee.
 //!
-//!     cargo run --example simulate --features sim                          # every strategy and pattern, into docs/sim/
-//!     cargo run --example simulate --features sim -- gcra boundary-burst   # one run
-//!     cargo run --example simulate --features sim -- all sawtooth --out /tmp/charts
+//!     cargo run -p tower-redis-ratelimit-sim                          # every strategy and pattern, into docs/sim/
+//!     cargo run -p tower-redis-ratelimit-sim -- gcra boundary-burst   # one run
+//!     cargo run -p tower-redis-ratelimit-sim -- all sawtooth --out /tmp/charts
 //!
 //! Strategies: fixed-window, sliding-window-log, sliding-window-counter,
 //! token-bucket, leaky-bucket, gcra, concurrency (or `all`). Patterns:
@@ -12,13 +12,13 @@
 //! `all`). Every run is `Scenario::standard`: 10 requests per 10 s (burst
 //! 10), or 10 leases held 10 s each; the output is the same on every run.
 //!
-//! Crates it needs besides this one (feature `sim`): none.
+//! Run from the repository's root (the charts go to `docs/sim/` there).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tower_redis_ratelimit::sim::{Pattern, Scenario};
 use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit_sim::{Pattern, Scenario};
 
 fn main() -> ExitCode {
     match run() {

@@ -1,20 +1,20 @@
-//! The simulator (`sim` feature) as a property check and the keeper of the
+//! The simulator as a property check and the keeper of the
 //! committed charts: every standard run of every strategy and pattern keeps
 //! its strategy's documented guarantee, and `docs/sim/` holds exactly the
 //! charts those runs draw now.
 //!
-//!     cargo test --features sim --test sim
-//!     UPDATE_CHARTS=1 cargo test --all-features --test sim   # rewrite docs/sim/
+//!     cargo test -p tower-redis-ratelimit-sim
+//!     UPDATE_CHARTS=1 cargo test -p tower-redis-ratelimit-sim --test simulate   # rewrite docs/sim/
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tower_redis_ratelimit::sim::{Pattern, STANDARD_RATE, Scenario, Simulation};
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{Quota, Rate};
+use tower_redis_ratelimit_sim::{Pattern, STANDARD_RATE, Scenario, Simulation};
 
-const REGENERATE: &str = "UPDATE_CHARTS=1 cargo test --all-features --test sim";
+const REGENERATE: &str = "UPDATE_CHARTS=1 cargo test -p tower-redis-ratelimit-sim --test simulate";
 
 fn standard_runs() -> Vec<Simulation> {
     let mut runs = Vec::new();
@@ -138,7 +138,7 @@ fn leaky_bucket_admissions_wait_for_their_slot() {
 fn the_guides_summary_is_the_simulators() {
     let readme = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/docs/guide/simulator.md"
+        "/../docs/guide/simulator.md"
     ))
     .unwrap();
     let summary = run(Strategy::FixedWindow, Pattern::BoundaryBurst).summary();
@@ -163,7 +163,7 @@ fn runs_are_deterministic() {
 
 #[test]
 fn committed_charts_are_up_to_date() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/sim");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/sim");
     let update = std::env::var_os("UPDATE_CHARTS").is_some();
     if update {
         std::fs::create_dir_all(&dir).unwrap();

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::{Simulation, seconds, us};
-use crate::strategy::Strategy;
+use tower_redis_ratelimit::strategy::Bound;
 
 /// A run that broke its strategy's documented guarantee: which client,
 /// which guarantee, and the requests that broke it.
@@ -87,27 +87,12 @@ impl Simulation {
 
     /// The guarantee [`check`](Self::check) holds this run to, in words.
     pub fn guarantee(&self) -> &'static str {
-        match self.strategy() {
-            Strategy::FixedWindow => {
-                "at most n in one window (opened by a key's first hit), so at most 2n in any span of one period"
-            }
-            Strategy::SlidingWindowLog => "at most n in any span of one period",
-            Strategy::SlidingWindowCounter => {
-                "at most n in one aligned window, so at most 2n in any span of one period"
-            }
-            Strategy::TokenBucket | Strategy::Gcra => {
-                "at most burst + t / interval in any span t (interval = ceil(period / n))"
-            }
-            Strategy::LeakyBucket => {
-                "admits at most burst + t / interval in any span t; serves in order, one per interval, each after a delay of at most burst x interval"
-            }
-            Strategy::Concurrency => "at most n in flight",
-        }
+        self.strategy().guarantee()
     }
 
     /// Checks every client's requests against the strategy's documented
     /// guarantee ([`guarantee`](Self::guarantee)), and every decision
-    /// against the meaning of a [`Decision`](crate::Decision): an admitted
+    /// against the meaning of a [`Decision`](tower_redis_ratelimit::Decision): an admitted
     /// request has no `retry_after`, a denied one a `retry_after` above
     /// zero (its cost always fits), `remaining` is at most the limit, only
     /// a leaky bucket delays, and a denied request sent again alone after
@@ -154,7 +139,7 @@ impl Simulation {
             };
             let (at, wait) = (us(r.at), us(wait));
             let retry = at + wait;
-            if self.strategy() == Strategy::Concurrency {
+            if self.strategy().holds_leases() {
                 // the leases admitted so far still held then (releases come only sooner)
                 let held = admissions
                     .iter()
@@ -226,7 +211,7 @@ impl Simulation {
 
     fn check_decisions(&self, client: usize) -> Result<(), Violation> {
         let limit = self.quota.limit();
-        let delays = self.strategy() == Strategy::LeakyBucket;
+        let delays = self.strategy().delays();
         for r in self.requests.iter().filter(|r| r.client == client) {
             let at = seconds(us(r.at));
             let broken = if r.allowed && r.retry_after.is_some() {
@@ -290,8 +275,8 @@ impl Simulation {
         let times: Vec<u64> = admitted.iter().map(|a| a.at).collect();
         let fail = |guarantee: &str, detail: String| Err(self.violation(client, guarantee, detail));
         let s = |t: u64| seconds(t);
-        match q.strategy() {
-            Strategy::FixedWindow => {
+        match q.strategy().bound() {
+            Bound::Window => {
                 // a window opens at the first admission after the last one closed
                 let mut open: Option<(u64, u64)> = None;
                 for &t in &times {
@@ -318,14 +303,14 @@ impl Simulation {
                     "at most 2n in any span of one period",
                 )
             }
-            Strategy::SlidingWindowLog => self.at_most_in_spans(
+            Bound::Span => self.at_most_in_spans(
                 client,
                 &times,
                 n,
                 period,
                 "at most n in any span of one period",
             ),
-            Strategy::SlidingWindowCounter => {
+            Bound::AlignedWindow => {
                 // aligned windows are counted on the store's clock
                 let window = |t: u64| (self.start + t) / period;
                 // (admissions come in time order: one running count per window)
@@ -357,11 +342,11 @@ impl Simulation {
                     "at most 2n in any span of one period",
                 )
             }
-            Strategy::TokenBucket | Strategy::Gcra => {
-                self.bucket_bound(client, &times, burst, interval)
-            }
-            Strategy::LeakyBucket => {
+            Bound::Bucket => {
                 self.bucket_bound(client, &times, burst, interval)?;
+                if !q.strategy().delays() {
+                    return Ok(());
+                }
                 for pair in admitted.windows(2) {
                     let (a, b) = (&pair[0], &pair[1]);
                     if b.served < a.served + interval {
@@ -386,13 +371,17 @@ impl Simulation {
                 }
                 Ok(())
             }
-            Strategy::Concurrency => match peak_in_flight(&admitted) {
+            Bound::InFlight => match peak_in_flight(&admitted) {
                 (most, t) if most > n => fail(
                     "at most n in flight",
                     format!("{most} in flight at {} s (n = {n})", s(t)),
                 ),
                 _ => Ok(()),
             },
+            _ => fail(
+                q.strategy().guarantee(),
+                "the simulator has no check for this kind of bound".to_owned(),
+            ),
         }
     }
 
@@ -470,7 +459,8 @@ mod tests {
 
     use super::super::{Pattern, Scenario};
     use super::*;
-    use crate::{Quota, Rate};
+    use tower_redis_ratelimit::strategy::Strategy;
+    use tower_redis_ratelimit::{Quota, Rate};
 
     /// A standard run's admissions, held to the guarantee of `quota`.
     fn judged_as(strategy: Strategy, pattern: Pattern, quota: Quota) -> Result<(), Violation> {

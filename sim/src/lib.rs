@@ -1,9 +1,12 @@
 //! A simulator: any quota on a [`MemoryStore`] under a [`ManualClock`],
 //! against a traffic [`Pattern`], drawn as an SVG chart, summed up in ASCII,
-//! and checked against its strategy's documented guarantee (feature `sim`).
+//! and checked against its strategy's documented guarantee: a tool of the
+//! repository (not published), built on the library's public API only; what
+//! it asks of a strategy it asks the strategy (e.g. [`Strategy::bound`],
+//! [`Strategy::delays`]), so a new strategy needs no change here.
 //!
 //! ```
-//! use tower_redis_ratelimit::sim::{Pattern, Scenario};
+//! use tower_redis_ratelimit_sim::{Pattern, Scenario};
 //! use tower_redis_ratelimit::strategy::Strategy;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,15 +29,15 @@
 //! microseconds, the clock is manual, nothing is random, and the chart's
 //! text is written as SVG `<text>` elements (no font is loaded). The
 //! charts under `docs/sim/` are [`Scenario::standard`] runs of every
-//! strategy and pattern, written by `cargo run --example simulate --features
-//! sim` and checked by `tests/sim/simulate.rs`.
+//! strategy and pattern, written by `cargo run -p tower-redis-ratelimit-sim`
+//! and checked by `sim/tests/simulate.rs`.
 //!
 //! A scenario sends each request at its time with
-//! [`RateLimiter::check`](crate::RateLimiter::check); an admitted
+//! [`RateLimiter::check`](tower_redis_ratelimit::RateLimiter::check); an admitted
 //! request holding a [`Lease`] (a concurrency quota)
 //! keeps it for [`hold`](Scenario::hold), then
-//! [releases](crate::RateLimiter::release) it. Every tenth of the traffic
-//! period each client's state is [peeked](crate::RateLimiter::peek) for the
+//! [releases](tower_redis_ratelimit::RateLimiter::release) it. Every tenth of the traffic
+//! period each client's state is [peeked](tower_redis_ratelimit::RateLimiter::peek) for the
 //! chart's "remaining" line.
 
 mod chart;
@@ -52,11 +55,11 @@ use std::time::Duration;
 pub use check::Violation;
 pub use pattern::Pattern;
 
-use crate::clock::ManualClock;
-use crate::decision::Lease;
-use crate::error::{ConfigError, StoreError};
-use crate::strategy::Strategy;
-use crate::{MemoryStore, Quota, Rate, RateLimiter};
+use tower_redis_ratelimit::clock::ManualClock;
+use tower_redis_ratelimit::decision::Lease;
+use tower_redis_ratelimit::error::{ConfigError, StoreError};
+use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
 
 /// The rate of [`Scenario::standard`]: 10 requests per 10 s (one a second).
 pub const STANDARD_RATE: Rate = Rate::new(10, Duration::from_secs(10));
@@ -104,9 +107,14 @@ impl Scenario {
     /// whose leases are held [`STANDARD_HOLD`], so every strategy sees the
     /// same traffic.
     pub fn standard(strategy: Strategy, pattern: Pattern) -> Self {
-        let quota = match strategy {
-            Strategy::Concurrency => Quota::concurrency(STANDARD_RATE.count()),
-            _ => Quota::new(strategy, STANDARD_RATE),
+        let quota = if strategy.holds_leases() {
+            // its rate's period is the lease timeout: `Quota::concurrency`'s
+            Quota::new(
+                strategy,
+                Rate::new(STANDARD_RATE.count(), Quota::DEFAULT_LEASE_TIMEOUT),
+            )
+        } else {
+            Quota::new(strategy, STANDARD_RATE)
         };
         Self::new(quota, pattern).traffic(STANDARD_RATE)
     }
@@ -127,9 +135,12 @@ impl Scenario {
 
     /// The traffic rate in force.
     fn traffic_rate(&self) -> Rate {
-        self.traffic.unwrap_or_else(|| match self.quota.strategy() {
-            Strategy::Concurrency => Rate::new(self.quota.rate().count(), self.hold),
-            _ => self.quota.rate(),
+        self.traffic.unwrap_or_else(|| {
+            if self.quota.strategy().holds_leases() {
+                Rate::new(self.quota.rate().count(), self.hold)
+            } else {
+                self.quota.rate()
+            }
         })
     }
 
@@ -145,7 +156,7 @@ impl Scenario {
             .clock(clock.clone())
             .build()
             .map_err(SimError::Config)?;
-        let derived = self.traffic.is_none() && self.quota.strategy() == Strategy::Concurrency;
+        let derived = self.traffic.is_none() && self.quota.strategy().holds_leases();
         if self.hold > MAX_PERIOD || (derived && self.hold < Duration::from_millis(1)) {
             return Err(SimError::Traffic(
                 "the hold must be from 1 ms to 366 days (without a traffic rate, a \
@@ -298,7 +309,7 @@ impl Replay {
     /// Sends one more request (cost 1) at `t` µs after the run's start: admitted?
     pub(crate) fn try_at(&self, t: u64) -> Result<bool, SimError> {
         self.clock.set(Duration::from_micros(self.start + t));
-        Ok(ready(self.limiter.check("replay"))?.allowed)
+        Ok(ready(self.limiter.check("replay"))?.allowed())
     }
 }
 
@@ -465,16 +476,16 @@ impl Simulation {
     fn quota_label(&self) -> String {
         let q = &self.quota;
         let period = seconds(us(q.rate().period()));
-        match q.strategy() {
-            Strategy::Concurrency => format!(
+        if q.strategy().holds_leases() {
+            format!(
                 "{} in flight, held {} s",
                 q.rate().count(),
                 seconds(us(self.hold))
-            ),
-            Strategy::TokenBucket | Strategy::LeakyBucket | Strategy::Gcra => {
-                format!("{} per {period} s, burst {}", q.rate().count(), q.limit())
-            }
-            _ => format!("{} per {period} s", q.rate().count()),
+            )
+        } else if q.strategy().takes_burst() {
+            format!("{} per {period} s, burst {}", q.rate().count(), q.limit())
+        } else {
+            format!("{} per {period} s", q.rate().count())
         }
     }
 }
