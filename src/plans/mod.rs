@@ -1005,7 +1005,7 @@ impl PlansBuilder {
         template
             .clone()
             .prefix(prefix.clone())
-            .quota(crate::Rate::per_second(1))
+            .quota(crate::rate::Rate::per_second(1))
             .build()?;
         let mut config = self.config.unwrap_or_else(|| PlansConfig::new(""));
         let single = (self.plans.len() == 1).then(|| self.plans[0].0.clone());
