@@ -8,7 +8,6 @@
 //! budgets) and runtime limits sit in front of it, in the limiter.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::clock::Clock;
@@ -18,8 +17,7 @@ use crate::decision::{
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::memory::{LocalCall, MemoryStore};
-use crate::store::redis::reserve::{GiveBackCall, Scripts};
-use crate::store::{Adjustment, Bound, Call, Outcome, QuotaOutcome};
+use crate::store::{Adjustment, Bound, Call, GiveBackCall, Outcome, QuotaOutcome};
 use crate::strategy::state::{Algorithm, Raw};
 
 use super::deny_cache::DenyFacts;
@@ -44,9 +42,6 @@ pub(crate) struct Engine {
     /// Blocking: the penalty of a denial in µs (0: none); the block key is
     /// then the last storage key.
     pub(super) block: Option<u64>,
-    /// A Redis store's settle scripts (take, give-back and adjust), for
-    /// takes (`reserve_n`, local budgets), give-backs and adjustments.
-    settle: Option<Arc<Scripts>>,
     /// When decisions go straight to a [`MemoryStore`](crate::MemoryStore) (see
     /// [`decide_direct`](Self::decide_direct)).
     pub(super) direct: Option<Direct>,
@@ -66,7 +61,6 @@ impl Engine {
         block: Option<u64>,
         budgets: bool,
     ) -> Engine {
-        let settle = store.reserve_scripts(&quotas, block);
         let direct = direct(&store, &quotas, budgets, block, &clock);
         Engine {
             needs_nonce: quotas.iter().any(|q| q.spec().needs_nonce),
@@ -80,7 +74,6 @@ impl Engine {
             instance: new_instance_id(),
             counter: AtomicU64::new(0),
             block,
-            settle,
             direct,
         }
     }
@@ -305,7 +298,7 @@ impl Engine {
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&user);
         let call = self.store_call(&base, &user, &keys, cost, &nonce);
-        let (outcome, now) = self.store.take(self.settle.as_deref(), call).await?;
+        let (outcome, now) = self.store.take(call).await?;
         let allowed = outcome.allowed || self.all_shadow();
         let lease = self.lease(allowed, cost, nonce, || (base, keys.clone()));
         let d = self.decision_of(allowed, outcome.quotas.iter().copied(), lease);
@@ -321,7 +314,7 @@ impl Engine {
     ) -> Result<(Outcome, i64), StoreError> {
         let (base, keys) = self.keys_of(user);
         let call = self.store_call(&base, user, &keys, units, "");
-        self.store.take(self.settle.as_deref(), call).await
+        self.store.take(call).await
     }
 
     /// Gives back `units` of what a take at `at` (store time, µs; `fins`:
@@ -342,9 +335,7 @@ impl Engine {
             at,
             fins,
         };
-        self.store
-            .give_back(self.settle.as_deref(), &self.quotas, gb, user)
-            .await
+        self.store.give_back(&self.quotas, gb, user).await
     }
 
     /// Adjusts every quota's state on `keys` of the stored user key `user`.
@@ -356,7 +347,6 @@ impl Engine {
     ) -> Result<(), StoreError> {
         self.store
             .adjust(
-                self.settle.as_deref(),
                 &self.quotas,
                 keys,
                 user,
@@ -416,8 +406,7 @@ impl Engine {
     /// Checks that the store can run this engine's scripts (`takes`: its
     /// take and give-back ones too).
     pub(super) async fn verify_store(&self, takes: bool) -> Result<(), StoreError> {
-        let scripts = if takes { self.settle.as_deref() } else { None };
-        self.store.verify(scripts).await
+        self.store.verify(takes).await
     }
 
     /// The lease of an admitted request, if a quota hands out leases; `keys`

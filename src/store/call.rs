@@ -1,5 +1,6 @@
 //! What every store is asked and answers, whatever it is: one decision's
-//! [`Call`] and its [`Outcome`], and an admin call's [`Adjustment`]. Shared
+//! [`Call`] and its [`Outcome`], a give-back's [`GiveBackCall`], and an admin
+//! call's [`Adjustment`]. Shared
 //! by the Redis and memory stores and the dispatch above them.
 
 use std::time::Duration;
@@ -83,4 +84,18 @@ pub(crate) enum Adjustment<'a> {
     /// Starts each quota afresh, charged `units[i]` (its capacity less the
     /// remaining asked for).
     Set(&'a [i64]),
+}
+
+/// What a give-back returns, and to which keys.
+pub(crate) struct GiveBackCall<'a> {
+    /// One storage key per quota, in the limiter's order.
+    pub(crate) keys: &'a [String],
+    /// The unspent units.
+    pub(crate) units: u64,
+    /// Manual clock reading; `None`: Redis's clock.
+    pub(crate) now_us: Option<u64>,
+    /// The take's time.
+    pub(crate) at: i64,
+    /// Per quota, the take's time plus its `reset_after`.
+    pub(crate) fins: &'a [i64],
 }

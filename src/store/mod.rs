@@ -27,7 +27,7 @@ pub(crate) mod redis;
 
 use std::sync::Arc;
 
-pub(crate) use self::call::{Adjustment, Call, Outcome, QuotaOutcome};
+pub(crate) use self::call::{Adjustment, Call, GiveBackCall, Outcome, QuotaOutcome};
 pub(crate) use self::memory::MemoryStore;
 #[cfg(feature = "cluster")]
 pub(crate) use self::redis::cluster::RedisClusterStore;
@@ -134,7 +134,13 @@ impl Backend {
         clock: &crate::clock::Clock,
     ) -> Bound {
         match self {
-            Backend::Redis(r) => Bound::Redis(r, Arc::new(protocol::Prepared::new(quotas, block))),
+            Backend::Redis(r) => Bound::Redis(
+                r,
+                Arc::new(Prepared {
+                    decide: protocol::Prepared::new(quotas, block),
+                    settle: redis::reserve::Scripts::new(quotas, block),
+                }),
+            ),
             Backend::Memory(s) => {
                 let scopes = s.bind(prefix, suffixes, clock);
                 Bound::Memory(s, scopes)
@@ -147,10 +153,19 @@ impl Backend {
 /// quotas (opaque to the limiter). Dispatched without boxing.
 #[derive(Clone)]
 pub(crate) enum Bound {
-    /// The connections and the limiter's script and encoded arguments.
-    Redis(RedisConns, Arc<protocol::Prepared>),
+    /// The connections and the limiter's scripts and encoded arguments.
+    Redis(RedisConns, Arc<Prepared>),
     /// The store and the scope id of each quota's storage-key suffix.
     Memory(MemoryStore, memory::ScopeIds),
+}
+
+/// What a Redis store prepares for one limiter at [`bind`](Backend::bind).
+pub(crate) struct Prepared {
+    /// The decision's script and encoded arguments.
+    decide: protocol::Prepared,
+    /// The take, give-back and adjust scripts (settling, local budgets,
+    /// admin operations).
+    settle: redis::reserve::Scripts,
 }
 
 impl std::fmt::Debug for Bound {
@@ -169,7 +184,7 @@ impl Bound {
     /// the same decision through the general path.
     pub(crate) async fn decide(&self, call: Call<'_>) -> Result<Outcome, StoreError> {
         match self {
-            Bound::Redis(r, p) => r.decide(p, call).await,
+            Bound::Redis(r, p) => r.decide(&p.decide, call).await,
             Bound::Memory(s, scopes) => {
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
                 let allowed = s.decide(&memory::LocalCall::of(&call, scopes), &mut raws);
@@ -205,16 +220,15 @@ impl Bound {
 
     /// Checks that the store can run this limiter's scripts (a Redis store:
     /// its version, then `SCRIPT LOAD` of the decision scripts (a fast
-    /// path's too) and of the reservation scripts `reserve`, if any); a
-    /// memory store always can.
-    pub(crate) async fn verify(
-        &self,
-        reserve: Option<&redis::reserve::Scripts>,
-    ) -> Result<(), StoreError> {
+    /// path's too) and, when `takes`, of the take, give-back and adjust
+    /// scripts); a memory store always can.
+    pub(crate) async fn verify(&self, takes: bool) -> Result<(), StoreError> {
         match self {
             Bound::Redis(r, p) => {
-                let mut all: Vec<_> = p.scripts().collect();
-                all.extend(reserve.iter().flat_map(|r| r.scripts()));
+                let mut all: Vec<_> = p.decide.scripts().collect();
+                if takes {
+                    all.extend(p.settle.scripts());
+                }
                 r.verify(&all).await
             }
             Bound::Memory(..) => Ok(()),
@@ -225,29 +239,12 @@ impl Bound {
 /// The store side of local budgets (`src/limiter/local_budget.rs`): a take and a
 /// give-back, each one atomic call on every store.
 impl Bound {
-    /// What a Redis store prepares for a reservation's calls (`None`: a
-    /// memory store, which needs nothing).
-    pub(crate) fn reserve_scripts(
-        &self,
-        quotas: &[QuotaSpec],
-        block: Option<u64>,
-    ) -> Option<Arc<redis::reserve::Scripts>> {
-        match self {
-            Bound::Memory(..) => None,
-            Bound::Redis(..) => Some(Arc::new(redis::reserve::Scripts::new(quotas, block))),
-        }
-    }
-
     /// A reservation's take: the decision of `call` for the reserved units,
     /// and the time the store decided at.
-    pub(crate) async fn take(
-        &self,
-        scripts: Option<&redis::reserve::Scripts>,
-        call: Call<'_>,
-    ) -> Result<(Outcome, i64), StoreError> {
-        match (self, scripts) {
-            (Bound::Redis(r, _), Some(x)) => r.take(x, call).await,
-            (Bound::Memory(s, scopes), _) => {
+    pub(crate) async fn take(&self, call: Call<'_>) -> Result<(Outcome, i64), StoreError> {
+        match self {
+            Bound::Redis(r, p) => r.take(&p.settle, call).await,
+            Bound::Memory(s, scopes) => {
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
                 let (allowed, now) = s.take(&memory::LocalCall::of(&call, scopes), &mut raws);
                 Ok((
@@ -258,21 +255,19 @@ impl Bound {
                     now,
                 ))
             }
-            (Bound::Redis(..), None) => Err(not_prepared("reservation")),
         }
     }
 
     /// Gives back a reservation's unspent units (one atomic call).
     pub(crate) async fn give_back(
         &self,
-        scripts: Option<&redis::reserve::Scripts>,
         quotas: &[QuotaSpec],
-        gb: redis::reserve::GiveBackCall<'_>,
+        gb: GiveBackCall<'_>,
         user: &[u8],
     ) -> Result<(), StoreError> {
-        match (self, scripts) {
-            (Bound::Redis(r, _), Some(x)) => r.give_back(x, &gb).await,
-            (Bound::Memory(s, scopes), _) => {
+        match self {
+            Bound::Redis(r, p) => r.give_back(&p.settle, &gb).await,
+            Bound::Memory(s, scopes) => {
                 let local = memory::LocalCall {
                     cost: gb.units,
                     ..local_call(scopes, user, quotas, gb.now_us)
@@ -280,15 +275,8 @@ impl Bound {
                 s.give_back(&local, gb.at, gb.fins);
                 Ok(())
             }
-            (Bound::Redis(..), None) => Err(not_prepared("reservation")),
         }
     }
-}
-
-/// The error of a Redis call whose scripts were not prepared at bind (a
-/// bug: never seen by a user).
-fn not_prepared(what: &str) -> StoreError {
-    StoreError::Protocol(format!("{what} scripts were not prepared"))
 }
 
 /// Named text documents (what [`Plans`](crate::plans::Plans) shares its
@@ -331,7 +319,6 @@ impl Bound {
     /// [`Adjustment`]). `keys`: the quotas' keys only.
     pub(crate) async fn adjust(
         &self,
-        scripts: Option<&redis::reserve::Scripts>,
         quotas: &[QuotaSpec],
         keys: &[String],
         user: &[u8],
@@ -339,13 +326,12 @@ impl Bound {
         now_us: Option<u64>,
     ) -> Result<(), StoreError> {
         let keys = &keys[..quotas.len().min(keys.len())];
-        match (self, scripts) {
-            (Bound::Redis(r, _), Some(x)) => r.adjust(x, keys, adjustment, now_us).await,
-            (Bound::Memory(s, scopes), _) => {
+        match self {
+            Bound::Redis(r, p) => r.adjust(&p.settle, keys, adjustment, now_us).await,
+            Bound::Memory(s, scopes) => {
                 s.adjust(&local_call(scopes, user, quotas, now_us), adjustment);
                 Ok(())
             }
-            (Bound::Redis(..), None) => Err(not_prepared("settle")),
         }
     }
 

@@ -47,7 +47,7 @@ use self::conn::{Connections, Pooled, pool_error};
 use self::options::{Common, bad_url};
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
-use crate::store::call::{Adjustment, Call, Outcome};
+use crate::store::call::{Adjustment, Call, GiveBackCall, Outcome};
 
 /// A Redis store's connections, whichever their kind: what a limiter's
 /// store calls go through. Each operation is written once here for every
@@ -144,7 +144,7 @@ impl RedisConns {
     pub(crate) async fn give_back(
         &self,
         scripts: &reserve::Scripts,
-        gb: &reserve::GiveBackCall<'_>,
+        gb: &GiveBackCall<'_>,
     ) -> Result<(), StoreError> {
         each_kind!(self, c => reserve::give_back(c, scripts, gb).await)
     }

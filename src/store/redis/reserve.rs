@@ -11,7 +11,7 @@ use super::protocol::{give_back_lease, parse_reply, takes_lease};
 use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
-use crate::store::call::{Adjustment, Call, Outcome};
+use crate::store::call::{Adjustment, Call, GiveBackCall, Outcome};
 use crate::strategy::Strategy;
 
 /// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).
@@ -113,20 +113,6 @@ fn parse_take(reply: &[u8], quotas: usize) -> Result<(Outcome, i64), StoreError>
         .and_then(|s| s.parse::<i64>().ok())
         .ok_or_else(bad)?;
     Ok((parse_reply(decision, quotas)?, now))
-}
-
-/// What a give-back returns, and to which keys.
-pub(crate) struct GiveBackCall<'a> {
-    /// One storage key per quota, in the limiter's order.
-    pub(crate) keys: &'a [String],
-    /// The unspent units.
-    pub(crate) units: u64,
-    /// Manual clock reading; `None`: Redis's clock.
-    pub(crate) now_us: Option<u64>,
-    /// The take's time.
-    pub(crate) at: i64,
-    /// Per quota, the take's time plus its `reset_after`.
-    pub(crate) fins: &'a [i64],
 }
 
 /// Gives back a reservation's unspent units: one `EVALSHA` of the
