@@ -119,14 +119,20 @@ async fn stall_and_heal(
     proxy.resume();
     let healed = Instant::now();
     let before = proxy.connections();
+    // (a call that fails after the network healed may still have been
+    // applied by Redis: a timed-out call is not undone)
+    let mut failed_after_heal = 0;
     let d = loop {
         match lim.check("k").await {
             Ok(d) => break d,
-            Err(e) => assert!(
-                healed.elapsed() < RECOVERY,
-                "still failing {:?} after the network healed: {e}",
-                healed.elapsed()
-            ),
+            Err(e) => {
+                failed_after_heal += 1;
+                assert!(
+                    healed.elapsed() < RECOVERY,
+                    "still failing {:?} after the network healed: {e}",
+                    healed.elapsed()
+                );
+            }
         }
     };
     let recovered = healed.elapsed();
@@ -134,14 +140,19 @@ async fn stall_and_heal(
         recovered < RECOVERY + MARGIN,
         "recovered only after {recovered:?}"
     );
-    // A real decision, counted by Redis (the stalled calls never reached it).
+    // A real decision, counted by Redis (the stalled calls never reached it;
+    // of the calls that failed after healing, each may have).
     assert!(d.allowed());
-    assert_eq!(redis_count(server, lim, "k").await, 2);
-    assert_eq!(d.remaining(), LIMIT - 2);
+    let counted = redis_count(server, lim, "k").await;
+    assert!(
+        (2..=2 + failed_after_heal).contains(&counted),
+        "Redis counted {counted} for 2 decisions and {failed_after_heal} failed calls"
+    );
+    assert_eq!(d.remaining(), LIMIT - counted);
     // Later calls share the new connection.
-    for i in 3..=10 {
+    for i in 1..=8 {
         let d = lim.check("k").await.unwrap();
-        assert_eq!(d.remaining(), LIMIT - i);
+        assert_eq!(d.remaining(), LIMIT - counted - i);
     }
     if count_connections {
         assert_eq!(proxy.connections(), before + 1);
