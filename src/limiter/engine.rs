@@ -417,7 +417,8 @@ impl Engine {
     /// take and give-back ones too).
     pub(super) async fn verify_store(&self, takes: bool) -> Result<(), StoreError> {
         let scripts = if takes { self.settle.as_deref() } else { None };
-        self.store.verify(scripts).await
+        let store_clock = matches!(self.clock, Clock::Store);
+        self.store.verify(scripts, store_clock).await
     }
 
     /// The lease of an admitted request, if a quota hands out leases; `keys`

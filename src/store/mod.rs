@@ -206,16 +206,20 @@ impl Bound {
     /// Checks that the store can run this limiter's scripts (a Redis store:
     /// its version, then `SCRIPT LOAD` of the decision scripts (a fast
     /// path's too) and of the reservation scripts `reserve`, if any); a
-    /// memory store always can.
+    /// memory store always can. On Redis's clock (`store_clock`), when a
+    /// script reads `TIME`, also that a script may read it and gets a time
+    /// near this process's.
     pub(crate) async fn verify(
         &self,
         reserve: Option<&redis::reserve::Scripts>,
+        store_clock: bool,
     ) -> Result<(), StoreError> {
         match self {
             Bound::Redis(r, p) => {
                 let mut all: Vec<_> = p.scripts().collect();
                 all.extend(reserve.iter().flat_map(|r| r.scripts()));
-                r.verify(&all).await
+                let time = store_clock && all.iter().any(|s| s.reads_time());
+                r.verify(&all, time).await
             }
             Bound::Memory(..) => Ok(()),
         }
