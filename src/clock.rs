@@ -46,7 +46,7 @@ pub enum Clock {
     ///     .quota(Quota::gcra(Rate::per_second(10)))
     ///     .clock(Clock::Caller)
     ///     .build()?;
-    /// # Ok::<(), tower_redis_ratelimit::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     Caller,
     /// A clock moved by hand.
