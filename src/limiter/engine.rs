@@ -95,7 +95,8 @@ impl Engine {
         &self.quotas
     }
 
-    /// The manual clock's reading in µs, if the engine runs on one.
+    /// The time sent with each call in µs (a manual clock's or the
+    /// caller's, [`Clock::Caller`]), if the engine runs on one.
     pub(super) fn manual_now_us(&self) -> Option<u64> {
         self.clock.manual_now_us()
     }
