@@ -1008,3 +1008,47 @@ async fn without_time_in_scripts_verify_names_the_callers_clock_which_decides_ev
     }
     assert_keys_within(&server, &rules).await;
 }
+
+/// On a cluster, `verify` on Redis's clock runs its `TIME` probe (a script
+/// with no key, on whichever node the client picks) and passes, again after
+/// every node's script cache was flushed; so does the caller's clock.
+#[cfg(feature = "cluster")]
+#[tokio::test]
+async fn verify_checks_the_script_clock_on_a_cluster() {
+    use tower_redis_ratelimit::RedisClusterStore;
+    use tower_redis_ratelimit::clock::Clock;
+
+    let cluster = common::RedisCluster::start(3, 0);
+    let lim = |clock: Clock| {
+        let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        RateLimiter::builder()
+            .store(RedisClusterStore::new(pool).timeout(GENEROUS))
+            .prefix("api")
+            .quota(Quota::gcra(Rate::per_minute(3)))
+            .clock(clock)
+            .build()
+            .unwrap()
+    };
+    let (store_clock, caller_clock) = (lim(Clock::Store), lim(Clock::Caller));
+    for round in 0..2 {
+        store_clock
+            .verify()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        caller_clock
+            .verify()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(caller_clock.check("k").await.unwrap().allowed());
+        for node in cluster.nodes() {
+            let mut conn = node.conn().await;
+            let () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+}
