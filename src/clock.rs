@@ -2,33 +2,75 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The time source of a [`RateLimiter`](crate::RateLimiter).
 ///
 /// By default ([`Clock::Store`]) time comes from the store: Redis's `TIME`
 /// (so app servers with skewed clocks still agree) or, for
 /// [`MemoryStore`](crate::MemoryStore), the CPU's time-stamp counter (which
-/// `tokio::time::pause` does not stop). A [`ManualClock`] passes an exact
-/// time with every call instead, for tests and simulations.
+/// `tokio::time::pause` does not stop). [`Clock::Caller`] sends this
+/// process's wall clock with every call instead, for servers that refuse or
+/// break `TIME` in scripts. A [`ManualClock`] passes an exact time with every
+/// call, for tests and simulations.
+///
+/// [`RateLimiter::verify`](crate::RateLimiter::verify) tells when a Redis
+/// server needs [`Clock::Caller`]; the [failure-modes
+/// chapter](crate::guide::failure_modes#clock-skew-under-the-callers-clock)
+/// gives what clock skew between instances costs then.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum Clock {
     /// The store's own clock.
     #[default]
     Store,
+    /// The caller's clock: this process's wall clock ([`SystemTime`], in
+    /// microseconds since the Unix epoch, saturating at
+    /// [`ManualClock::MAX`]) read at each call and sent with it, exactly as
+    /// a [`ManualClock`] reading is sent.
+    ///
+    /// For servers where a script cannot read `TIME`: AWS ElastiCache
+    /// Serverless refuses it, Dragonfly answers 0, an ACL user without
+    /// `+time` is refused it. Instances then decide by their own clocks, so
+    /// keep them synchronised (NTP): a skew between instances lets a few
+    /// more requests through, bounded per strategy in the [failure-modes
+    /// chapter](crate::guide::failure_modes#clock-skew-under-the-callers-clock).
+    /// On a [`MemoryStore`](crate::MemoryStore) it reads the system clock
+    /// too (rather than the store's counter clock).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{clock::Clock, MemoryStore, Quota, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quota(Quota::gcra(Rate::per_second(10)))
+    ///     .clock(Clock::Caller)
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    Caller,
     /// A clock moved by hand.
     Manual(ManualClock),
 }
 
 impl Clock {
-    /// The manual time in microseconds, if any.
+    /// The time sent with each call in microseconds (a manual clock's or the
+    /// caller's), if any; `None`: the store's clock.
     pub(crate) fn manual_now_us(&self) -> Option<u64> {
         match self {
             Clock::Store => None,
+            Clock::Caller => Some(caller_now_us()),
             Clock::Manual(m) => Some(m.now_us()),
         }
     }
+}
+
+/// The caller's clock ([`Clock::Caller`]): Unix time in microseconds from
+/// [`SystemTime`] (0 before the epoch), saturating at [`ManualClock::MAX`].
+pub(crate) fn caller_now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, clamp_us)
 }
 
 /// A clock that only moves when told to. Clones share the same time.
@@ -39,7 +81,7 @@ impl Clock {
 /// compute stays exact in Redis's Lua numbers (integers below 2^53).
 ///
 /// ```
-/// use std::time::Duration;
+/// use std::time::{Duration, SystemTime};
 /// use tower_redis_ratelimit::clock::ManualClock;
 ///
 /// let clock = ManualClock::new(Duration::from_secs(1_000));
@@ -134,5 +176,20 @@ mod tests {
         c.set(Duration::MAX);
         assert_eq!(c.now(), ManualClock::MAX);
         assert!(ManualClock::MAX.as_micros() < 1 << 53);
+    }
+
+    #[test]
+    fn the_callers_clock_is_unix_time_in_microseconds() {
+        let unix = || {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64)
+        };
+        let before = unix();
+        let read = Clock::Caller.manual_now_us().unwrap_or(0);
+        let after = unix();
+        assert!(before <= read && read <= after, "{before} {read} {after}");
+        assert!(read < MAX_US);
+        assert_eq!(Clock::Store.manual_now_us(), None);
     }
 }

@@ -245,6 +245,11 @@ pub enum RefusalKind {
     /// arithmetic on a value another application wrote under the prefix):
     /// the same call fails the same way until the key changes.
     ScriptError,
+    /// Redis's `TIME`, read in a script, answers a time far from this
+    /// process's clock (0 on Dragonfly), found by
+    /// [`RateLimiter::verify`](crate::RateLimiter::verify) on Redis's clock;
+    /// the message names the fix: [`Clock::Caller`](crate::clock::Clock::Caller).
+    BrokenClock,
 }
 
 impl Refusal {
@@ -265,6 +270,11 @@ impl Refusal {
             message: format!("the server runs Redis {version}; the limiter needs 5.0 or later"),
             source: None,
         }
+    }
+
+    /// The same refusal with `message` instead of the server's.
+    pub(crate) fn with_message(self, message: String) -> Self {
+        Refusal { message, ..self }
     }
 
     /// Why the server refused.
@@ -296,6 +306,7 @@ impl fmt::Display for Refusal {
                  key under the prefix, or a limiter on another clock; give each a prefix of \
                  its own"
             }
+            RefusalKind::BrokenClock => "the server's clock is unusable in scripts",
             RefusalKind::ScriptError => {
                 "the limiter's script failed on a key's value: another application's key \
                  under the prefix?"

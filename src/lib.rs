@@ -27,7 +27,9 @@
 //! # What it offers
 //!
 //! - **Correct under concurrency**: every decision is one atomic Lua script
-//!   call (`EVALSHA`), timed by Redis's own clock in integer microseconds;
+//!   call (`EVALSHA`), timed by Redis's own clock in integer microseconds
+//!   (or the caller's, [`Clock::Caller`](clock::Clock::Caller), where a
+//!   server refuses `TIME` in scripts);
 //!   several quotas are checked and consumed together, all or nothing.
 //! - **Fast**: one Redis round trip per decision over shared multiplexed
 //!   connections, and opt-in [local budgets](guide::middleware) for hot

@@ -37,16 +37,27 @@ impl RateLimiter {
     /// prefix's keys; a concurrency lease is released with `ZREM`; with
     /// a [local budget](super::RateLimiterBuilder::local_budget) a
     /// take is made too), and that `PING`, which checks idle
-    /// connections, is allowed. The probe uses a key of its own, which no
+    /// connections, is allowed. On Redis's clock ([`Clock::Store`], the
+    /// default), when the limiter's scripts read `TIME`, it also checks
+    /// that a script may read `TIME` and that it answers a time within an
+    /// hour of this process's clock: servers that refuse `TIME` in scripts
+    /// (an ACL without `+time`, AWS ElastiCache Serverless) or break it
+    /// (Dragonfly answers 0) need [`Clock::Caller`], which the error names.
+    /// The probe uses a key of its own, which no
     /// user key is stored as, and leaves no state, even when it fails half-way
     /// (if `DEL` is allowed). A memory store always passes.
+    ///
+    /// [`Clock::Store`]: crate::clock::Clock::Store
+    /// [`Clock::Caller`]: crate::clock::Clock::Caller
     ///
     /// # Errors
     ///
     /// [`StoreError::Refused`] names what the server refuses for good: an ACL
     /// permission (`NOPERM`), a command it does not know (renamed, disabled,
-    /// too old a server), or its version; any other [`StoreError`] if the
-    /// store could not be reached.
+    /// too old a server), or its version, and a script's `TIME` refused (its
+    /// kind, with a message naming `Clock::Caller`) or far off
+    /// ([`RefusalKind::BrokenClock`](crate::error::RefusalKind::BrokenClock));
+    /// any other [`StoreError`] if the store could not be reached.
     ///
     /// ```no_run
     /// # use tower_redis_ratelimit::{Quota, Rate, RateLimiter, RedisStore};

@@ -29,9 +29,10 @@ const COUNTER_SKEW_US: u64 = 1_000;
 /// engine's clock and strategies), so that it knows no limiter.
 pub(crate) trait DenyFacts {
     /// The time in µs by the clock the limiter decides with, when that
-    /// clock is in this process: its manual clock's, or its memory store's.
+    /// clock is in this process: its manual or caller clock's, or its memory
+    /// store's.
     fn local_now_us(&self) -> Option<u64>;
-    /// Whether it decides by a memory store's counter clock (no manual clock).
+    /// Whether it decides by a memory store's counter clock (no manual or caller clock).
     fn decides_by_counter(&self) -> bool;
     /// Whether a denial by the quota at `quota` (in the limiter's order)
     /// may be answered from the cache (not a concurrency quota's: a lease

@@ -88,7 +88,8 @@ impl Engine {
         &self.quotas
     }
 
-    /// The manual clock's reading in µs, if the engine runs on one.
+    /// The time sent with each call in µs (a manual clock's or the
+    /// caller's, [`Clock::Caller`]), if the engine runs on one.
     pub(super) fn manual_now_us(&self) -> Option<u64> {
         self.clock.manual_now_us()
     }
@@ -406,7 +407,8 @@ impl Engine {
     /// Checks that the store can run this engine's scripts (`takes`: its
     /// take and give-back ones too).
     pub(super) async fn verify_store(&self, takes: bool) -> Result<(), StoreError> {
-        self.store.verify(takes).await
+        let store_clock = matches!(self.clock, Clock::Store);
+        self.store.verify(takes, store_clock).await
     }
 
     /// The lease of an admitted request, if a quota hands out leases; `keys`

@@ -165,7 +165,7 @@ impl LocalBudgets {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Local time (µs): the manual clock's, else a monotonic clock's.
+    /// Local time (µs): the manual or caller clock's, else a monotonic clock's.
     fn now(&self, engine: &Engine) -> i64 {
         match engine.manual_now_us() {
             Some(us) => us as i64,
@@ -336,7 +336,8 @@ impl LocalBudgets {
             }
             return Ok(None);
         }
-        // on a manual clock the take's time is exact; else when it was sent
+        // on a manual or caller clock the take's time is exact (the one it
+        // sent); else when it was sent
         let taken = if manual.is_some() { at } else { sent };
         let horizon = quotas
             .iter()

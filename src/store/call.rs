@@ -21,7 +21,7 @@ pub(crate) struct Call<'a> {
     /// The limiter's quotas, in the order of `keys`.
     pub(crate) quotas: &'a [QuotaSpec],
     pub(crate) cost: u64,
-    /// Manual clock reading (any value, 0 included, up to
+    /// Manual or caller clock reading (any value, 0 included, up to
     /// [`ManualClock::MAX`](crate::clock::ManualClock::MAX)); `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
     /// Unique id for sorted-set members (leases).

@@ -221,15 +221,18 @@ impl Bound {
     /// Checks that the store can run this limiter's scripts (a Redis store:
     /// its version, then `SCRIPT LOAD` of the decision scripts (a fast
     /// path's too) and, when `takes`, of the take, give-back and adjust
-    /// scripts); a memory store always can.
-    pub(crate) async fn verify(&self, takes: bool) -> Result<(), StoreError> {
+    /// scripts); a memory store always can. On Redis's clock (`store_clock`),
+    /// when a script reads `TIME`, also that a script may read it and gets a
+    /// time near this process's.
+    pub(crate) async fn verify(&self, takes: bool, store_clock: bool) -> Result<(), StoreError> {
         match self {
             Bound::Redis(r, p) => {
                 let mut all: Vec<_> = p.decide.scripts().collect();
                 if takes {
                     all.extend(p.settle.scripts());
                 }
-                r.verify(&all).await
+                let time = store_clock && all.iter().any(|s| s.reads_time());
+                r.verify(&all, time).await
             }
             Bound::Memory(..) => Ok(()),
         }

@@ -915,3 +915,140 @@ async fn plans_verify_checks_every_plan_and_the_shared_limits() {
         .await
         .unwrap();
 }
+
+/// Under an ACL without `+time` (how ElastiCache Serverless and Dragonfly
+/// break Redis's clock, reproduced): `verify` on Redis's clock names the fix,
+/// `Clock::Caller`, and with it every strategy, leases and local budgets
+/// verify and decide as usual. A limiter of fixed windows alone never reads
+/// `TIME` on Redis's clock, so it needs no fix.
+#[tokio::test]
+async fn without_time_in_scripts_verify_names_the_callers_clock_which_decides_every_strategy() {
+    use tower_redis_ratelimit::clock::Clock;
+
+    let server = RedisServer::start();
+    let rules: Vec<String> = guide_acl().into_iter().filter(|r| r != "+time").collect();
+    set_user(&server, &rules).await;
+    let store = limiter_store(&server);
+    let quota = |s: Strategy| match s {
+        Strategy::Concurrency => Quota::concurrency(2),
+        s => Quota::new(s, Rate::per_hour(2)),
+    };
+    let build = |quotas: Vec<Quota>, clock: Clock, reserve: bool| {
+        let mut b = RateLimiter::builder()
+            .store(store.clone())
+            .prefix("api")
+            .quotas(quotas)
+            .clock(clock);
+        if reserve {
+            b = b.local_budget(2);
+        }
+        b.build().unwrap()
+    };
+
+    for s in Strategy::ALL
+        .into_iter()
+        .filter(|s| *s != Strategy::FixedWindow)
+    {
+        let e = build(vec![quota(s)], Clock::Store, false)
+            .verify()
+            .await
+            .expect_err("TIME is refused");
+        assert!(no_permission(&e), "{s}: {e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("TIME") && text.contains(".clock(Clock::Caller)"),
+            "{s}: {text}"
+        );
+    }
+    let e = build(vec![quota(Strategy::FixedWindow)], Clock::Store, true)
+        .verify()
+        .await
+        .expect_err("a local budget's take reads TIME");
+    assert!(e.to_string().contains("Clock::Caller"), "{e}");
+    let fixed = build(vec![quota(Strategy::FixedWindow)], Clock::Store, false);
+    fixed.verify().await.unwrap();
+    assert!(fixed.check("fixed").await.unwrap().allowed());
+
+    let mut limiters: Vec<(String, RateLimiter)> = Strategy::ALL
+        .into_iter()
+        .map(|s| (s.to_string(), build(vec![quota(s)], Clock::Caller, false)))
+        .collect();
+    limiters.push((
+        "all".into(),
+        build(Strategy::ALL.map(quota).to_vec(), Clock::Caller, false),
+    ));
+    for s in [
+        Strategy::Gcra,
+        Strategy::SlidingWindowLog,
+        Strategy::FixedWindow,
+    ] {
+        limiters.push((
+            format!("{s} reserved"),
+            build(vec![quota(s)], Clock::Caller, true),
+        ));
+    }
+    for (i, (what, lim)) in limiters.iter().enumerate() {
+        lim.verify().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let key = format!("user-{i}");
+        let mut leases = Vec::new();
+        for n in 0..2 {
+            let d = lim
+                .check(&key)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(d.allowed(), "{what}: request {n}: {d:?}");
+            leases.extend(d.lease().cloned());
+        }
+        let d = lim.check(&key).await.unwrap();
+        assert!(!d.allowed(), "{what}: past the limit: {d:?}");
+        for lease in &leases {
+            lim.release(lease).await.unwrap();
+        }
+        lim.reset(&key).await.unwrap();
+    }
+    assert_keys_within(&server, &rules).await;
+}
+
+/// On a cluster, `verify` on Redis's clock runs its `TIME` probe (a script
+/// with no key, on whichever node the client picks) and passes, again after
+/// every node's script cache was flushed; so does the caller's clock.
+#[cfg(feature = "cluster")]
+#[tokio::test]
+async fn verify_checks_the_script_clock_on_a_cluster() {
+    use tower_redis_ratelimit::RedisClusterStore;
+    use tower_redis_ratelimit::clock::Clock;
+
+    let cluster = common::RedisCluster::start(3, 0);
+    let lim = |clock: Clock| {
+        let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        RateLimiter::builder()
+            .store(RedisClusterStore::new(pool).timeout(GENEROUS))
+            .prefix("api")
+            .quota(Quota::gcra(Rate::per_minute(3)))
+            .clock(clock)
+            .build()
+            .unwrap()
+    };
+    let (store_clock, caller_clock) = (lim(Clock::Store), lim(Clock::Caller));
+    for round in 0..2 {
+        store_clock
+            .verify()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        caller_clock
+            .verify()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(caller_clock.check("k").await.unwrap().allowed());
+        for node in cluster.nodes() {
+            let mut conn = node.conn().await;
+            let () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+}

@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock_skew;
 mod differential;
 mod lease_undo;
 mod local_budgets;

@@ -533,6 +533,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_callers_clock_has_scopes_of_its_own_swept_at_the_system_time() {
+        let store = MemoryStore::with_shards(2);
+        let lim = |clock: crate::clock::Clock| {
+            RateLimiter::builder()
+                .store(store.clone())
+                .clock(clock)
+                .quota(Quota::sliding_window_log(Rate::new(
+                    2,
+                    Duration::from_millis(200),
+                )))
+                .build()
+                .unwrap()
+        };
+        let (caller, caller2, own) = (
+            lim(crate::clock::Clock::Caller),
+            lim(crate::clock::Clock::Caller),
+            lim(crate::clock::Clock::Store),
+        );
+        assert!(caller.check("k").await.unwrap().allowed());
+        assert!(caller2.check("k").await.unwrap().allowed());
+        assert!(!caller.check("k").await.unwrap().allowed(), "one state");
+        // (as a manual clock's: another clock, another state)
+        assert!(own.check("k").await.unwrap().allowed());
+        store.sweep();
+        assert_eq!(store.len(), 2);
+        // the log's times pass by the system clock, which sweeps drop
+        std::thread::sleep(Duration::from_millis(250));
+        store.sweep();
+        assert_eq!(store.len(), 0);
+        assert!(caller.check("k").await.unwrap().allowed());
+    }
+
+    #[tokio::test]
     async fn limiters_share_state_exactly_when_their_redis_keys_are_equal() {
         let store = MemoryStore::with_shards(4);
         let lim = |prefix: &str, quota: Quota| {

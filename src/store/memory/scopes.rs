@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::table::lock;
 use super::{Inner, MemoryStore};
-use crate::clock::{Clock as LimiterClock, ManualClock};
+use crate::clock::Clock as LimiterClock;
 
 /// The scopes limiters bound to a store use: one per quota of a limiter
 /// (and one for its blocks), by name (`<prefix><suffix>`) and clock. Limiters
@@ -22,7 +22,8 @@ use crate::clock::{Clock as LimiterClock, ManualClock};
 /// [`MemoryStore::collect_scopes`].
 #[derive(Debug, Default)]
 pub(super) struct Scopes {
-    /// Ids by name and clock (0: the store's clock; else [`ManualClock::id`]).
+    /// Ids by name and clock (0: the store's clock; 1: the caller's; else
+    /// [`ManualClock::id`](crate::clock::ManualClock::id), an address, never 0 or 1).
     ids: HashMap<(Box<str>, usize), u32>,
     /// By id (a freed one has an empty name and no clock).
     of: Vec<Scope>,
@@ -37,9 +38,9 @@ pub(super) struct Scopes {
 #[derive(Debug)]
 struct Scope {
     name: Box<str>,
-    /// The manual clock (`None`: the store's). Holding it keeps its id from
-    /// being reused while the scope lives.
-    clock: Option<ManualClock>,
+    /// Its clock. Holding a manual clock keeps its id from being reused
+    /// while the scope lives.
+    clock: LimiterClock,
     /// The limiters bound to it ([`ScopeIds`] held).
     binders: u32,
     /// Counts its binds: a scope found idle, then bound and let go while
@@ -59,12 +60,12 @@ impl Scope {
 const IDLE_SCOPES: usize = 64;
 
 impl Scopes {
-    /// Each scope's time for a sweep: its manual clock's reading, or
-    /// `store_now`.
+    /// Each scope's time for a sweep: its manual or caller clock's reading,
+    /// or `store_now`.
     pub(super) fn times(&self, store_now: i64) -> Vec<i64> {
         self.of
             .iter()
-            .map(|s| s.clock.as_ref().map_or(store_now, |c| c.now_us() as i64))
+            .map(|s| s.clock.manual_now_us().map_or(store_now, |us| us as i64))
             .collect()
     }
 
@@ -117,17 +118,22 @@ impl Drop for ScopeIds {
     }
 }
 
+/// What tells a scope's clock from others' (see [`Scopes::ids`]).
+fn clock_id(clock: &LimiterClock) -> usize {
+    match clock {
+        LimiterClock::Store => 0,
+        LimiterClock::Caller => 1,
+        LimiterClock::Manual(m) => m.id(),
+    }
+}
+
 impl MemoryStore {
     /// The scopes of a limiter of `prefix` (which holds no `:`) on `clock`
     /// whose quotas' storage keys end in `suffixes`, made on first use and
     /// kept while a limiter is bound to them or a key is in them.
     pub(crate) fn bind(&self, prefix: &str, suffixes: &[String], clock: &LimiterClock) -> ScopeIds {
         self.collect_scopes();
-        let manual = match clock {
-            LimiterClock::Store => None,
-            LimiterClock::Manual(m) => Some(m),
-        };
-        let id = manual.map_or(0, ManualClock::id);
+        let id = clock_id(clock);
         let mut guard = lock_scopes(&self.inner.scopes);
         let scopes = &mut *guard;
         let ids = suffixes
@@ -139,7 +145,7 @@ impl MemoryStore {
                     None => {
                         let fresh = Scope {
                             name: name.clone(),
-                            clock: manual.cloned(),
+                            clock: clock.clone(),
                             binders: 0,
                             binds: 0,
                         };
@@ -217,7 +223,7 @@ impl MemoryStore {
             if !s.idle() || s.binds != binds || used[id as usize] {
                 continue;
             }
-            let clock = s.clock.take().map_or(0, |c| c.id());
+            let clock = clock_id(&std::mem::take(&mut s.clock));
             let name = std::mem::take(&mut s.name);
             scopes.ids.remove(&(name, clock));
             scopes.free.push(id);

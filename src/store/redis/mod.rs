@@ -127,8 +127,9 @@ impl RedisConns {
     pub(crate) async fn verify(
         &self,
         scripts: &[&script::LimiterScript],
+        time: bool,
     ) -> Result<(), StoreError> {
-        each_kind!(self, c => protocol::verify(c, scripts).await)
+        each_kind!(self, c => protocol::verify(c, scripts, time).await)
     }
 
     /// See [`reserve::take`].

@@ -405,11 +405,13 @@ const MIN_VERSION: (u32, u32) = (5, 0);
 
 /// Checks that the server can run a limiter's `scripts`: its version (from
 /// `INFO server`, where the user may read it), then one `SCRIPT LOAD` of each
-/// script (on every primary of a cluster). A server that refuses for good
-/// answers [`StoreError::Refused`].
+/// script (on every primary of a cluster), then, if `time` (Redis's clock
+/// and a script that reads it), [`check_script_time`]. A server that refuses
+/// for good answers [`StoreError::Refused`].
 pub(crate) async fn verify<P: Pooled>(
     conns: &Connections<P>,
     scripts: &[&LimiterScript],
+    time: bool,
 ) -> Result<(), StoreError> {
     let mut info = redis::cmd("INFO");
     info.arg("server");
@@ -438,7 +440,77 @@ pub(crate) async fn verify<P: Pooled>(
             )));
         }
     }
+    if time {
+        check_script_time(conns).await?;
+    }
     Ok(())
+}
+
+/// How far from this process's clock Redis's `TIME`, read in a script, may
+/// be before [`verify`] calls it broken: an hour. On Redis's clock a skew
+/// between Redis and the app costs nothing (every decision reads Redis's
+/// clock), so only a time no synchronised clock shows is refused: 0
+/// (Dragonfly's answer in scripts) or one hours away.
+pub(crate) const SCRIPT_TIME_TOLERANCE: Duration = Duration::from_secs(3_600);
+
+/// The fix named by a clock refusal.
+const USE_CALLER_CLOCK: &str = "build the limiter with `.clock(Clock::Caller)` (tower_redis_ratelimit::clock::Clock), \
+     which sends this process's time with each call";
+
+/// Checks that a script may read `TIME` (an ACL user without `+time`, AWS
+/// ElastiCache Serverless refuse it) and that it answers a time within
+/// [`SCRIPT_TIME_TOLERANCE`] of this process's clock (Dragonfly answers 0).
+/// The probe is a script of its own, loaded like the limiter's and run with
+/// no key.
+async fn check_script_time<P: Pooled>(conns: &Connections<P>) -> Result<(), StoreError> {
+    let probe = LimiterScript::new("local t = redis.call('TIME') return {t[1], t[2]}".to_owned());
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(&probe.sha).arg(0);
+    let before = crate::clock::caller_now_us();
+    let reply = conns
+        .query::<(i64, i64)>(Request::Cmd(&cmd), Some(&probe), None)
+        .await;
+    let after = crate::clock::caller_now_us();
+    match reply {
+        Ok((secs, us)) => script_time_within(
+            secs.saturating_mul(1_000_000).saturating_add(us),
+            before,
+            after,
+        ),
+        Err(StoreError::Refused(r)) => {
+            let message = format!(
+                "a script may not read TIME ({}): {USE_CALLER_CLOCK}",
+                r.message()
+            );
+            Err(StoreError::Refused(r.with_message(message)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether Redis's script time `redis_us`, read between this process's
+/// `before` and `after`, is within [`SCRIPT_TIME_TOLERANCE`] of them.
+fn script_time_within(redis_us: i64, before: u64, after: u64) -> Result<(), StoreError> {
+    let tolerance = SCRIPT_TIME_TOLERANCE.as_micros() as i64;
+    let (before, after) = (before as i64, after as i64);
+    if redis_us >= before - tolerance && redis_us <= after + tolerance {
+        return Ok(());
+    }
+    let off = if redis_us < before {
+        format!("{} s behind", (before - redis_us) / 1_000_000)
+    } else {
+        format!("{} s ahead of", (redis_us - after) / 1_000_000)
+    };
+    Err(StoreError::Refused(crate::error::Refusal::new(
+        crate::error::RefusalKind::BrokenClock,
+        format!(
+            "TIME in a script answered {redis_us} µs since the Unix epoch, {off} this \
+             process's clock (more than {} s off): if the server's TIME is wrong in scripts \
+             (Dragonfly answers 0), {USE_CALLER_CLOCK}; if this host's clock is wrong, fix it",
+            SCRIPT_TIME_TOLERANCE.as_secs()
+        ),
+        None,
+    )))
 }
 
 /// Refuses a server older than [`MIN_VERSION`], from `INFO server`'s
@@ -523,6 +595,24 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_time_of_zero_or_hours_off_is_a_broken_clock_naming_the_callers_clock() {
+        let now = 1_800_000_000_000_000u64;
+        let hour = SCRIPT_TIME_TOLERANCE.as_micros() as i64;
+        let ok = |redis_us: i64| script_time_within(redis_us, now, now + 1_000).is_ok();
+        assert!(ok(now as i64));
+        assert!(ok(now as i64 - hour));
+        assert!(ok(now as i64 + 1_000 + hour));
+        for off in [0, now as i64 - hour - 1, now as i64 + 1_001 + hour] {
+            let e = script_time_within(off, now, now + 1_000).expect_err("off");
+            assert!(
+                matches!(&e, StoreError::Refused(r) if r.kind() == crate::error::RefusalKind::BrokenClock),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("Clock::Caller"), "{e}");
+        }
+    }
 
     #[test]
     fn replies_parse_into_outcomes_and_malformed_ones_are_protocol_errors() {

@@ -16,6 +16,19 @@ pub(crate) struct LimiterScript {
     pub(crate) sha: String,
 }
 
+impl LimiterScript {
+    /// A script of `source`, with its SHA1.
+    pub(crate) fn new(source: String) -> Self {
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        LimiterScript { source, sha }
+    }
+
+    /// Whether it reads Redis's `TIME` on Redis's clock (see `lua/prelude.lua`).
+    pub(crate) fn reads_time(&self) -> bool {
+        self.source.starts_with("local READS_TIME = true")
+    }
+}
+
 const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
 const ZSET: &str = include_str!("../../../lua/zset.lua");
 const SINGLE: &str = include_str!("../../../lua/single.lua");
