@@ -1,7 +1,7 @@
 //! No script-cache error reaches a caller (issue 29, point 3): many tasks
 //! decide continuously while the script cache goes away under them —
 //! `SCRIPT FLUSH` several times on every node (single node, Cluster,
-//! Sentinel), a restart of the single node on the same port, a Sentinel
+//! Sentinel), then in a storm (a few decisions apart), a restart of the single node on the same port, a Sentinel
 //! failover — and no call ever fails with `NOSCRIPT` (the store loads the
 //! script again and resends, `src/store/redis/conn.rs`). Where nothing else
 //! fails, no call fails at all and every key's count is exact.
@@ -26,6 +26,8 @@ const LOG_LIMIT: u64 = 10_000;
 const TASKS: usize = 32;
 /// Keys per task and limiter.
 const KEYS: usize = 4;
+/// Flushes a few decisions apart in a storm of `SCRIPT FLUSH`.
+const STORM: usize = 200;
 /// Bound on any wait for a condition (2 shared cores, other suites running).
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -258,6 +260,13 @@ async fn script_flush_under_load_on_a_single_node_reaches_no_caller_and_counts_s
         load.progress(300, &format!("decisions after flush {round}"))
             .await;
     }
+    // a storm: flushes a few decisions apart, so that calls meet NOSCRIPT
+    // again after their reload (24 reached callers with one reload per call)
+    for round in 0..STORM {
+        script_flush(&mut conn).await;
+        load.progress(3, &format!("decisions after storm flush {round}"))
+            .await;
+    }
     let logs = load.finish().await;
     let calls = assert_no_script_error(&logs);
     assert_no_error(&logs);
@@ -268,7 +277,7 @@ async fn script_flush_under_load_on_a_single_node_reaches_no_caller_and_counts_s
         loads >= 5 + 3,
         "{loads} SCRIPT LOADs for 5 flushes of 3 scripts"
     );
-    eprintln!("SCRIPT FLUSH x5: {calls} calls, 0 errors, {loads} SCRIPT LOADs");
+    eprintln!("SCRIPT FLUSH x5 then x{STORM}: {calls} calls, 0 errors, {loads} SCRIPT LOADs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,6 +361,13 @@ async fn script_flush_on_every_master_under_load_reaches_no_caller_and_counts_st
         load.progress(300, &format!("decisions after flush {round}"))
             .await;
     }
+    for round in 0..STORM / 4 {
+        for conn in &mut conns {
+            script_flush(conn).await;
+        }
+        load.progress(3, &format!("decisions after storm flush {round}"))
+            .await;
+    }
     let logs = load.finish().await;
     let calls = assert_no_script_error(&logs);
     assert_no_error(&logs);
@@ -364,7 +380,10 @@ async fn script_flush_on_every_master_under_load_reaches_no_caller_and_counts_st
         loads.iter().all(|&n| n >= 4),
         "SCRIPT LOADs per master: {loads:?}"
     );
-    eprintln!("cluster SCRIPT FLUSH x4 on 3 masters: {calls} calls, 0 errors, loads {loads:?}");
+    eprintln!(
+        "cluster SCRIPT FLUSH x4 then x{} on 3 masters: {calls} calls, 0 errors, loads {loads:?}",
+        STORM / 4
+    );
 }
 
 #[cfg(feature = "sentinel")]
