@@ -40,6 +40,9 @@ enum Outcome {
     Denied,
     Timeout,
     RedisError,
+    /// A script-cache error (`NOSCRIPT`): never to reach a caller (the
+    /// store loads the script on the promoted replica and resends).
+    ScriptError,
     PoolError,
     OtherError,
     /// Middleware responses, by status.
@@ -54,6 +57,7 @@ impl Outcome {
             self,
             Outcome::Timeout
                 | Outcome::RedisError
+                | Outcome::ScriptError
                 | Outcome::PoolError
                 | Outcome::OtherError
                 | Outcome::OpenPassThrough
@@ -73,6 +77,9 @@ fn classify(r: &Result<tower_redis_ratelimit::Decision, StoreError>) -> Outcome 
     match r {
         Ok(d) if d.allowed() => Outcome::Allowed,
         Ok(_) => Outcome::Denied,
+        Err(e) if format!("{e} {e:?}").to_ascii_lowercase().contains("script") => {
+            Outcome::ScriptError
+        }
         Err(StoreError::Timeout(_)) => Outcome::Timeout,
         Err(StoreError::Redis(_)) => Outcome::RedisError,
         Err(StoreError::Pool(_)) => Outcome::PoolError,
@@ -312,6 +319,12 @@ async fn a_master_killed_under_load_fails_over_and_the_limiter_answers_again() {
         before.len() > 100,
         "too little load before the kill: {}",
         before.len()
+    );
+    // No call failed on the promoted replica's empty script cache.
+    assert!(
+        samples.iter().all(|s| s.outcome != Outcome::ScriptError),
+        "script-cache errors reached callers: {:?}",
+        summary(&samples)
     );
     // Every call, during the gap too, completed within the store timeout (+ slack).
     assert!(

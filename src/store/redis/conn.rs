@@ -85,6 +85,13 @@ type Refill<P> = (Instant, tokio::sync::watch::Receiver<Replaced<P>>);
 /// second) no `PING` is ever sent.
 pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
 
+/// How many times one call loads its script and resends after `NOSCRIPT`
+/// when the script is flushed again between its load and its resend
+/// (`SCRIPT FLUSH` in quick succession, a restart or failover right after a
+/// flush): each resend is safe (nothing ran), and the call's timeout bounds
+/// them too.
+const SCRIPT_RELOADS: u32 = 16;
+
 /// A connection taken out of the pool for sharing.
 struct Held<P: Pooled> {
     conn: P::Conn,
@@ -510,6 +517,7 @@ impl<P: Pooled> Connections<P> {
                 // run again. Of many calls that met NOSCRIPT together, one loads.
                 Box::pin(self.within_on(&held, started, async {
                     let mut must_load = false;
+                    let mut reloads = 0;
                     loop {
                         {
                             let _loading = self.loading.lock().await;
@@ -524,8 +532,13 @@ impl<P: Pooled> Connections<P> {
                             }
                         }
                         match req.run::<T, _>(&mut conn).await {
-                            // loaded by another task, but not this script: load it
-                            Err(e) if is_noscript(&e) && !must_load => must_load = true,
+                            // loaded by another task but not this script, or
+                            // flushed again since it was loaded: load it
+                            // here (nothing ran), a bounded number of times
+                            Err(e) if is_noscript(&e) && reloads < SCRIPT_RELOADS => {
+                                must_load = true;
+                                reloads += 1;
+                            }
                             r => return r.map_err(|e| self.failed(&held, e)),
                         }
                     }

@@ -9,6 +9,10 @@
 
 use crate::strategy::{Adjust, GiveBack, Strategy};
 
+#[cfg(test)]
+#[path = "script_keys.rs"]
+mod keys;
+
 /// A script's text and SHA1.
 #[derive(Debug)]
 pub(crate) struct LimiterScript {
@@ -433,5 +437,38 @@ mod tests {
              regenerate with: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts \
              (then review and commit lua/generated/)"
         );
+    }
+
+    /// Declared keys only (Redis Cluster's rule, Dragonfly's default): every
+    /// key of every script the crate sends (`lua/generated/`, the block
+    /// script, the document check) comes from `KEYS`, never built in Lua.
+    #[test]
+    fn every_script_sent_takes_its_keys_from_keys_only() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/generated");
+        let mut scripts: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "lua"))
+            .map(|p| {
+                (
+                    p.display().to_string(),
+                    std::fs::read_to_string(&p).unwrap(),
+                )
+            })
+            .collect();
+        assert!(scripts.len() >= 16, "{scripts:?}");
+        scripts.push(("for_block".to_owned(), LimiterScript::for_block().source));
+        scripts.push((
+            "lua/document_check.lua".to_owned(),
+            include_str!("../../../lua/document_check.lua").to_owned(),
+        ));
+        for (name, source) in &scripts {
+            assert!(source.contains("redis.call("), "{name}");
+            let problems = keys::undeclared_keys(source).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                problems.is_empty(),
+                "{name}: keys not from KEYS: {problems:#?}"
+            );
+        }
     }
 }
