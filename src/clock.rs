@@ -56,7 +56,7 @@ pub enum Clock {
 impl Clock {
     /// The time sent with each call in microseconds (a manual clock's or the
     /// caller's), if any; `None`: the store's clock.
-    pub(crate) fn manual_now_us(&self) -> Option<u64> {
+    pub(crate) fn sent_now_us(&self) -> Option<u64> {
         match self {
             Clock::Store => None,
             Clock::Caller => Some(caller_now_us()),
@@ -186,10 +186,10 @@ mod tests {
                 .map_or(0, |d| d.as_micros() as u64)
         };
         let before = unix();
-        let read = Clock::Caller.manual_now_us().unwrap_or(0);
+        let read = Clock::Caller.sent_now_us().unwrap_or(0);
         let after = unix();
         assert!(before <= read && read <= after, "{before} {read} {after}");
         assert!(read < MAX_US);
-        assert_eq!(Clock::Store.manual_now_us(), None);
+        assert_eq!(Clock::Store.sent_now_us(), None);
     }
 }

@@ -90,8 +90,8 @@ impl Engine {
 
     /// The time sent with each call in µs (a manual clock's or the
     /// caller's, [`Clock::Caller`]), if the engine runs on one.
-    pub(super) fn manual_now_us(&self) -> Option<u64> {
-        self.clock.manual_now_us()
+    pub(super) fn sent_now_us(&self) -> Option<u64> {
+        self.clock.sent_now_us()
     }
 
     /// The base and storage keys of a user key as [`storable_key`] gives it.
@@ -184,7 +184,7 @@ impl Engine {
             keys,
             quotas: &self.quotas,
             cost,
-            now_us: self.clock.manual_now_us(),
+            now_us: self.clock.sent_now_us(),
             nonce,
             block_us: self.block,
         }
@@ -214,7 +214,7 @@ impl Engine {
         nonce: String,
     ) -> Decision {
         let user = storable_key(key);
-        let now_us = self.clock.manual_now_us();
+        let now_us = self.clock.sent_now_us();
         if let ([scope], [quota]) = (scopes, self.quotas.as_slice()) {
             let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
             // a lone shadow quota never denies
@@ -332,7 +332,7 @@ impl Engine {
         let gb = GiveBackCall {
             keys,
             units,
-            now_us: self.clock.manual_now_us(),
+            now_us: self.clock.sent_now_us(),
             at,
             fins,
         };
@@ -352,7 +352,7 @@ impl Engine {
                 keys,
                 user,
                 adjustment,
-                self.clock.manual_now_us(),
+                self.clock.sent_now_us(),
             )
             .await
     }
@@ -387,7 +387,7 @@ impl Engine {
                 block_key,
                 &user,
                 us,
-                self.clock.manual_now_us(),
+                self.clock.sent_now_us(),
             )
             .await
     }
@@ -523,7 +523,7 @@ impl Engine {
 /// What the deny cache needs to know of the engine it answers for.
 impl DenyFacts for Engine {
     fn local_now_us(&self) -> Option<u64> {
-        match (self.clock.manual_now_us(), &self.store) {
+        match (self.clock.sent_now_us(), &self.store) {
             (Some(t), _) => Some(t),
             (None, Bound::Memory(store, _)) => Some(store.now_us().max(0) as u64),
             (None, _) => None,
@@ -531,7 +531,7 @@ impl DenyFacts for Engine {
     }
 
     fn decides_by_counter(&self) -> bool {
-        self.clock.manual_now_us().is_none() && matches!(self.store, Bound::Memory(..))
+        self.clock.sent_now_us().is_none() && matches!(self.store, Bound::Memory(..))
     }
 
     fn denials_cacheable(&self, quota: usize) -> bool {
@@ -564,7 +564,7 @@ fn direct(
 ) -> Option<Direct> {
     match (store, quotas) {
         (Bound::Memory(..), [q])
-            if !budgets && block.is_none() && !q.shadow && clock.manual_now_us().is_none() =>
+            if !budgets && block.is_none() && !q.shadow && clock.sent_now_us().is_none() =>
         {
             match q.spec().algorithm {
                 Algorithm::Tat { queue } => Some(Direct {

@@ -167,7 +167,7 @@ impl LocalBudgets {
 
     /// Local time (µs): the manual or caller clock's, else a monotonic clock's.
     fn now(&self, engine: &Engine) -> i64 {
-        match engine.manual_now_us() {
+        match engine.sent_now_us() {
             Some(us) => us as i64,
             None => self.epoch.elapsed().as_micros() as i64,
         }
@@ -315,7 +315,7 @@ impl LocalBudgets {
         old: Option<Held>,
     ) -> Result<Option<Decision>, StoreError> {
         let quotas = engine.quotas();
-        let manual = engine.manual_now_us();
+        let manual = engine.sent_now_us();
         // the deadline counts from before the take was sent: never later
         // than the end of the state its units come from
         let sent = self.now(engine);

@@ -65,7 +65,7 @@ impl Scopes {
     pub(super) fn times(&self, store_now: i64) -> Vec<i64> {
         self.of
             .iter()
-            .map(|s| s.clock.manual_now_us().map_or(store_now, |us| us as i64))
+            .map(|s| s.clock.sent_now_us().map_or(store_now, |us| us as i64))
             .collect()
     }
 
