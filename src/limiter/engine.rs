@@ -382,13 +382,7 @@ impl Engine {
             return Ok(());
         };
         self.store
-            .set_block(
-                &self.quotas,
-                block_key,
-                &user,
-                us,
-                self.clock.sent_now_us(),
-            )
+            .set_block(&self.quotas, block_key, &user, us, self.clock.sent_now_us())
             .await
     }
 
