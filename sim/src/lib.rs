@@ -148,14 +148,7 @@ impl Scenario {
     /// rate out of range, or (never expected from a [`MemoryStore`]) a store
     /// error.
     pub fn run(&self) -> Result<Simulation, SimError> {
-        let clock = ManualClock::new(Duration::ZERO);
-        let limiter = RateLimiter::builder()
-            .store(MemoryStore::new())
-            .prefix("sim")
-            .quota(self.quota.clone())
-            .clock(clock.clone())
-            .build()
-            .map_err(SimError::Config)?;
+        let (limiter, clock) = limiter_at(&self.quota, Duration::ZERO)?;
         let derived = self.traffic.is_none() && self.quota.strategy().holds_leases();
         if self.hold > MAX_PERIOD || (derived && self.hold < Duration::from_millis(1)) {
             return Err(SimError::Traffic(
@@ -317,14 +310,7 @@ impl Simulation {
     /// A limiter like the run's, on a store of its own, that has admitted
     /// the admitted ones of `requests` (one client's) at their times.
     pub(crate) fn replay(&self, requests: &[&Request]) -> Result<Replay, SimError> {
-        let clock = ManualClock::new(Duration::from_micros(self.start));
-        let limiter = RateLimiter::builder()
-            .store(MemoryStore::new())
-            .prefix("sim")
-            .quota(self.quota.clone())
-            .clock(clock.clone())
-            .build()
-            .map_err(SimError::Config)?;
+        let (limiter, clock) = limiter_at(&self.quota, Duration::from_micros(self.start))?;
         let replay = Replay {
             limiter,
             clock,
@@ -550,6 +536,20 @@ impl std::error::Error for SimError {
             _ => None,
         }
     }
+}
+
+/// A limiter of `quota` alone on a fresh [`MemoryStore`], under a manual
+/// clock starting at `start` (what a run and a replay decide with).
+fn limiter_at(quota: &Quota, start: Duration) -> Result<(RateLimiter, ManualClock), SimError> {
+    let clock = ManualClock::new(start);
+    let limiter = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .prefix("sim")
+        .quota(quota.clone())
+        .clock(clock.clone())
+        .build()
+        .map_err(SimError::Config)?;
+    Ok((limiter, clock))
 }
 
 #[cfg(test)]
