@@ -13,6 +13,14 @@
 //!   of a minimal fixed-window script (`INCRBY`, `PEXPIRE` on the first hit)
 //!   per decision. A private `redis-server` is started on a free loopback
 //!   port unless `--redis-url` names one.
+//!   The limiter runs twice per round: batching on (the store's default:
+//!   concurrent decisions share script calls) and `batching(false)` (one
+//!   call per decision, as before batching).
+//! - `--store redis --offered F`: latency at a fixed offered load. A
+//!   closed-loop run of the ceiling first measures its rate; then requests
+//!   are issued open-loop at `F` times that rate (each at its scheduled
+//!   time, on a task of its own, latency counted from the scheduled time),
+//!   to the limiter with batching on and off in turn, for `--requests` each.
 //! - `--store memory`: the limiter over `MemoryStore` against a hand-written
 //!   fixed window in a sharded `Mutex<HashMap>`; with `--strategy gcra`,
 //!   against a hand-written keyed GCRA as governor's keyed limiter does it
@@ -62,11 +70,13 @@ struct Args {
     requests: usize,
     rounds: usize,
     connections: usize,
+    /// Open-loop mode: the offered rate as a fraction of the ceiling's.
+    offered: Option<f64>,
 }
 
 const USAGE: &str = "usage: cargo bench -p tower-redis-ratelimit-tests --bench decisions -- [--store redis|memory|both] \
     [--redis-url URL] [--strategy NAME] [--concurrency C] [--keys K] [--requests N] \
-    [--rounds R] [--connections N]";
+    [--rounds R] [--connections N] [--offered FRACTION]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -78,6 +88,7 @@ fn parse_args() -> Result<Args, String> {
         requests: 200_000,
         rounds: 3,
         connections: 1,
+        offered: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -102,6 +113,14 @@ fn parse_args() -> Result<Args, String> {
             "--requests" => args.requests = number(value()?)?.max(1),
             "--rounds" => args.rounds = number(value()?)?.max(1),
             "--connections" => args.connections = number(value()?)?.max(1),
+            "--offered" => {
+                let v = value()?;
+                let f = v.parse::<f64>().map_err(|e| format!("{v}: {e}"))?;
+                if !(f > 0.0 && f.is_finite()) {
+                    return Err(format!("--offered: a fraction above 0, not {v}"));
+                }
+                args.offered = Some(f);
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -165,6 +184,49 @@ where
     }
 }
 
+/// Issues `requests` calls of `decide(i)` open-loop at `rate` per second,
+/// each on a task of its own at its scheduled time; latency is counted from
+/// the scheduled time (a late start counts against the system).
+async fn drive_open<F, Fut>(requests: usize, rate: f64, decide: F) -> Run
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(requests)));
+    let started = Instant::now();
+    let mut issued = 0usize;
+    let mut tasks = Vec::with_capacity(requests);
+    let mut tick = tokio::time::interval(Duration::from_micros(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while issued < requests {
+        tick.tick().await;
+        let due = ((started.elapsed().as_secs_f64() * rate) as usize).min(requests);
+        while issued < due {
+            let scheduled = started + Duration::from_secs_f64(issued as f64 / rate);
+            let (decide, latencies) = (decide.clone(), latencies.clone());
+            let i = issued;
+            tasks.push(tokio::spawn(async move {
+                decide(i).await;
+                let us = scheduled.elapsed().as_micros() as u32;
+                latencies.lock().unwrap().push(us);
+            }));
+            issued += 1;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
+    all.sort_unstable();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    Run {
+        per_sec: all.len() as f64 / secs,
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+    }
+}
+
 /// A quota never exhausted by the run: the sorted-set strategies hold at most
 /// `Quota::MAX_SORTED_SET_LIMIT` per key, which the run stays below (20
 /// requests per key by default; concurrency leases are released at once).
@@ -178,18 +240,27 @@ fn quota(strategy: Strategy) -> Quota {
     }
 }
 
+/// One decision of the limiter for request `i`, as every run makes it.
+async fn crate_decide(limiter: RateLimiter, keys: usize, i: usize) {
+    let d = limiter.check(format!("k{}", i % keys)).await.unwrap();
+    if let Some(lease) = &d.lease() {
+        limiter.release(lease).await.unwrap();
+    }
+    assert!(d.allowed());
+}
+
 async fn crate_run(args: &Args, limiter: &RateLimiter) -> Run {
     let keys = args.keys;
     let limiter = limiter.clone();
-    drive(args, move |i| {
-        let limiter = limiter.clone();
-        async move {
-            let d = limiter.check(format!("k{}", i % keys)).await.unwrap();
-            if let Some(lease) = &d.lease() {
-                limiter.release(lease).await.unwrap();
-            }
-            assert!(d.allowed());
-        }
+    drive(args, move |i| crate_decide(limiter.clone(), keys, i)).await
+}
+
+/// The limiter open-loop at `rate` decisions per second.
+async fn crate_open(args: &Args, limiter: &RateLimiter, rate: f64) -> Run {
+    let keys = args.keys;
+    let limiter = limiter.clone();
+    drive_open(args.requests, rate, move |i| {
+        crate_decide(limiter.clone(), keys, i)
     })
     .await
 }
@@ -328,6 +399,7 @@ async fn bench_store(args: &Args, store: &str) -> Result<(), Box<dyn std::error:
         .quota(quota(args.strategy));
     // keeps a private server alive for the whole run
     let mut _server = None;
+    let mut unbatched = None;
     let (limiter, baseline_conn) = if store == "redis" {
         let url = match &args.redis_url {
             Some(url) => url.clone(),
@@ -341,6 +413,13 @@ async fn bench_store(args: &Args, store: &str) -> Result<(), Box<dyn std::error:
         let conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
+        let off = builder
+            .clone()
+            .prefix(format!("{prefix}-off"))
+            .store(redis_store.clone().batching(false))
+            .build()?;
+        off.peek("warm-up").await?;
+        unbatched = Some(off);
         (builder.store(redis_store).build()?, Some(conn))
     } else {
         (builder.store(MemoryStore::new()).build()?, None)
@@ -363,11 +442,15 @@ async fn bench_store(args: &Args, store: &str) -> Result<(), Box<dyn std::error:
         None if args.strategy == Strategy::Gcra => "keyed GCRA a la governor",
         None => "hand-written Mutex<HashMap>",
     };
+    if let (Some(fraction), Some(conn), Some(off)) = (args.offered, &baseline_conn, &unbatched) {
+        return open_loop(args, fraction, conn, &prefix, &limiter, off).await;
+    }
     println!(
         "\n{store} store, {}: concurrency {}, {} keys, {} decisions per run",
         args.strategy, args.concurrency, args.keys, args.requests
     );
     let mut ratios = Vec::with_capacity(args.rounds);
+    let mut off_ratios = Vec::with_capacity(args.rounds);
     for round in 1..=args.rounds {
         let base = match &baseline_conn {
             Some(conn) => redis_ceiling(args, conn, &prefix).await,
@@ -382,11 +465,68 @@ async fn bench_store(args: &Args, store: &str) -> Result<(), Box<dyn std::error:
             "round {round}  {:<40} {ours}  ratio {ratio:.2}",
             "tower-redis-ratelimit"
         );
+        if let Some(off) = &unbatched {
+            let off = crate_run(args, off).await;
+            let ratio = off.per_sec / base.per_sec;
+            off_ratios.push(ratio);
+            println!(
+                "round {round}  {:<40} {off}  ratio {ratio:.2}",
+                "tower-redis-ratelimit, batching(false)"
+            );
+        }
     }
     println!(
         "{store} {}: median ratio to the baseline {:.2}",
         args.strategy,
         median(ratios)
+    );
+    if !off_ratios.is_empty() {
+        println!(
+            "{store} {} with batching(false): median ratio to the baseline {:.2}",
+            args.strategy,
+            median(off_ratios)
+        );
+    }
+    Ok(())
+}
+
+/// `--offered`: the ceiling's closed-loop rate, then the limiter with
+/// batching on and off in turn at `fraction` of it, open-loop.
+async fn open_loop(
+    args: &Args,
+    fraction: f64,
+    conn: &MultiplexedConnection,
+    prefix: &str,
+    batched: &RateLimiter,
+    unbatched: &RateLimiter,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let ceiling = redis_ceiling(args, conn, prefix).await;
+    let rate = ceiling.per_sec * fraction;
+    println!(
+        "\nredis store, {}: {} keys, {} decisions per run, offered {rate:.0}/s \
+         ({fraction} of the ceiling's {:.0}/s)",
+        args.strategy, args.keys, args.requests, ceiling.per_sec
+    );
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
+        let a = crate_open(args, batched, rate).await;
+        println!("round {round}  {:<40} {a}", "tower-redis-ratelimit");
+        let b = crate_open(args, unbatched, rate).await;
+        println!(
+            "round {round}  {:<40} {b}",
+            "tower-redis-ratelimit, batching(false)"
+        );
+        on.push(a);
+        off.push(b);
+    }
+    let p =
+        |runs: &[Run], f: fn(&Run) -> u32| median(runs.iter().map(|r| f64::from(f(r))).collect());
+    println!(
+        "median p50/p99: batching {:.0}/{:.0} µs, batching(false) {:.0}/{:.0} µs",
+        p(&on, |r| r.p50_us),
+        p(&on, |r| r.p99_us),
+        p(&off, |r| r.p50_us),
+        p(&off, |r| r.p99_us)
     );
     Ok(())
 }

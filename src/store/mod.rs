@@ -134,13 +134,13 @@ impl Backend {
         clock: &crate::clock::Clock,
     ) -> Bound {
         match self {
-            Backend::Redis(r) => Bound::Redis(
-                r,
-                Arc::new(Prepared {
-                    decide: protocol::Prepared::new(quotas, block),
+            Backend::Redis(r) => {
+                let prepared = Prepared {
+                    decide: protocol::Prepared::new(quotas, block, r.batching()),
                     settle: redis::reserve::Scripts::new(quotas, block),
-                }),
-            ),
+                };
+                Bound::Redis(r, Arc::new(prepared))
+            }
             Backend::Memory(s) => {
                 let scopes = s.bind(prefix, suffixes, clock);
                 Bound::Memory(s, scopes)

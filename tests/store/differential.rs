@@ -1,5 +1,10 @@
 //! MemoryStore vs RedisStore on random operation sequences under the same
 //! manual clock: every decision must be identical.
+//!
+//! The Redis side runs each operation on [`REPLICAS`] copies of its key at
+//! once, through one limiter: the checks go out batched (several decisions
+//! per script call, `src/store/redis/batch.rs`), and every copy must decide
+//! as the memory store does.
 
 use crate::common;
 
@@ -101,6 +106,33 @@ fn comparable(d: &Decision) -> impl PartialEq + std::fmt::Debug {
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
+/// How many copies of each key the Redis side runs at once: more than a
+/// lane's calls in flight (two per connection), so that checks queue and go
+/// out in batches.
+const REPLICAS: usize = 6;
+
+/// The Redis keys of the memory store's `k{key}`: one per replica.
+fn replicas(key: u8) -> Vec<String> {
+    (0..REPLICAS).map(|r| format!("r{r}k{key}")).collect()
+}
+
+/// `check_n(key, cost)` on every replica of `key` at once (spawned, so that
+/// they are in flight together), in replica order.
+async fn check_replicas(lim: &RateLimiter, key: u8, cost: u64) -> Vec<Decision> {
+    let calls: Vec<_> = replicas(key)
+        .into_iter()
+        .map(|k| {
+            let lim = lim.clone();
+            tokio::spawn(async move { lim.check_n(&k, cost).await.unwrap() })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for call in calls {
+        out.push(call.await.unwrap());
+    }
+    out
+}
+
 async fn run_case(
     server: &RedisServer,
     quotas: Vec<Quota>,
@@ -128,46 +160,59 @@ async fn run_case(
         }
     };
     let (mut redis, mut memory) = (build(false, &quotas), build(true, &quotas));
-    let mut leases: Vec<(Lease, Lease)> = Vec::new();
+    // (each memory lease with the lease of every replica)
+    let mut leases: Vec<(Vec<Lease>, Lease)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         match op {
             Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
             Op::Check { key, cost } => {
-                let key = format!("k{key}");
-                let r = redis.check_n(&key, *cost).await.unwrap();
-                let m = memory.check_n(&key, *cost).await.unwrap();
-                prop_assert_eq!(
-                    comparable(&r),
-                    comparable(&m),
-                    "step {} {:?} of {:?}",
-                    step,
-                    op,
-                    ops
-                );
-                if let (Some(a), Some(b)) = (r.lease(), m.lease()) {
-                    leases.push((a.clone(), b.clone()));
+                let m = memory.check_n(&format!("k{key}"), *cost).await.unwrap();
+                let rs = check_replicas(&redis, *key, *cost).await;
+                for (replica, r) in rs.iter().enumerate() {
+                    prop_assert_eq!(
+                        comparable(r),
+                        comparable(&m),
+                        "replica {} step {} {:?} of {:?}",
+                        replica,
+                        step,
+                        op,
+                        ops
+                    );
+                }
+                if let Some(b) = m.lease() {
+                    let a: Vec<Lease> = rs.iter().filter_map(|r| r.lease().cloned()).collect();
+                    prop_assert_eq!(a.len(), REPLICAS);
+                    leases.push((a, b.clone()));
                 }
             }
             Op::Reset(key) => {
-                let key = format!("k{key}");
-                redis.reset(&key).await.unwrap();
-                memory.reset(&key).await.unwrap();
+                for k in replicas(*key) {
+                    redis.reset(&k).await.unwrap();
+                }
+                memory.reset(&format!("k{key}")).await.unwrap();
             }
             Op::Release(i) => {
                 if !leases.is_empty() {
                     let (a, b) = leases.remove(i % leases.len());
-                    redis.release(&a).await.unwrap();
+                    for lease in &a {
+                        redis.release(lease).await.unwrap();
+                    }
                     memory.release(&b).await.unwrap();
                 }
             }
             Op::Adjust { key, units } => {
-                let key = format!("k{key}");
                 let by = units.unsigned_abs();
+                for k in replicas(*key) {
+                    if *units >= 0 {
+                        redis.penalize(&k, by).await.unwrap();
+                    } else {
+                        redis.reward(&k, by).await.unwrap();
+                    }
+                }
+                let key = format!("k{key}");
                 if *units >= 0 {
-                    redis.penalize(&key, by).await.unwrap();
                     memory.penalize(&key, by).await.unwrap();
                 } else {
-                    redis.reward(&key, by).await.unwrap();
                     memory.reward(&key, by).await.unwrap();
                 }
             }
@@ -176,21 +221,29 @@ async fn run_case(
                 estimate,
                 actual,
             } => {
-                let key = format!("k{key}");
-                let r = redis.reserve_n(&key, *estimate).await.unwrap();
-                let m = memory.reserve_n(&key, *estimate).await.unwrap();
-                prop_assert_eq!(
-                    comparable(r.decision()),
-                    comparable(m.decision()),
-                    "step {} {:?} of {:?}",
-                    step,
-                    op,
-                    ops
-                );
-                redis.settle(&r, *actual).await.unwrap();
+                let m = memory
+                    .reserve_n(&format!("k{key}"), *estimate)
+                    .await
+                    .unwrap();
+                let mut a = Vec::new();
+                for k in replicas(*key) {
+                    let r = redis.reserve_n(&k, *estimate).await.unwrap();
+                    prop_assert_eq!(
+                        comparable(r.decision()),
+                        comparable(m.decision()),
+                        "{} step {} {:?} of {:?}",
+                        k,
+                        step,
+                        op,
+                        ops
+                    );
+                    redis.settle(&r, *actual).await.unwrap();
+                    a.extend(r.decision().lease().cloned());
+                }
                 memory.settle(&m, *actual).await.unwrap();
-                if let (Some(a), Some(b)) = (r.decision().lease(), m.decision().lease()) {
-                    leases.push((a.clone(), b.clone()));
+                if let Some(b) = m.decision().lease() {
+                    prop_assert_eq!(a.len(), REPLICAS);
+                    leases.push((a, b.clone()));
                 }
             }
             Op::Back(us) => clock.set(clock.now().saturating_sub(Duration::from_micros(*us))),
@@ -221,18 +274,20 @@ async fn run_case(
         }
         if matches!(op, Op::Adjust { .. } | Op::Settle { .. }) {
             // what the adjustment left, at once
-            for key in ["k0", "k1", "k2"] {
-                let r = redis.peek(key).await.unwrap();
-                let m = memory.peek(key).await.unwrap();
-                prop_assert_eq!(
-                    comparable(&r),
-                    comparable(&m),
-                    "peek {} after step {} {:?} of {:?}",
-                    key,
-                    step,
-                    op,
-                    ops
-                );
+            for key in 0..3 {
+                let m = memory.peek(&format!("k{key}")).await.unwrap();
+                for k in replicas(key) {
+                    let r = redis.peek(&k).await.unwrap();
+                    prop_assert_eq!(
+                        comparable(&r),
+                        comparable(&m),
+                        "peek {} after step {} {:?} of {:?}",
+                        k,
+                        step,
+                        op,
+                        ops
+                    );
+                }
             }
         }
     }

@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batching;
 mod clock_skew;
 mod differential;
 mod lease_undo;

@@ -53,6 +53,11 @@ impl Pooled for Pool {
     // by itself (tests/deployments/stale_connection.rs checks it); a `PING` would go to
     // a random node anyway.
     const CHECK_WHEN_IDLE: bool = false;
+    const SLOTTED: bool = true;
+
+    fn slot_of(key: &str) -> u16 {
+        key_slot(key.as_bytes())
+    }
 
     async fn get(&self, _timeout: Duration) -> Result<(Self::Object, Self::Conn), StoreError> {
         let object = Pool::get(self).await.map_err(pool_error)?;
@@ -131,8 +136,70 @@ impl RedisClusterStore {
         }
     }
 
+    /// Whether concurrent decisions of one limiter go out together, several
+    /// in one script call that decides each on its own (default on). A
+    /// decision never waits for company: it is sent at once while few calls
+    /// are in flight, and joins the next call only when it would otherwise
+    /// queue behind them. Answers, keys and TTLs are the same either way;
+    /// see the guide's [batching](crate::guide::performance) section.
+    #[must_use]
+    pub fn batching(self, on: bool) -> Self {
+        Self {
+            inner: self.inner.with(|o| o.batching = on),
+        }
+    }
+
     /// The pool this store takes its connection from.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of
+/// its hash tag (the text between the first `{` and the next `}`, if not
+/// empty), else of the whole key, modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::cluster_routing::{Route, SlotAddr};
+
+    /// The slot of a key is the one redis-rs routes it to.
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        let keys = [
+            "",
+            "a",
+            "{",
+            "}",
+            "{}",
+            "{}x",
+            "a{b}c",
+            "{user1000}.following",
+            "foo{}{bar}",
+            "foo{{bar}}zap",
+            "foo{bar}{zap}",
+            "{api:k_0000000000000000000042}:fw",
+            "\u{e9}t\u{e9}",
+        ];
+        let many = (0..2000).map(|i| format!("{{rl:k{i}}}:q"));
+        for key in keys.iter().map(|k| k.to_string()).chain(many) {
+            assert_eq!(
+                Route::new(super::key_slot(key.as_bytes()), SlotAddr::Master),
+                Route::with_key(key.as_bytes(), SlotAddr::Master),
+                "{key:?}"
+            );
+        }
     }
 }

@@ -31,6 +31,14 @@ pub(crate) trait Pooled: Clone + Send + Sync + 'static {
     /// from its error alone that call cannot be told from one that reached
     /// Redis; a cluster connection reconnects on its own.
     const CHECK_WHEN_IDLE: bool;
+    /// Whether one call may only touch keys of one hash slot (Cluster):
+    /// a batch is then split by [`slot_of`](Self::slot_of).
+    const SLOTTED: bool = false;
+
+    /// The hash slot of `key`, where [`SLOTTED`](Self::SLOTTED).
+    fn slot_of(_key: &str) -> u16 {
+        0
+    }
 
     /// Takes a connection out of the pool.
     fn get(
@@ -242,6 +250,11 @@ impl<P: Pooled> Connections<P> {
 
     pub(crate) fn connections(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Whether decisions are batched (`Common::batching`).
+    pub(crate) fn batching(&self) -> bool {
+        self.options.batching
     }
 
     /// The same pool under `options` changed by `change` (a builder's

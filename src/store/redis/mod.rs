@@ -25,6 +25,7 @@
 //! quota arguments once ([`protocol::Prepared`]); every decision is then one
 //! `EVALSHA`, with no per-call script building or quota encoding.
 
+mod batch;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod conn;
@@ -111,6 +112,12 @@ impl RedisConns {
         call: Call<'_>,
     ) -> Result<Outcome, StoreError> {
         each_kind!(self, c => protocol::decide(c, prepared, call).await)
+    }
+
+    /// The connections over which calls are multiplexed, if decisions are
+    /// batched (the store's `batching`).
+    pub(crate) fn batching(&self) -> Option<usize> {
+        each_kind!(self, c => c.batching().then(|| c.connections()))
     }
 
     /// See [`protocol::release`].
@@ -352,6 +359,19 @@ impl RedisStore {
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {
             inner: self.inner.with(|o| o.timeout = timeout),
+        }
+    }
+
+    /// Whether concurrent decisions of one limiter go out together, several
+    /// in one script call that decides each on its own (default on). A
+    /// decision never waits for company: it is sent at once while few calls
+    /// are in flight, and joins the next call only when it would otherwise
+    /// queue behind them. Answers, keys and TTLs are the same either way;
+    /// see the guide's [batching](crate::guide::performance) section.
+    #[must_use]
+    pub fn batching(self, on: bool) -> Self {
+        Self {
+            inner: self.inner.with(|o| o.batching = on),
         }
     }
 

@@ -15,6 +15,9 @@ pub(crate) struct Common {
     /// How many pooled connections calls are multiplexed over, as asked
     /// (0 is rejected by [`validate`](Self::validate)).
     pub(crate) connections: usize,
+    /// Whether concurrent decisions of a limiter go out together, several
+    /// per script call (`batch.rs`).
+    pub(crate) batching: bool,
 }
 
 impl Common {
@@ -25,6 +28,7 @@ impl Common {
     pub(crate) const DEFAULT: Common = Common {
         timeout: Self::DEFAULT_TIMEOUT,
         connections: 1,
+        batching: true,
     };
 
     /// Rejects options under which every call would fail; `store` names the

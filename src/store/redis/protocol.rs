@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::batch::{Decision, Lane, Layout};
 use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
@@ -38,17 +39,36 @@ pub(crate) struct Prepared {
     /// A lone fixed-window quota's fast path on Redis's clock: its own
     /// script, with the quota's numbers written in (`lua/fixed_window_fast.lua`).
     fast_window: Option<FastWindow>,
+    /// Where decisions go out batched, if the store batches
+    /// (`batch.rs`): one lane per script.
+    lanes: Option<Lanes>,
+}
+
+/// The batching lanes of a limiter's decisions: its script's and its fast
+/// path's.
+#[derive(Debug)]
+struct Lanes {
+    decide: Arc<Lane>,
+    fast: Option<Arc<Lane>>,
 }
 
 impl Prepared {
-    /// Every script its decisions may run: the limiter's, then its fast path's.
+    /// Every script its decisions may run: the limiter's, its fast path's,
+    /// then their batch scripts.
     pub(crate) fn scripts(&self) -> impl Iterator<Item = &LimiterScript> {
-        std::iter::once(&self.decide).chain(self.fast_window.as_ref().map(|f| &f.script))
+        let lanes = self.lanes.iter().flat_map(|l| {
+            std::iter::once(l.decide.batch_script())
+                .chain(l.fast.as_ref().map(|f| f.batch_script()))
+        });
+        std::iter::once(&self.decide)
+            .chain(self.fast_window.as_ref().map(|f| &f.script))
+            .chain(lanes)
     }
 
     /// The script and arguments for a limiter with `quotas`, in order.
-    /// `block`: see [`LimiterScript::for_quotas`].
-    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>) -> Self {
+    /// `block`: see [`LimiterScript::for_quotas`]. `batching`: the
+    /// connections of a store that batches decisions, `None` if it does not.
+    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>, batching: Option<usize>) -> Self {
         let quota_args = quota_args(quotas);
         let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
@@ -56,10 +76,32 @@ impl Prepared {
             [q] if block.is_none() => FastWindow::new(q),
             _ => None,
         };
+        let decide = LimiterScript::for_quotas(&strategies, &shadow, block);
+        // every call's keys: one per quota, then the block key
+        let keys = quotas.len() + usize::from(block.is_some());
+        let lanes = batching.map(|connections| Lanes {
+            decide: Arc::new(Lane::new(
+                Layout::Decision,
+                &decide,
+                quota_args.clone(),
+                keys,
+                connections,
+            )),
+            fast: fast_window.as_ref().map(|f| {
+                Arc::new(Lane::new(
+                    Layout::Fast,
+                    &f.script,
+                    Box::new([]),
+                    keys,
+                    connections,
+                ))
+            }),
+        });
         Prepared {
-            decide: LimiterScript::for_quotas(&strategies, &shadow, block),
+            decide,
             quota_args,
             fast_window,
+            lanes,
         }
     }
 }
@@ -161,7 +203,7 @@ impl FastWindow {
     /// `None` when the call is not the fast path's (a cost of 0, or above
     /// the limit): a cost of 1 sends no `ARGV`, another its cost.
     fn cmd(&self, keys: &[String], cost: u64) -> Option<redis::Cmd> {
-        if cost == 0 || cost > self.limit {
+        if !self.fits(cost) {
             return None;
         }
         let bytes = 64 + keys.iter().map(String::len).sum::<usize>();
@@ -174,6 +216,11 @@ impl FastWindow {
             cmd.arg(cost);
         }
         Some(cmd)
+    }
+
+    /// Whether a call of `cost` is the fast path's (from 1 to the limit).
+    fn fits(&self, cost: u64) -> bool {
+        cost != 0 && cost <= self.limit
     }
 
     /// The outcome of a fast-path call of `cost` from the script's reply: the
@@ -247,6 +294,11 @@ impl FastWindow {
 /// cost of 1), and reads a shorter reply ([`FastWindow`]); if Redis refuses
 /// its count (nothing written), the limiter's script decides.
 ///
+/// On a store that batches, the call goes through its script's [`Lane`]:
+/// sent at once as above while few calls are in flight, else in the next
+/// batch, where the same script decides it with the same keys and arguments
+/// (`batch.rs`).
+///
 /// A call that may take a concurrency lease (a lease-holding quota, a cost
 /// above 0) and does not return its outcome to the caller (its future
 /// dropped mid-call, a timeout, an error) gives the lease back: an [`Undo`]
@@ -257,14 +309,31 @@ pub(crate) async fn decide<P: Pooled>(
     prepared: &Prepared,
     call: Call<'_>,
 ) -> Result<Outcome, StoreError> {
+    let lanes = prepared
+        .lanes
+        .as_ref()
+        .filter(|l| l.decide.takes(call.keys.len()));
     if call.now_us.is_none()
         && let Some(fast) = &prepared.fast_window
-        && let Some(fast_cmd) = fast.cmd(call.keys, call.cost)
+        && fast.fits(call.cost)
     {
-        match conns
-            .query::<redis::Value>(Request::Cmd(&fast_cmd), Some(&fast.script), None)
-            .await
-        {
+        let direct = || async {
+            match fast.cmd(call.keys, call.cost) {
+                Some(cmd) => {
+                    conns
+                        .query::<redis::Value>(Request::Cmd(&cmd), Some(&fast.script), None)
+                        .await
+                }
+                None => Err(StoreError::Protocol(
+                    "the fast path refused its own call".into(),
+                )),
+            }
+        };
+        let reply = match lanes.and_then(|l| l.fast.as_ref()) {
+            Some(lane) => lane.decide(conns, || decision(&call), direct).await,
+            None => direct().await,
+        };
+        match reply {
             Ok(reply) => return fast.outcome(reply, call.cost),
             // its count was refused and nothing was written: the general
             // script decides (on a denial it only reads)
@@ -272,6 +341,46 @@ pub(crate) async fn decide<P: Pooled>(
             Err(e) => return Err(e),
         }
     }
+    if takes_lease(&call) {
+        return decide_with_lease(conns, prepared, call).await;
+    }
+    let direct = || async {
+        conns
+            .query::<redis::Value>(
+                Request::Cmd(&decision_cmd(prepared, &call)),
+                Some(&prepared.decide),
+                None,
+            )
+            .await
+    };
+    let reply = match lanes {
+        Some(lanes) => {
+            lanes
+                .decide
+                .decide(conns, || decision(&call), direct)
+                .await?
+        }
+        None => direct().await?,
+    };
+    let reply: Vec<u8> = redis::from_redis_value(reply).map_err(|e| {
+        StoreError::Protocol(format!("expected a string from the limiter script ({e})"))
+    })?;
+    parse_reply(&reply, call.quotas.len())
+}
+
+/// `call` as a batch lane sends it.
+fn decision(call: &Call<'_>) -> Decision {
+    Decision {
+        keys: call.keys.to_vec(),
+        now_us: call.now_us,
+        cost: call.cost,
+        nonce: call.nonce.to_owned(),
+    }
+}
+
+/// The `EVALSHA` of one decision with the limiter's script: `KEYS`, then
+/// the clock reading, the cost, the quotas' numbers and the nonce.
+fn decision_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
     let args = 6 + call.keys.len() + prepared.quota_args.len();
     let bytes = 96
         + call.keys.iter().map(String::len).sum::<usize>()
@@ -295,12 +404,18 @@ pub(crate) async fn decide<P: Pooled>(
     if !call.nonce.is_empty() {
         cmd.arg(call.nonce);
     }
-    if !takes_lease(&call) {
-        let reply: Vec<u8> = conns
-            .query(Request::Cmd(&cmd), Some(&prepared.decide), None)
-            .await?;
-        return parse_reply(&reply, call.quotas.len());
-    }
+    cmd
+}
+
+/// A decision that may take a concurrency lease: never batched, and sent
+/// with an [`Undo`] that gives the lease back should its caller never see
+/// the outcome.
+async fn decide_with_lease<P: Pooled>(
+    conns: &Arc<Connections<P>>,
+    prepared: &Prepared,
+    call: Call<'_>,
+) -> Result<Outcome, StoreError> {
+    let cmd = decision_cmd(prepared, &call);
     let mut undo = Undo::new(conns, || give_back_lease(&call));
     let reply: Vec<u8> = conns
         .query(

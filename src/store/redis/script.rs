@@ -14,7 +14,7 @@ use crate::strategy::{Adjust, GiveBack, Strategy};
 mod keys;
 
 /// A script's text and SHA1.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct LimiterScript {
     pub(crate) source: String,
     pub(crate) sha: String,
@@ -40,6 +40,15 @@ const MULTI: &str = include_str!("../../../lua/multi.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
 const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
+/// Several decisions in one call (`lua/batch.lua`), around a decision script.
+const BATCH: &str = include_str!("../../../lua/batch.lua");
+/// Where `batch.lua` takes the decision script.
+const BATCH_SPLICE: &str = "--@DECISION\n";
+/// The prelude's read of Redis's clock, and what a batch reads instead: the
+/// call's one reading.
+const READ_TIME: &str = "  local t = redis.call('TIME')\n";
+const READ_BATCH_TIME: &str =
+    "  if not BATCH_TIME then BATCH_TIME = redis.call('TIME') end\n  local t = BATCH_TIME\n";
 /// The penalty box's check (limiters built with blocking only).
 const BLOCK: &str = include_str!("../../../lua/block.lua");
 /// A denial of cost > 0 starts a block of `BLOCK_US` (one quota: before the
@@ -165,6 +174,28 @@ impl LimiterScript {
             format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n{body}");
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Some(LimiterScript { source, sha })
+    }
+
+    /// The batch script of a decision script (`lua/batch.lua`): several
+    /// decisions in one call, each running `decision` as a call of its own
+    /// would, with Redis's clock read once per call.
+    pub(crate) fn batch(decision: &LimiterScript) -> Self {
+        let (head, tail) = BATCH.split_once(BATCH_SPLICE).unwrap_or((BATCH, ""));
+        let mut source = String::with_capacity(BATCH.len() + decision.source.len() + 64);
+        // (the first line still tells whether it reads the time: `reads_time`)
+        let (first, rest) = decision
+            .source
+            .split_once('\n')
+            .unwrap_or(("", &decision.source));
+        source.push_str(first);
+        source.push('\n');
+        source.push_str(head);
+        source.push_str(&rest.replace(READ_TIME, READ_BATCH_TIME));
+        if !source.ends_with('\n') {
+            source.push('\n');
+        }
+        source.push_str(tail);
+        LimiterScript::new(source)
     }
 
     fn assemble(strategies: &[Strategy], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
@@ -358,6 +389,20 @@ mod tests {
             vec![Strategy::FixedWindow],
         ));
         out.push((
+            "batch-gcra".to_owned(),
+            "one gcra quota, several decisions per call: lua/batch.lua\n\
+             -- around the limiter's own script (src/store/redis/batch.rs)"
+                .to_owned(),
+            vec![Strategy::Gcra],
+        ));
+        out.push((
+            "batch-fixed-window-fast".to_owned(),
+            "one fixed-window quota of 100 per minute, on Redis's clock, several\n\
+             -- decisions per call: lua/batch.lua around the fast path"
+                .to_owned(),
+            vec![Strategy::FixedWindow],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow; 2],
@@ -389,7 +434,11 @@ mod tests {
         let mut expected = std::collections::BTreeSet::new();
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
-            let script = if stem.ends_with("-fast") {
+            let script = if stem == "batch-fixed-window-fast" {
+                LimiterScript::batch(&LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap())
+            } else if stem.starts_with("batch-") {
+                LimiterScript::batch(&LimiterScript::for_quotas(&strategies, &[], None))
+            } else if stem.ends_with("-fast") {
                 LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap()
             } else if stem.starts_with("take-") {
                 LimiterScript::for_take(&strategies, &[], None)
@@ -456,7 +505,7 @@ mod tests {
                 )
             })
             .collect();
-        assert!(scripts.len() >= 16, "{scripts:?}");
+        assert!(scripts.len() >= 18, "{scripts:?}");
         scripts.push(("for_block".to_owned(), LimiterScript::for_block().source));
         scripts.push((
             "lua/document_check.lua".to_owned(),

@@ -245,6 +245,19 @@ impl RedisSentinelStore {
         }
     }
 
+    /// Whether concurrent decisions of one limiter go out together, several
+    /// in one script call that decides each on its own (default on). A
+    /// decision never waits for company: it is sent at once while few calls
+    /// are in flight, and joins the next call only when it would otherwise
+    /// queue behind them. Answers, keys and TTLs are the same either way;
+    /// see the guide's [batching](crate::guide::performance) section.
+    #[must_use]
+    pub fn batching(self, on: bool) -> Self {
+        Self {
+            inner: self.inner.with(|o| o.batching = on),
+        }
+    }
+
     /// How many connections to the primary to multiplex calls over
     /// (default 1; 0 is rejected by
     /// [`build`](crate::limiter::RateLimiterBuilder::build), `store.connections`).

@@ -91,6 +91,40 @@ pub(crate) async fn admitted(
     admitted.load(Ordering::Relaxed)
 }
 
+/// `instances` limiters with `tasks` tasks each, every task checking each
+/// of `keys` keys `rounds` times (starting at a key of its own), all at
+/// once; how many were admitted per key. On Redis the checks go out batched.
+pub(crate) async fn admitted_per_key(
+    h: &impl Harness,
+    prefix: &str,
+    quotas: Vec<Quota>,
+    (instances, tasks): (usize, usize),
+    keys: usize,
+    rounds: usize,
+) -> Vec<u64> {
+    let limiters: Vec<RateLimiter> = (0..instances)
+        .map(|_| h.limiter(prefix, quotas.clone(), Clock::Store))
+        .collect();
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
+    let mut all = Vec::new();
+    for t in 0..instances * tasks {
+        let lim = limiters[t % instances].clone();
+        let admitted = admitted.clone();
+        all.push(tokio::spawn(async move {
+            for i in 0..keys * rounds {
+                let k = (t + i) % keys;
+                if lim.check(format!("key-{k}")).await.unwrap().allowed() {
+                    admitted[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in all {
+        t.await.unwrap();
+    }
+    admitted.iter().map(|a| a.load(Ordering::Relaxed)).collect()
+}
+
 // ---------------------------------------------------------------------------
 // TTLs and expiry
 // ---------------------------------------------------------------------------

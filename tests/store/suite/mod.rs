@@ -410,6 +410,18 @@ store_suite! {
         }
     }
 
+    async fn four_instances_of_256_tasks_admit_exactly_the_limit_of_every_key(h: &impl Harness) {
+        // On Redis most of these decisions go out batched, several per
+        // script call (tests/store/batching.rs counts the calls); each key
+        // still admits exactly its limit.
+        for strategy in Strategy::ALL {
+            let prefix = format!("exact-keys-{}", strategy.as_str());
+            let q = quota(strategy, 20, Duration::from_secs(3600));
+            let per_key = admitted_per_key(h, &prefix, vec![q], (4, 256), 16, 1).await;
+            assert_eq!(per_key, vec![20; 16], "{}: {strategy}", h.name());
+        }
+    }
+
     async fn a_multi_quota_limiter_is_exact_under_concurrency(h: &impl Harness) {
         for strategy in Strategy::ALL {
             // a second quota: all of one key's state is touched by one call (on a

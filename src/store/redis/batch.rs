@@ -1,0 +1,492 @@
+//! Batching: concurrent decisions of one limiter bound for one Redis go out
+//! as one script call (`lua/batch.lua`) that decides each on its own.
+//!
+//! A limiter's decisions take one [`Lane`] per script (its decision script,
+//! its fast path). While fewer than [`Lane::flights`] calls of the lane are
+//! in flight, a decision is sent at once, alone, exactly as without
+//! batching: nothing waits for company. Beyond that it joins the lane's
+//! queue; when a call in flight ends, the decisions queued meanwhile (up to
+//! [`MAX_BATCH`]) leave together as the next call, sent by a task of its own
+//! (so that no caller's future, which its client may drop, carries another
+//! caller's decision). Batches form only from what is already queued: under
+//! light load every decision is a call of its own, under heavy load one call
+//! carries many, and Redis runs one script per call instead of one per
+//! decision.
+//!
+//! Each decision in a batch runs the limiter's own script with its own keys
+//! and arguments, so it is decided, written and expired exactly as a call of
+//! its own would be; one that errors fails alone. On Cluster, a batch is
+//! split by hash slot first (a script may touch one slot only), each slot's
+//! share one call, all sent at once.
+//!
+//! Calls that may take a concurrency lease are never batched (their undo,
+//! should their caller go away, is sent on the connection the call went out
+//! on); nor are settle's takes and give-backs, admin calls, or `verify`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+use tokio::sync::oneshot;
+
+use super::conn::{Connections, Pooled, Request};
+use super::script::LimiterScript;
+use crate::error::StoreError;
+
+/// The most decisions one call carries: a batch keeps Redis busy for its
+/// whole run (about 1 µs to 5 µs a decision), and every decision in it waits
+/// for the last one.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// How many calls of a lane may be in flight per connection before its
+/// decisions queue: one on the wire while the next forms, and one more so
+/// that a batch's reply and the next batch's request overlap.
+const FLIGHTS_PER_CONNECTION: usize = 2;
+
+/// How a lane's script takes a decision's own arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// A limiter's decision script: `ARGV` is the clock reading (`T` for
+    /// Redis's), the cost, the quotas' numbers, then the nonce if any.
+    Decision,
+    /// The fixed window's fast path: its cost only, none for a cost of 1.
+    Fast,
+}
+
+/// One decision, as a lane sends it.
+pub(crate) struct Decision {
+    pub(crate) keys: Vec<String>,
+    /// The clock reading: `None` for Redis's clock.
+    pub(crate) now_us: Option<u64>,
+    pub(crate) cost: u64,
+    /// Empty: none.
+    pub(crate) nonce: String,
+}
+
+/// A decision waiting in a lane's queue, and where its reply goes.
+struct Pending {
+    decision: Decision,
+    reply: oneshot::Sender<Result<redis::Value, StoreError>>,
+}
+
+/// The decisions of one script of one limiter, and the calls they go out in.
+pub(crate) struct Lane {
+    layout: Layout,
+    /// The script of one decision: a batch of one is sent as it.
+    single: LimiterScript,
+    /// The same decisions, several per call (`lua/batch.lua`).
+    batch: LimiterScript,
+    /// The arguments every decision of the lane shares (the quotas'
+    /// numbers), sent once per call.
+    shared: Box<[Vec<u8>]>,
+    /// How many keys each decision has.
+    keys: usize,
+    /// How many calls may be in flight before decisions queue.
+    flights: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Pending>,
+    in_flight: usize,
+}
+
+impl std::fmt::Debug for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("layout", &self.layout)
+            .field("keys", &self.keys)
+            .field("flights", &self.flights)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lane {
+    /// A lane for `single`, whose decisions have `keys` keys each and share
+    /// the arguments `shared`, over `connections` connections.
+    pub(crate) fn new(
+        layout: Layout,
+        single: &LimiterScript,
+        shared: Box<[Vec<u8>]>,
+        keys: usize,
+        connections: usize,
+    ) -> Self {
+        Lane {
+            layout,
+            single: single.clone(),
+            batch: LimiterScript::batch(single),
+            shared,
+            keys,
+            flights: FLIGHTS_PER_CONNECTION * connections.max(1),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The batch script (for `verify`, and for tests).
+    pub(crate) fn batch_script(&self) -> &LimiterScript {
+        &self.batch
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decides `decision`: at once with `direct` (the call as it would be
+    /// sent without batching) while fewer than [`flights`](Self::flights)
+    /// calls are in flight, else in the next batch. Returns the decision's
+    /// own reply, as its script gives it.
+    pub(crate) async fn decide<P, F, Fut>(
+        self: &Arc<Self>,
+        conns: &Arc<Connections<P>>,
+        decision: impl FnOnce() -> Decision,
+        direct: F,
+    ) -> Result<redis::Value, StoreError>
+    where
+        P: Pooled,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<redis::Value, StoreError>>,
+    {
+        let waiting = {
+            let mut state = self.lock();
+            if state.in_flight < self.flights {
+                state.in_flight += 1;
+                None
+            } else {
+                let (reply, waiting) = oneshot::channel();
+                state.queue.push(Pending {
+                    decision: decision(),
+                    reply,
+                });
+                Some(waiting)
+            }
+        };
+        match waiting {
+            None => {
+                // ends the flight however the call ends (a dropped future too)
+                let _flight = Flight { lane: self, conns };
+                direct().await
+            }
+            Some(waiting) => {
+                // the whole wait is bounded by the store's timeout, as a
+                // call of its own is; a decision whose caller gave up is
+                // not sent if its batch has not left yet
+                match tokio::time::timeout(conns.timeout, waiting).await {
+                    Ok(Ok(reply)) => reply,
+                    // its batch was dropped unsent or unanswered (the
+                    // runtime shut down): it may have been applied
+                    Ok(Err(_)) | Err(_) => Err(StoreError::Timeout(conns.timeout)),
+                }
+            }
+        }
+    }
+
+    /// The next batch: the decisions queued whose callers still wait, up to
+    /// [`MAX_BATCH`], oldest first.
+    fn next_batch(state: &mut State) -> Vec<Pending> {
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH && !state.queue.is_empty() {
+            let take = (MAX_BATCH - batch.len()).min(state.queue.len());
+            batch.extend(
+                state
+                    .queue
+                    .drain(..take)
+                    .filter(|pending| !pending.reply.is_closed()),
+            );
+        }
+        batch
+    }
+
+    /// A call of the lane ended: the decisions queued meanwhile leave as the
+    /// next call, sent by a task of its own, which keeps the flight.
+    fn hand_off<P: Pooled>(self: &Arc<Self>, conns: &Arc<Connections<P>>) {
+        let batch = {
+            let mut state = self.lock();
+            let batch = Self::next_batch(&mut state);
+            if batch.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            batch
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(run(self.clone(), conns.clone(), batch))),
+            // (no runtime to send it on: its callers get a timeout, as
+            // nothing was sent)
+            Err(_) => {
+                drop(batch);
+                self.lock().in_flight -= 1;
+            }
+        }
+    }
+
+    /// Sends `batch` and hands each decision its reply. On Cluster, each
+    /// hash slot's share is its own call, all sent at once.
+    async fn send<P: Pooled>(&self, conns: &Connections<P>, mut batch: Vec<Pending>) {
+        if !P::SLOTTED || batch.len() == 1 {
+            return self.send_slot(conns, batch).await;
+        }
+        batch.sort_by_key(|p| P::slot_of(&p.decision.keys[0]));
+        let mut shares: Vec<Vec<Pending>> = Vec::new();
+        let mut last = None;
+        for pending in batch {
+            let slot = P::slot_of(&pending.decision.keys[0]);
+            match shares.last_mut() {
+                Some(share) if last == Some(slot) => share.push(pending),
+                _ => shares.push(vec![pending]),
+            }
+            last = Some(slot);
+        }
+        let mut calls: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = shares
+            .into_iter()
+            .map(|share| Box::pin(self.send_slot(conns, share)) as Pin<Box<_>>)
+            .collect();
+        std::future::poll_fn(|cx| {
+            calls.retain_mut(|call| call.as_mut().poll(cx).is_pending());
+            if calls.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Sends `batch` (keys of one slot) as one call: a lone decision with
+    /// the lane's own script, several with its batch script.
+    async fn send_slot<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
+        if let [only] = &batch[..] {
+            let cmd = self.single_cmd(&only.decision);
+            let reply = conns
+                .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None)
+                .await;
+            if let Some(pending) = batch.into_iter().next() {
+                let _ = pending.reply.send(reply);
+            }
+            return;
+        }
+        let cmd = self.batch_cmd(&batch);
+        match conns
+            .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)
+            .await
+        {
+            Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {
+                for (pending, reply) in batch.into_iter().zip(replies) {
+                    let _ = pending.reply.send(decision_reply(reply));
+                }
+            }
+            Ok(other) => {
+                let error = Arc::new(StoreError::Protocol(format!(
+                    "expected {} replies from the batch script, got {other:?}",
+                    batch.len()
+                )));
+                for pending in batch {
+                    let _ = pending.reply.send(Err(StoreError::shared(&error)));
+                }
+            }
+            Err(e) => {
+                let error = Arc::new(e);
+                for pending in batch {
+                    let _ = pending.reply.send(Err(StoreError::shared(&error)));
+                }
+            }
+        }
+    }
+
+    /// One decision's own arguments, in order, as the batch script takes
+    /// them (an empty one is left out of its `ARGV`).
+    fn own_args(&self, d: &Decision, mut arg: impl FnMut(Arg<'_>)) {
+        match self.layout {
+            Layout::Decision => {
+                match d.now_us {
+                    Some(us) => arg(Arg::Int(us)),
+                    None => arg(Arg::Bytes(b"T")),
+                }
+                arg(Arg::Int(d.cost));
+                arg(Arg::Bytes(d.nonce.as_bytes()));
+            }
+            Layout::Fast => {
+                if d.cost == 1 {
+                    arg(Arg::Bytes(b""));
+                } else {
+                    arg(Arg::Int(d.cost));
+                }
+            }
+        }
+    }
+
+    /// How many of a decision's own arguments come before the shared ones.
+    fn own_before_shared(&self) -> usize {
+        match self.layout {
+            Layout::Decision => 2,
+            Layout::Fast => 1,
+        }
+    }
+
+    /// How many own arguments a decision has.
+    fn own_count(&self) -> usize {
+        match self.layout {
+            Layout::Decision => 3,
+            Layout::Fast => 1,
+        }
+    }
+
+    /// The `EVALSHA` of one decision with the lane's own script, as it is
+    /// sent without batching.
+    fn single_cmd(&self, d: &Decision) -> redis::Cmd {
+        let mut cmd = redis::Cmd::with_capacity(
+            4 + d.keys.len() + self.shared.len() + self.own_count(),
+            96 + d.keys.iter().map(String::len).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA")
+            .arg(self.single.sha.as_str())
+            .arg(d.keys.len())
+            .arg(&d.keys);
+        let before = self.own_before_shared();
+        let mut i = 0;
+        self.own_args(d, |a| {
+            if i == before {
+                for s in self.shared.iter() {
+                    cmd.arg(s.as_slice());
+                }
+            }
+            i += 1;
+            a.push_unless_empty(&mut cmd);
+        });
+        if i == before {
+            for s in self.shared.iter() {
+                cmd.arg(s.as_slice());
+            }
+        }
+        cmd
+    }
+
+    /// The `EVALSHA` of `batch` with the batch script (`lua/batch.lua`).
+    fn batch_cmd(&self, batch: &[Pending]) -> redis::Cmd {
+        let keys: usize = batch.iter().map(|p| p.decision.keys.len()).sum();
+        let bytes: usize = batch
+            .iter()
+            .map(|p| p.decision.keys.iter().map(String::len).sum::<usize>() + 32)
+            .sum();
+        let mut cmd = redis::Cmd::with_capacity(
+            7 + keys + self.shared.len() + batch.len() * self.own_count(),
+            64 + bytes + self.shared.iter().map(Vec::len).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA").arg(self.batch.sha.as_str()).arg(keys);
+        for p in batch {
+            cmd.arg(&p.decision.keys);
+        }
+        cmd.arg(self.keys)
+            .arg(self.own_count())
+            .arg(self.own_before_shared())
+            .arg(self.shared.len());
+        for s in self.shared.iter() {
+            cmd.arg(s.as_slice());
+        }
+        for p in batch {
+            self.own_args(&p.decision, |a| a.push(&mut cmd));
+        }
+        cmd
+    }
+
+    /// Whether a decision of `keys` keys can join this lane's batches.
+    pub(crate) fn takes(&self, keys: usize) -> bool {
+        keys == self.keys && keys > 0
+    }
+}
+
+/// One argument of a decision's own.
+enum Arg<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+}
+
+impl Arg<'_> {
+    fn push(self, cmd: &mut redis::Cmd) {
+        match self {
+            Arg::Int(v) => cmd.arg(v),
+            Arg::Bytes(b) => cmd.arg(b),
+        };
+    }
+
+    /// As sent to the single script: an empty argument is not sent.
+    fn push_unless_empty(self, cmd: &mut redis::Cmd) {
+        match self {
+            Arg::Bytes([]) => {}
+            other => other.push(cmd),
+        }
+    }
+}
+
+/// One decision's entry in a batch's reply: its script's reply, or, for
+/// `E<error>`, that error, as Redis would have answered a call of its own.
+fn decision_reply(reply: redis::Value) -> Result<redis::Value, StoreError> {
+    match reply {
+        redis::Value::BulkString(text) if text.first() == Some(&b'E') => {
+            let message: Vec<u8> = text[1..]
+                .iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+                .collect();
+            let mut wire = Vec::with_capacity(message.len() + 3);
+            wire.push(b'-');
+            wire.extend_from_slice(&message);
+            wire.extend_from_slice(b"\r\n");
+            match redis::parse_redis_value(&wire).and_then(redis::Value::extract_error) {
+                Err(e) => Err(StoreError::from_redis(e)),
+                Ok(_) => Err(StoreError::Protocol(format!(
+                    "a decision of the batch failed: {}",
+                    String::from_utf8_lossy(&message)
+                ))),
+            }
+        }
+        other => Ok(other),
+    }
+}
+
+/// A call of the lane in flight in a caller's future: when it ends, the
+/// next batch leaves (or the flight ends).
+struct Flight<'a, P: Pooled> {
+    lane: &'a Arc<Lane>,
+    conns: &'a Arc<Connections<P>>,
+}
+
+impl<P: Pooled> Drop for Flight<'_, P> {
+    fn drop(&mut self) {
+        self.lane.hand_off(self.conns);
+    }
+}
+
+/// A lane's flight kept by a batch task: sends `batch`, then each batch
+/// queued meanwhile, until none is.
+async fn run<P: Pooled>(lane: Arc<Lane>, conns: Arc<Connections<P>>, mut batch: Vec<Pending>) {
+    let mut kept = Kept(Some(lane.clone()));
+    loop {
+        lane.send(&conns, batch).await;
+        let mut state = lane.lock();
+        batch = Lane::next_batch(&mut state);
+        if batch.is_empty() {
+            state.in_flight -= 1;
+            kept.0 = None;
+            return;
+        }
+    }
+}
+
+/// A batch task's flight: should the task be dropped before it ends (its
+/// runtime shut down), the flight ends and the decisions queued fail, rather
+/// than wait for a call that never comes.
+struct Kept(Option<Arc<Lane>>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(lane) = self.0.take() {
+            let orphans = {
+                let mut state = lane.lock();
+                state.in_flight -= 1;
+                std::mem::take(&mut state.queue)
+            };
+            drop(orphans);
+        }
+    }
+}
