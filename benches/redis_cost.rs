@@ -9,9 +9,11 @@
 //!
 //! - `cpu`: per strategy, `CONFIG RESETSTAT`, then `--decisions` checks
 //!   (default 100 000) over `--keys` user keys (default 10 000) from 256 tasks
-//!   through a `RateLimiter` on `RedisStore`, then `usec_per_call` of
-//!   `EVALSHA` from `INFO commandstats`: the Redis time one decision takes,
-//!   script and commands included. Baseline: the same mix through a minimal
+//!   through a `RateLimiter` on `RedisStore`, with batching (the default)
+//!   and with `batching(false)`, then the `usec` of `EVALSHA` from `INFO
+//!   commandstats` over the decisions made: the Redis time one decision
+//!   takes, script and commands included (one call may carry several
+//!   decisions). Baseline: the same mix through a minimal
 //!   fixed-window script (`INCRBY`, `PEXPIRE` on the first hit; no reset time
 //!   returned). Limits are high, 10^6 per hour: nothing is denied (the sliding log's is
 //!   its largest count, 10 000 per hour; a key sees `decisions / keys` requests). The lowest of `--rounds`
@@ -47,6 +49,9 @@ return n
 ";
 
 const TASKS: usize = 256;
+
+/// The name of a strategy's row with `batching(false)`.
+const OFF: &str = ", batching(false)";
 
 struct Args {
     cpu: bool,
@@ -98,9 +103,13 @@ fn quota(s: Strategy, count: u64) -> Quota {
     }
 }
 
-fn limiter(server: &RedisServer, prefix: &str, q: Quota) -> RateLimiter {
+fn limiter(server: &RedisServer, prefix: &str, q: Quota, batching: bool) -> RateLimiter {
     RateLimiter::builder()
-        .store(RedisStore::new(server.pool(4)).timeout(Duration::from_secs(30)))
+        .store(
+            RedisStore::new(server.pool(4))
+                .timeout(Duration::from_secs(30))
+                .batching(batching),
+        )
         .prefix(prefix)
         .quota(q)
         .build()
@@ -127,13 +136,17 @@ async fn used_memory(c: &mut MultiplexedConnection) -> i64 {
         .unwrap()
 }
 
-async fn usec_per_call(c: &mut MultiplexedConnection) -> f64 {
+/// `EVALSHA`'s calls and total µs from `INFO commandstats`.
+async fn evalsha_stats(c: &mut MultiplexedConnection) -> (f64, f64) {
     let info: String = cmd(c, &["INFO", "commandstats"]).await;
     let line = info_field(&info, "cmdstat_evalsha").unwrap_or_default();
-    line.split(',')
-        .find_map(|kv| kv.strip_prefix("usec_per_call="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (field("calls="), field("usec="))
 }
 
 /// Runs `decide(i)` for i in 0..n from TASKS tasks.
@@ -163,16 +176,15 @@ async fn cpu(server: &RedisServer, a: &Args) {
     let mut c = server.conn().await;
     let script = redis::Script::new(BASELINE_SCRIPT);
     println!(
-        "Redis CPU per decision (EVALSHA usec_per_call, lowest of {} rounds; {} decisions over {keys} keys)",
+        "Redis CPU per decision (EVALSHA usec over the decisions made, lowest of {} rounds; \
+         {} decisions over {keys} keys from {TASKS} tasks)",
         a.rounds, a.decisions
     );
     let mut names: Vec<String> = vec!["baseline".into()];
-    names.extend(
-        Strategy::ALL
-            .iter()
-            .filter(|s| **s != Strategy::Concurrency)
-            .map(|s| s.to_string()),
-    );
+    for s in Strategy::ALL.iter().filter(|s| **s != Strategy::Concurrency) {
+        names.push(s.to_string());
+        names.push(format!("{s}{OFF}"));
+    }
     let mut best = vec![f64::INFINITY; names.len()];
     for round in 0..a.rounds {
         for (i, name) in names.iter().enumerate() {
@@ -201,13 +213,16 @@ async fn cpu(server: &RedisServer, a: &Args) {
                 })
                 .await;
             } else {
-                let s: Strategy = name.parse().unwrap();
+                let (s, batching) = match name.strip_suffix(OFF) {
+                    Some(s) => (s.parse::<Strategy>().unwrap(), false),
+                    None => (name.parse::<Strategy>().unwrap(), true),
+                };
                 // the log keeps an entry per request: its largest count
                 let count = match s {
                     Strategy::SlidingWindowLog => Quota::MAX_SORTED_SET_LIMIT,
                     _ => 1_000_000,
                 };
-                let lim = limiter(server, "cpu", quota(s, count));
+                let lim = limiter(server, "cpu", quota(s, count), batching);
                 lim.check("warm-up").await.unwrap();
                 let _: () = cmd(&mut c, &["CONFIG", "RESETSTAT"]).await;
                 drive(a.decisions, move |i| {
@@ -218,14 +233,24 @@ async fn cpu(server: &RedisServer, a: &Args) {
                 })
                 .await;
             }
-            let us = usec_per_call(&mut c).await;
+            let (calls, usec) = evalsha_stats(&mut c).await;
+            let us = usec / a.decisions as f64;
             best[i] = best[i].min(us);
-            println!("  round {}: {name:<24} {us:>6.2} µs", round + 1);
+            println!(
+                "  round {}: {name:<40} {us:>6.2} µs  ({:.1} decisions per call)",
+                round + 1,
+                a.decisions as f64 / calls
+            );
         }
     }
-    println!("lowest per strategy, and over the baseline:");
-    for (name, us) in names.iter().zip(&best) {
-        println!("  {name:<24} {us:>6.2} µs  {:>5.2}×", us / best[0]);
+    println!("lowest per strategy, over the baseline, and batching over batching(false):");
+    for (i, (name, us)) in names.iter().zip(&best).enumerate() {
+        let batched = if name.ends_with(OFF) || i == 0 {
+            String::new()
+        } else {
+            format!("  batching {:.2}× of batching(false)", us / best[i + 1])
+        };
+        println!("  {name:<40} {us:>6.2} µs  {:>5.2}×{batched}", us / best[0]);
     }
 }
 
@@ -252,7 +277,7 @@ async fn keys(server: &RedisServer, a: &Args) {
         "floor"
     );
     for s in Strategy::ALL {
-        let lim = limiter(server, "api", quota(s, 1000));
+        let lim = limiter(server, "api", quota(s, 1000), true);
         let _: () = cmd(&mut c, &["FLUSHALL"]).await;
         let before = used_memory(&mut c).await;
         let l = lim.clone();

@@ -20,6 +20,8 @@
 -- integer p * 2^32 + ttl, or as the string "p ttl" when that does not fit in
 -- 2^53; the client, which knows n, cost and the window, derives the
 -- decision (allowed iff p + cost <= n; a denial writes nothing).
+-- (Its batch twin, lua/batch_fast.lua, leaves out the line that reads KEYS
+-- and ARGV and the final return: keep those two lines as they are.)
 local key, cost = KEYS[1], ARGV[1]
 local p
 if cost then
@@ -41,7 +43,10 @@ end
 if p > N - (cost or 1) then
   if cost then redis.call('DECRBY', key, cost) else redis.call('DECR', key) end
 end
+local reply
 if p < 2097152 and p > -2097152 and ttl < 4294967296 then
-  return p * 4294967296 + ttl
+  reply = p * 4294967296 + ttl
+else
+  reply = string.format('%d %d', p, ttl)
 end
-return string.format('%d %d', p, ttl)
+return reply

@@ -1,37 +1,26 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
 -- limiter with one fixed-window quota of 100 per minute, on Redis's clock, several
--- decisions per call: lua/batch.lua around the fast path.
+-- decisions per call: lua/batch_fast.lua around the fast path.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 1059d0f61f0de008c21803c953995e590a4ab9ee).
+-- (SCRIPT LOAD, then EVALSHA 2530d1a516947e9f5f4f78c805acd4bf0b81b0ff).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
--- Batching (src/store/redis/batch.rs): several decisions of one limiter in
--- one script call, each decided on its own, exactly as a call of its own
--- would decide it: same keys, same answers, same TTLs.
---
--- KEYS: each decision's keys in turn, KN of them per decision.
--- ARGV: KN; AN, the arguments per decision; SP, how many of those come before
--- the shared ones; SN, the shared arguments (the quotas' numbers, sent once);
--- the SN shared arguments; then AN arguments per decision. An empty argument
--- is left out of the decision's ARGV (a nonce the call has not, the fast
--- path's cost of 1, which it sends as no argument).
---
--- Each decision runs the limiter's own script, spliced in below as the
--- function DECIDE (one closure per call, not per decision), with its own KEYS
--- and ARGV, under pcall: an error fails that decision only, and what it wrote
--- before the error stays, as in a call of its own. READONLY (the node is a
--- replica now: a failover) fails the whole call instead, so that the client
--- goes to the new primary. On Redis's clock, TIME is read once per call, by
--- the first decision that needs it (Redis does not advance its clock for
--- keys during a script either).
--- Reply: one entry per decision, in order: its own script's reply, or 'E'
--- followed by its error.
-local BATCH_KEYS, BATCH_ARGV = KEYS, ARGV
-local KN, AN, SP, SN = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local BATCH_TIME
-local function DECIDE(KEYS, ARGV)
--- FixedWindow fast path: a script of its own for one quota on Redis's clock
+-- The fixed window's fast path, several decisions per call
+-- (src/store/redis/batch.rs): after the line of the quota's numbers, this
+-- file with fixed_window_fast.lua spliced in at the marker (less its line
+-- that reads KEYS[1] and ARGV[1], and its final return), inside a
+-- loop over the decisions; each is decided exactly as in a call of its own.
+-- KEYS: one per decision. ARGV: one per decision, its cost ('' for a cost
+-- of 1, which the fast path sends as no argument).
+-- Reply: one entry per decision, the fast path's reply or 'E' and an error
+-- (lua/batch_end.lua).
+local out, done = {}, 0
+local function run(first)
+  for d = first, #KEYS do
+    local key, cost = KEYS[d], ARGV[d]
+    if cost == '' then cost = nil end
+    -- FixedWindow fast path: a script of its own for one quota on Redis's clock
 -- and a cost that can fit (0 < cost <= n), with the quota's numbers written
 -- in. The client puts one line before this file:
 --   local N, WINDOW_MS, WINDOW = <n>, <window in ms>, '<window in ms>'
@@ -53,7 +42,8 @@ local function DECIDE(KEYS, ARGV)
 -- integer p * 2^32 + ttl, or as the string "p ttl" when that does not fit in
 -- 2^53; the client, which knows n, cost and the window, derives the
 -- decision (allowed iff p + cost <= n; a denial writes nothing).
-local key, cost = KEYS[1], ARGV[1]
+-- (Its batch twin, lua/batch_fast.lua, leaves out the line that reads KEYS
+-- and ARGV and the final return: keep those two lines as they are.)
 local p
 if cost then
   p = redis.call('INCRBY', key, cost) - cost
@@ -74,31 +64,33 @@ end
 if p > N - (cost or 1) then
   if cost then redis.call('DECRBY', key, cost) else redis.call('DECR', key) end
 end
+local reply
 if p < 2097152 and p > -2097152 and ttl < 4294967296 then
-  return p * 4294967296 + ttl
+  reply = p * 4294967296 + ttl
+else
+  reply = string.format('%d %d', p, ttl)
 end
-return string.format('%d %d', p, ttl)
+    out[d] = reply
+    done = d
+  end
 end
-local out = {}
-for i = 0, (#BATCH_ARGV - 4 - SN) / AN - 1 do
-  local keys, argv, n, a = {}, {}, 0, 4 + SN + i * AN
-  for j = 1, KN do keys[j] = BATCH_KEYS[i * KN + j] end
-  for j = 1, SP do
-    local v = BATCH_ARGV[a + j]
-    if v ~= '' then n = n + 1; argv[n] = v end
-  end
-  for j = 1, SN do n = n + 1; argv[n] = BATCH_ARGV[4 + j] end
-  for j = SP + 1, AN do
-    local v = BATCH_ARGV[a + j]
-    if v ~= '' then n = n + 1; argv[n] = v end
-  end
-  local ok, r = pcall(DECIDE, keys, argv)
-  if not ok then
-    if type(r) == 'table' then r = r.err end
-    r = tostring(r)
-    if string.sub(r, 1, 8) == 'READONLY' then return redis.error_reply(r) end
-    r = 'E' .. r
-  end
-  out[i + 1] = r
+-- The end of a batch script (lua/batch_one.lua, lua/batch_fast.lua): run(d)
+-- decides the decisions from d on, each entry of `out` its reply, `done` the
+-- last one decided. An error (a redis.call refused, say WRONGTYPE) fails that
+-- decision alone: its entry is 'E' and the error, and the next ones run, in
+-- one pcall per error rather than one per decision. What the failed decision
+-- wrote before its error stays, as in a call of its own. READONLY (the node
+-- is a replica now: a failover) fails the whole call instead, so that the
+-- client goes to the new primary.
+local first = 1
+while true do
+  local finished, err = pcall(run, first)
+  if finished then break end
+  if type(err) == 'table' then err = err.err end
+  err = tostring(err)
+  if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+  done = done + 1
+  out[done] = 'E' .. err
+  first = done + 1
 end
 return out

@@ -1,36 +1,11 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
--- limiter with one gcra quota, several decisions per call: lua/batch.lua
--- around the limiter's own script (src/store/redis/batch.rs).
+-- limiter with one gcra quota, several decisions per call: lua/batch_one.lua
+-- with the strategy's block in its loop (src/store/redis/batch.rs).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 59d811b31954564456eee34e92a6c8553499f178).
+-- (SCRIPT LOAD, then EVALSHA a5b508f912f459d664dfb2739c025b4c225efc1f).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
--- Batching (src/store/redis/batch.rs): several decisions of one limiter in
--- one script call, each decided on its own, exactly as a call of its own
--- would decide it: same keys, same answers, same TTLs.
---
--- KEYS: each decision's keys in turn, KN of them per decision.
--- ARGV: KN; AN, the arguments per decision; SP, how many of those come before
--- the shared ones; SN, the shared arguments (the quotas' numbers, sent once);
--- the SN shared arguments; then AN arguments per decision. An empty argument
--- is left out of the decision's ARGV (a nonce the call has not, the fast
--- path's cost of 1, which it sends as no argument).
---
--- Each decision runs the limiter's own script, spliced in below as the
--- function DECIDE (one closure per call, not per decision), with its own KEYS
--- and ARGV, under pcall: an error fails that decision only, and what it wrote
--- before the error stays, as in a call of its own. READONLY (the node is a
--- replica now: a failover) fails the whole call instead, so that the client
--- goes to the new primary. On Redis's clock, TIME is read once per call, by
--- the first decision that needs it (Redis does not advance its clock for
--- keys during a script either).
--- Reply: one entry per decision, in order: its own script's reply, or 'E'
--- followed by its error.
-local BATCH_KEYS, BATCH_ARGV = KEYS, ARGV
-local KN, AN, SP, SN = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local BATCH_TIME
-local function DECIDE(KEYS, ARGV)
 local READS_BURST = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
 -- single.lua with its strategy's block spliced in (one quota), or each used
@@ -58,8 +33,7 @@ local NOW
 if MANUAL then
   NOW = tonumber(ARGV[1])
 elseif READS_TIME then
-  if not BATCH_TIME then BATCH_TIME = redis.call('TIME') end
-  local t = BATCH_TIME
+  local t = redis.call('TIME')
   NOW = t[1] * 1000000 + t[2]
 end
 
@@ -86,29 +60,38 @@ local PERIOD_MS
 --   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
 --   a denied request writes nothing, but a key found without a TTL gets one:
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
--- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
--- numbers the strategy reads, count and period (microseconds), or burst and
--- interval when READS_BURST (set before the prelude), as one string of two
--- little-endian doubles (exact below 2^53; one struct.unpack costs Redis a
--- third of what two tonumber calls do), then that period (or interval) in
--- whole milliseconds, rounded up, as text (PERIOD_MS: the TTL of a state that
--- ends one period from now, sent as is instead of formatted), then the nonce
--- when the strategy needs one. A cost of 1 is not parsed.
--- The strategy's code is spliced in at the marker below, as a block: no
--- function is created per call.
--- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
--- (one bulk string is much cheaper for clients to parse than an array).
-local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
-if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
-local n, period, burst, interval
-if READS_BURST then
-  burst, interval = struct.unpack('<dd', ARGV[3])
-else
-  n, period = struct.unpack('<dd', ARGV[3])
-end
+-- One-quota decisions, several per call (src/store/redis/batch.rs): the
+-- prelude, then this file with the strategy's block spliced in at the marker,
+-- inside a loop over the decisions; each is decided exactly as single.lua
+-- would decide it in a call of its own (same keys, same answers, same TTLs).
+-- KEYS: one per decision. ARGV: 'T' for Redis's clock (TIME, read once per
+-- call) or 'M' (each decision's own time follows its cost), '1' if each
+-- decision's nonce follows (else '0'), the quota's two numbers (as in
+-- single.lua), its period in ms (PERIOD_MS), then per decision its cost,
+-- its time ('M'), its nonce ('1').
+-- Reply: one entry per decision, single.lua's reply or 'E' and an error
+-- (lua/batch_end.lua).
+local N1, N2 = struct.unpack('<dd', ARGV[3])
 PERIOD_MS = ARGV[4]
-local ok, rem, reset, retry, delay
-do
+local NONCES = ARGV[2] == '1'
+local AN = 1
+if MANUAL then AN = AN + 1 end
+if NONCES then AN = AN + 1 end
+local out, done = {}, 0
+local function run(first)
+  for d = first, #KEYS do
+    local a = 4 + (d - 1) * AN
+    local key, cost, nonce, apply, now = KEYS[d], 1, nil, true, NOW
+    -- (each decision its own copy: a block may change them, as tat_value.lua
+    -- does a tagged interval's sign)
+    local n, period, burst, interval
+    if READS_BURST then burst, interval = N1, N2 else n, period = N1, N2 end
+    local c = ARGV[a + 1]
+    if c ~= '1' then cost = tonumber(c) end
+    if MANUAL then now = tonumber(ARGV[a + 2]) end
+    if NONCES then nonce = ARGV[a + AN] end
+    local ok, rem, reset, retry, delay
+    do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
 -- admitted request proceeds at once.
 local queue = false
@@ -182,31 +165,31 @@ else
   if queue and cost > 0 then delay = tat - now end
 end
 end
--- (each formatted number costs Redis about a sixth of a command: the common
--- answer, allowed at once, formats two)
-if ok == 1 and delay == 0 then return fmt('1 1 %d %d -1 0', rem, reset) end
-return fmt('%d %d %d %d %d %d', ok, ok, rem, reset, retry, delay)
+    if ok == 1 and delay == 0 then
+      out[d] = fmt('1 1 %d %d -1 0', rem, reset)
+    else
+      out[d] = fmt('%d %d %d %d %d %d', ok, ok, rem, reset, retry, delay)
+    end
+    done = d
+  end
 end
-local out = {}
-for i = 0, (#BATCH_ARGV - 4 - SN) / AN - 1 do
-  local keys, argv, n, a = {}, {}, 0, 4 + SN + i * AN
-  for j = 1, KN do keys[j] = BATCH_KEYS[i * KN + j] end
-  for j = 1, SP do
-    local v = BATCH_ARGV[a + j]
-    if v ~= '' then n = n + 1; argv[n] = v end
-  end
-  for j = 1, SN do n = n + 1; argv[n] = BATCH_ARGV[4 + j] end
-  for j = SP + 1, AN do
-    local v = BATCH_ARGV[a + j]
-    if v ~= '' then n = n + 1; argv[n] = v end
-  end
-  local ok, r = pcall(DECIDE, keys, argv)
-  if not ok then
-    if type(r) == 'table' then r = r.err end
-    r = tostring(r)
-    if string.sub(r, 1, 8) == 'READONLY' then return redis.error_reply(r) end
-    r = 'E' .. r
-  end
-  out[i + 1] = r
+-- The end of a batch script (lua/batch_one.lua, lua/batch_fast.lua): run(d)
+-- decides the decisions from d on, each entry of `out` its reply, `done` the
+-- last one decided. An error (a redis.call refused, say WRONGTYPE) fails that
+-- decision alone: its entry is 'E' and the error, and the next ones run, in
+-- one pcall per error rather than one per decision. What the failed decision
+-- wrote before its error stays, as in a call of its own. READONLY (the node
+-- is a replica now: a failover) fails the whole call instead, so that the
+-- client goes to the new primary.
+local first = 1
+while true do
+  local finished, err = pcall(run, first)
+  if finished then break end
+  if type(err) == 'table' then err = err.err end
+  err = tostring(err)
+  if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+  done = done + 1
+  out[done] = 'E' .. err
+  first = done + 1
 end
 return out

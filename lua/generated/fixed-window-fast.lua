@@ -4,7 +4,7 @@
 -- (its first line holds the quota's numbers).
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 8ccc299c469a003acb96166014bbb60f47e5e529).
+-- (SCRIPT LOAD, then EVALSHA 0d2314a1230e8ef45380d16fe9616cf8aa5a587b).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
 -- FixedWindow fast path: a script of its own for one quota on Redis's clock
@@ -29,6 +29,8 @@ local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
 -- integer p * 2^32 + ttl, or as the string "p ttl" when that does not fit in
 -- 2^53; the client, which knows n, cost and the window, derives the
 -- decision (allowed iff p + cost <= n; a denial writes nothing).
+-- (Its batch twin, lua/batch_fast.lua, leaves out the line that reads KEYS
+-- and ARGV and the final return: keep those two lines as they are.)
 local key, cost = KEYS[1], ARGV[1]
 local p
 if cost then
@@ -50,7 +52,10 @@ end
 if p > N - (cost or 1) then
   if cost then redis.call('DECRBY', key, cost) else redis.call('DECR', key) end
 end
+local reply
 if p < 2097152 and p > -2097152 and ttl < 4294967296 then
-  return p * 4294967296 + ttl
+  reply = p * 4294967296 + ttl
+else
+  reply = string.format('%d %d', p, ttl)
 end
-return string.format('%d %d', p, ttl)
+return reply

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -44,13 +45,19 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// that a batch's reply and the next batch's request overlap.
 const FLIGHTS_PER_CONNECTION: usize = 2;
 
-/// How a lane's script takes a decision's own arguments.
+/// How a lane's scripts take a decision's arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Layout {
-    /// A limiter's decision script: `ARGV` is the clock reading (`T` for
+    /// Any decision script (several quotas, blocking), wrapped whole by
+    /// `lua/batch.lua`: `ARGV` of one call is the clock reading (`T` for
     /// Redis's), the cost, the quotas' numbers, then the nonce if any.
-    Decision,
-    /// The fixed window's fast path: its cost only, none for a cost of 1.
+    Wrapped,
+    /// One quota without blocking: the single script's `ARGV` as for
+    /// [`Wrapped`](Self::Wrapped); its batch, `lua/batch_one.lua`, runs the
+    /// strategy's block in a loop.
+    One,
+    /// The fixed window's fast path: its cost only, none for a cost of 1;
+    /// its batch is `lua/batch_fast.lua`.
     Fast,
 }
 
@@ -67,6 +74,8 @@ pub(crate) struct Decision {
 /// A decision waiting in a lane's queue, and where its reply goes.
 struct Pending {
     decision: Decision,
+    /// When it joined the queue: its call's time budget started then.
+    queued: Instant,
     reply: oneshot::Sender<Result<redis::Value, StoreError>>,
 }
 
@@ -105,10 +114,11 @@ impl std::fmt::Debug for Lane {
 
 impl Lane {
     /// A lane for `single`, whose decisions have `keys` keys each and share
-    /// the arguments `shared`, over `connections` connections.
+    /// the arguments `shared`, over `connections` connections; `batch`
+    /// decides several of them per call.
     pub(crate) fn new(
         layout: Layout,
-        single: &LimiterScript,
+        (single, batch): (&LimiterScript, LimiterScript),
         shared: Box<[Vec<u8>]>,
         keys: usize,
         connections: usize,
@@ -116,7 +126,7 @@ impl Lane {
         Lane {
             layout,
             single: single.clone(),
-            batch: LimiterScript::batch(single),
+            batch,
             shared,
             keys,
             flights: FLIGHTS_PER_CONNECTION * connections.max(1),
@@ -157,6 +167,7 @@ impl Lane {
                 let (reply, waiting) = oneshot::channel();
                 state.queue.push(Pending {
                     decision: decision(),
+                    queued: Instant::now(),
                     reply,
                 });
                 Some(waiting)
@@ -168,32 +179,38 @@ impl Lane {
                 let _flight = Flight { lane: self, conns };
                 direct().await
             }
-            Some(waiting) => {
-                // the whole wait is bounded by the store's timeout, as a
-                // call of its own is; a decision whose caller gave up is
-                // not sent if its batch has not left yet
-                match tokio::time::timeout(conns.timeout, waiting).await {
-                    Ok(Ok(reply)) => reply,
-                    // its batch was dropped unsent or unanswered (the
-                    // runtime shut down): it may have been applied
-                    Ok(Err(_)) | Err(_) => Err(StoreError::Timeout(conns.timeout)),
-                }
-            }
+            // The wait is bounded by the store's timeout from the moment
+            // the decision queued, as a call of its own is, without a timer
+            // per decision: a batch leaves without the decisions whose time
+            // is up (they fail with a timeout), and its call has what is
+            // left of its oldest decision's time (`send_slot`).
+            Some(waiting) => match waiting.await {
+                Ok(reply) => reply,
+                // its batch was dropped unsent or unanswered (the runtime
+                // shut down): it may have been applied
+                Err(_) => Err(StoreError::Timeout(conns.timeout)),
+            },
         }
     }
 
     /// The next batch: the decisions queued whose callers still wait, up to
-    /// [`MAX_BATCH`], oldest first.
-    fn next_batch(state: &mut State) -> Vec<Pending> {
+    /// [`MAX_BATCH`], oldest first. A decision queued `timeout` ago or more
+    /// fails with a timeout, unsent.
+    fn next_batch(state: &mut State, timeout: Duration) -> Vec<Pending> {
         let mut batch = Vec::new();
+        let now = Instant::now();
         while batch.len() < MAX_BATCH && !state.queue.is_empty() {
             let take = (MAX_BATCH - batch.len()).min(state.queue.len());
-            batch.extend(
-                state
-                    .queue
-                    .drain(..take)
-                    .filter(|pending| !pending.reply.is_closed()),
-            );
+            for pending in state.queue.drain(..take) {
+                if pending.reply.is_closed() {
+                    continue;
+                }
+                if now.saturating_duration_since(pending.queued) >= timeout {
+                    let _ = pending.reply.send(Err(StoreError::Timeout(timeout)));
+                    continue;
+                }
+                batch.push(pending);
+            }
         }
         batch
     }
@@ -203,7 +220,7 @@ impl Lane {
     fn hand_off<P: Pooled>(self: &Arc<Self>, conns: &Arc<Connections<P>>) {
         let batch = {
             let mut state = self.lock();
-            let batch = Self::next_batch(&mut state);
+            let batch = Self::next_batch(&mut state, conns.timeout);
             if batch.is_empty() {
                 state.in_flight -= 1;
                 return;
@@ -224,19 +241,30 @@ impl Lane {
     /// Sends `batch` and hands each decision its reply. On Cluster, each
     /// hash slot's share is its own call, all sent at once.
     async fn send<P: Pooled>(&self, conns: &Connections<P>, mut batch: Vec<Pending>) {
-        if !P::SLOTTED || batch.len() == 1 {
+        // what must go in calls of its own: a slot (Cluster), a form
+        let share_of = |p: &Pending| {
+            let slot = if P::SLOTTED {
+                P::slot_of(&p.decision.keys[0])
+            } else {
+                0
+            };
+            (slot, self.form(&p.decision))
+        };
+        let first = batch.first().map(share_of);
+        if batch.len() == 1 || batch.iter().all(|p| Some(share_of(p)) == first) {
             return self.send_slot(conns, batch).await;
         }
-        batch.sort_by_key(|p| P::slot_of(&p.decision.keys[0]));
+        // (stable: each share keeps the order the decisions queued in)
+        batch.sort_by_key(share_of);
         let mut shares: Vec<Vec<Pending>> = Vec::new();
         let mut last = None;
         for pending in batch {
-            let slot = P::slot_of(&pending.decision.keys[0]);
+            let share = share_of(&pending);
             match shares.last_mut() {
-                Some(share) if last == Some(slot) => share.push(pending),
+                Some(current) if last == Some(share) => current.push(pending),
                 _ => shares.push(vec![pending]),
             }
-            last = Some(slot);
+            last = Some(share);
         }
         let mut calls: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = shares
             .into_iter()
@@ -254,22 +282,37 @@ impl Lane {
     }
 
     /// Sends `batch` (keys of one slot) as one call: a lone decision with
-    /// the lane's own script, several with its batch script.
+    /// the lane's own script, several with its batch script. The call has
+    /// what is left of the time of its oldest decision.
     async fn send_slot<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
+        let oldest = batch.iter().map(|p| p.queued).min();
+        let left = oldest.map_or(conns.timeout, |t| conns.timeout.saturating_sub(t.elapsed()));
+        let within = |call| async move {
+            match tokio::time::timeout(left, call).await {
+                Ok(reply) => reply,
+                Err(_) => Err(StoreError::Timeout(conns.timeout)),
+            }
+        };
         if let [only] = &batch[..] {
             let cmd = self.single_cmd(&only.decision);
-            let reply = conns
-                .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None)
-                .await;
+            let reply = within(conns.query::<redis::Value>(
+                Request::Cmd(&cmd),
+                Some(&self.single),
+                None,
+            ))
+            .await;
             if let Some(pending) = batch.into_iter().next() {
                 let _ = pending.reply.send(reply);
             }
             return;
         }
         let cmd = self.batch_cmd(&batch);
-        match conns
-            .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)
-            .await
+        match within(conns.query::<redis::Value>(
+            Request::Cmd(&cmd),
+            Some(&self.batch),
+            None,
+        ))
+        .await
         {
             Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {
                 for (pending, reply) in batch.into_iter().zip(replies) {
@@ -294,75 +337,49 @@ impl Lane {
         }
     }
 
-    /// One decision's own arguments, in order, as the batch script takes
-    /// them (an empty one is left out of its `ARGV`).
-    fn own_args(&self, d: &Decision, mut arg: impl FnMut(Arg<'_>)) {
+    /// What a decision's batch needs alike in all its decisions (one batch
+    /// of `lua/batch_one.lua` is on one clock, with nonces or without):
+    /// whether it carries its own time, whether it has a nonce.
+    fn form(&self, d: &Decision) -> (bool, bool) {
         match self.layout {
-            Layout::Decision => {
-                match d.now_us {
-                    Some(us) => arg(Arg::Int(us)),
-                    None => arg(Arg::Bytes(b"T")),
-                }
-                arg(Arg::Int(d.cost));
-                arg(Arg::Bytes(d.nonce.as_bytes()));
-            }
-            Layout::Fast => {
-                if d.cost == 1 {
-                    arg(Arg::Bytes(b""));
-                } else {
-                    arg(Arg::Int(d.cost));
-                }
-            }
-        }
-    }
-
-    /// How many of a decision's own arguments come before the shared ones.
-    fn own_before_shared(&self) -> usize {
-        match self.layout {
-            Layout::Decision => 2,
-            Layout::Fast => 1,
-        }
-    }
-
-    /// How many own arguments a decision has.
-    fn own_count(&self) -> usize {
-        match self.layout {
-            Layout::Decision => 3,
-            Layout::Fast => 1,
+            Layout::One => (d.now_us.is_some(), !d.nonce.is_empty()),
+            Layout::Wrapped | Layout::Fast => (false, false),
         }
     }
 
     /// The `EVALSHA` of one decision with the lane's own script, as it is
-    /// sent without batching.
+    /// sent without batching (`protocol::decide`).
     fn single_cmd(&self, d: &Decision) -> redis::Cmd {
         let mut cmd = redis::Cmd::with_capacity(
-            4 + d.keys.len() + self.shared.len() + self.own_count(),
+            6 + d.keys.len() + self.shared.len(),
             96 + d.keys.iter().map(String::len).sum::<usize>(),
         );
         cmd.arg("EVALSHA")
             .arg(self.single.sha.as_str())
             .arg(d.keys.len())
             .arg(&d.keys);
-        let before = self.own_before_shared();
-        let mut i = 0;
-        self.own_args(d, |a| {
-            if i == before {
+        match self.layout {
+            Layout::Wrapped | Layout::One => {
+                clock_arg(&mut cmd, d.now_us);
+                cmd.arg(d.cost);
                 for s in self.shared.iter() {
                     cmd.arg(s.as_slice());
                 }
+                if !d.nonce.is_empty() {
+                    cmd.arg(&d.nonce);
+                }
             }
-            i += 1;
-            a.push_unless_empty(&mut cmd);
-        });
-        if i == before {
-            for s in self.shared.iter() {
-                cmd.arg(s.as_slice());
+            Layout::Fast => {
+                if d.cost != 1 {
+                    cmd.arg(d.cost);
+                }
             }
         }
         cmd
     }
 
-    /// The `EVALSHA` of `batch` with the batch script (`lua/batch.lua`).
+    /// The `EVALSHA` of `batch` (one share: see [`form`](Self::form)) with
+    /// the batch script.
     fn batch_cmd(&self, batch: &[Pending]) -> redis::Cmd {
         let keys: usize = batch.iter().map(|p| p.decision.keys.len()).sum();
         let bytes: usize = batch
@@ -370,22 +387,52 @@ impl Lane {
             .map(|p| p.decision.keys.iter().map(String::len).sum::<usize>() + 32)
             .sum();
         let mut cmd = redis::Cmd::with_capacity(
-            7 + keys + self.shared.len() + batch.len() * self.own_count(),
+            8 + keys + self.shared.len() + batch.len() * 3,
             64 + bytes + self.shared.iter().map(Vec::len).sum::<usize>(),
         );
         cmd.arg("EVALSHA").arg(self.batch.sha.as_str()).arg(keys);
         for p in batch {
             cmd.arg(&p.decision.keys);
         }
-        cmd.arg(self.keys)
-            .arg(self.own_count())
-            .arg(self.own_before_shared())
-            .arg(self.shared.len());
-        for s in self.shared.iter() {
-            cmd.arg(s.as_slice());
-        }
-        for p in batch {
-            self.own_args(&p.decision, |a| a.push(&mut cmd));
+        match self.layout {
+            Layout::Wrapped => {
+                // (lua/batch.lua: KN, AN, SP, SN, the shared arguments, then
+                // per decision its time, its cost, its nonce or '')
+                cmd.arg(self.keys).arg(3).arg(2).arg(self.shared.len());
+                for s in self.shared.iter() {
+                    cmd.arg(s.as_slice());
+                }
+                for p in batch {
+                    clock_arg(&mut cmd, p.decision.now_us);
+                    cmd.arg(p.decision.cost).arg(&p.decision.nonce);
+                }
+            }
+            Layout::One => {
+                let (timed, nonces) = batch.first().map_or((false, false), |p| self.form(&p.decision));
+                cmd.arg(if timed { "M" } else { SERVER_CLOCK })
+                    .arg(if nonces { "1" } else { "0" });
+                for s in self.shared.iter() {
+                    cmd.arg(s.as_slice());
+                }
+                for p in batch {
+                    cmd.arg(p.decision.cost);
+                    if let Some(us) = p.decision.now_us {
+                        cmd.arg(us);
+                    }
+                    if nonces {
+                        cmd.arg(&p.decision.nonce);
+                    }
+                }
+            }
+            Layout::Fast => {
+                for p in batch {
+                    if p.decision.cost == 1 {
+                        cmd.arg("");
+                    } else {
+                        cmd.arg(p.decision.cost);
+                    }
+                }
+            }
         }
         cmd
     }
@@ -396,28 +443,16 @@ impl Lane {
     }
 }
 
-/// One argument of a decision's own.
-enum Arg<'a> {
-    Int(u64),
-    Bytes(&'a [u8]),
+/// A decision's clock reading: its time in µs, or `T` for Redis's clock.
+fn clock_arg(cmd: &mut redis::Cmd, now_us: Option<u64>) {
+    match now_us {
+        Some(us) => cmd.arg(us),
+        None => cmd.arg(SERVER_CLOCK),
+    };
 }
 
-impl Arg<'_> {
-    fn push(self, cmd: &mut redis::Cmd) {
-        match self {
-            Arg::Int(v) => cmd.arg(v),
-            Arg::Bytes(b) => cmd.arg(b),
-        };
-    }
-
-    /// As sent to the single script: an empty argument is not sent.
-    fn push_unless_empty(self, cmd: &mut redis::Cmd) {
-        match self {
-            Arg::Bytes([]) => {}
-            other => other.push(cmd),
-        }
-    }
-}
+/// `ARGV[1]` of a decision on Redis's clock (see `lua/prelude.lua`).
+const SERVER_CLOCK: &str = "T";
 
 /// One decision's entry in a batch's reply: its script's reply, or, for
 /// `E<error>`, that error, as Redis would have answered a call of its own.
@@ -464,7 +499,7 @@ async fn run<P: Pooled>(lane: Arc<Lane>, conns: Arc<Connections<P>>, mut batch: 
     loop {
         lane.send(&conns, batch).await;
         let mut state = lane.lock();
-        batch = Lane::next_batch(&mut state);
+        batch = Lane::next_batch(&mut state, conns.timeout);
         if batch.is_empty() {
             state.in_flight -= 1;
             kept.0 = None;

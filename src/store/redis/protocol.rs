@@ -79,23 +79,33 @@ impl Prepared {
         let decide = LimiterScript::for_quotas(&strategies, &shadow, block);
         // every call's keys: one per quota, then the block key
         let keys = quotas.len() + usize::from(block.is_some());
-        let lanes = batching.map(|connections| Lanes {
-            decide: Arc::new(Lane::new(
-                Layout::Decision,
-                &decide,
-                quota_args.clone(),
-                keys,
-                connections,
-            )),
-            fast: fast_window.as_ref().map(|f| {
-                Arc::new(Lane::new(
+        let lanes = batching.map(|connections| {
+            // one quota without blocking: its block in a loop
+            // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
+            let (layout, batch) = match quotas {
+                [q] if block.is_none() => (Layout::One, LimiterScript::batch_one(q.strategy)),
+                _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
+            };
+            let fast = fast_window.as_ref().and_then(|f| {
+                let batch = LimiterScript::batch_fast(quotas[0].strategy, f.limit, f.window_ms)?;
+                Some(Arc::new(Lane::new(
                     Layout::Fast,
-                    &f.script,
+                    (&f.script, batch),
                     Box::new([]),
                     keys,
                     connections,
-                ))
-            }),
+                )))
+            });
+            Lanes {
+                decide: Arc::new(Lane::new(
+                    layout,
+                    (&decide, batch),
+                    quota_args.clone(),
+                    keys,
+                    connections,
+                )),
+                fast,
+            }
         });
         Prepared {
             decide,

@@ -42,6 +42,18 @@ const SPLICE: &str = "--@STRATEGY\n";
 const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
 /// Several decisions in one call (`lua/batch.lua`), around a decision script.
 const BATCH: &str = include_str!("../../../lua/batch.lua");
+/// Several one-quota decisions in one call, the strategy's block in a loop.
+const BATCH_ONE: &str = include_str!("../../../lua/batch_one.lua");
+/// Several fast-path decisions in one call.
+const BATCH_FAST: &str = include_str!("../../../lua/batch_fast.lua");
+/// Where `batch_fast.lua` takes the fast path's code.
+const FAST_SPLICE: &str = "--@FAST\n";
+/// The fast path's lines that read its one decision's key and cost, and
+/// return its reply: a batch reads and returns its own.
+const FAST_HEAD: &str = "local key, cost = KEYS[1], ARGV[1]\n";
+const FAST_TAIL: &str = "return reply\n";
+/// How a batch script ends: the loop over errors, the reply.
+const BATCH_END: &str = include_str!("../../../lua/batch_end.lua");
 /// Where `batch.lua` takes the decision script.
 const BATCH_SPLICE: &str = "--@DECISION\n";
 /// The prelude's read of Redis's clock, and what a batch reads instead: the
@@ -198,6 +210,52 @@ impl LimiterScript {
         LimiterScript::new(source)
     }
 
+    /// The batch script of a limiter of one quota of `strategy` without
+    /// blocking (`lua/batch_one.lua`): the strategy's block in a loop over
+    /// the decisions, each decided as `single.lua` would.
+    pub(crate) fn batch_one(strategy: Strategy) -> Self {
+        let spec = &strategy.spec().lua;
+        let mut source = String::new();
+        source.push_str(if spec.reads_time {
+            "local READS_TIME = true\n"
+        } else {
+            "local READS_TIME = false\n"
+        });
+        source.push_str(if spec.reads_burst {
+            "local READS_BURST = true\n"
+        } else {
+            "local READS_BURST = false\n"
+        });
+        source.push_str(PRELUDE);
+        if spec.zset_helpers {
+            source.push_str(ZSET);
+        }
+        let (head, tail) = BATCH_ONE.split_once(SPLICE).unwrap_or((BATCH_ONE, ""));
+        source.push_str(head);
+        source.push_str("do\n");
+        for part in spec.body {
+            source.push_str(part);
+        }
+        source.push_str("end\n");
+        source.push_str(tail);
+        source.push_str(BATCH_END);
+        LimiterScript::new(source)
+    }
+
+    /// The batch script of the fast path of a lone quota of `strategy` with
+    /// `limit` per `window_ms` (`lua/batch_fast.lua`), if it has one.
+    pub(crate) fn batch_fast(strategy: Strategy, limit: u64, window_ms: u64) -> Option<Self> {
+        let body = strategy.spec().lua.fast_path?;
+        let body = body.replacen(FAST_HEAD, "", 1);
+        let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
+        let (head, tail) = BATCH_FAST.split_once(FAST_SPLICE).unwrap_or((BATCH_FAST, ""));
+        let source = format!(
+            "local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n\
+             {head}{body}{tail}{BATCH_END}"
+        );
+        Some(LimiterScript::new(source))
+    }
+
     fn assemble(strategies: &[Strategy], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
         let mut source = String::new();
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
@@ -312,6 +370,30 @@ mod tests {
     }
 
     #[test]
+    fn batch_scripts_splice_their_decisions_where_they_should() {
+        let fast = Strategy::FixedWindow.spec().lua.fast_path.unwrap();
+        assert_eq!(fast.matches(FAST_HEAD).count(), 1);
+        assert!(fast.ends_with(FAST_TAIL));
+        let batch = LimiterScript::batch_fast(Strategy::FixedWindow, 10, 1000).unwrap();
+        assert!(!batch.source.contains(FAST_HEAD) && !batch.source.contains(FAST_TAIL));
+        assert!(batch.source.contains("redis.call('INCR', key)"));
+        assert_eq!(BATCH_ONE.matches(SPLICE).count(), 1);
+        assert_eq!(BATCH_FAST.matches(FAST_SPLICE).count(), 1);
+        assert_eq!(BATCH.matches(BATCH_SPLICE).count(), 1);
+        assert_eq!(PRELUDE.matches(READ_TIME).count(), 1);
+        for s in Strategy::ALL {
+            let one = LimiterScript::batch_one(s);
+            assert!(!one.source.contains(SPLICE), "{s}");
+            // no function is created per decision: only `run` (and the
+            // sorted-set helpers) per call
+            let functions = one.source.matches("function(").count()
+                + one.source.matches("local function ").count();
+            let helpers = if s.spec().lua.zset_helpers { 2 } else { 0 };
+            assert_eq!(functions, 1 + helpers, "{s}");
+        }
+    }
+
+    #[test]
     fn shadow_scripts_change_exactly_the_two_lines_of_multi() {
         assert_eq!(MULTI.matches(MULTI_DENIES).count(), 1);
         assert_eq!(MULTI.matches(MULTI_APPLIES).count(), 1);
@@ -390,17 +472,29 @@ mod tests {
         ));
         out.push((
             "batch-gcra".to_owned(),
-            "one gcra quota, several decisions per call: lua/batch.lua\n\
-             -- around the limiter's own script (src/store/redis/batch.rs)"
+            "one gcra quota, several decisions per call: lua/batch_one.lua\n\
+             -- with the strategy's block in its loop (src/store/redis/batch.rs)"
                 .to_owned(),
             vec![Strategy::Gcra],
         ));
         out.push((
+            "batch-sliding-window-log".to_owned(),
+            "one sliding-window-log quota, several decisions per call".to_owned(),
+            vec![Strategy::SlidingWindowLog],
+        ));
+        out.push((
             "batch-fixed-window-fast".to_owned(),
             "one fixed-window quota of 100 per minute, on Redis's clock, several\n\
-             -- decisions per call: lua/batch.lua around the fast path"
+             -- decisions per call: lua/batch_fast.lua around the fast path"
                 .to_owned(),
             vec![Strategy::FixedWindow],
+        ));
+        out.push((
+            "batch-multi".to_owned(),
+            "a gcra and a fixed-window quota, several decisions per call:\n\
+             -- lua/batch.lua around the limiter's own script"
+                .to_owned(),
+            vec![Strategy::Gcra, Strategy::FixedWindow],
         ));
         out.push((
             "multi-fixed-window".to_owned(),
@@ -435,9 +529,11 @@ mod tests {
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
             let script = if stem == "batch-fixed-window-fast" {
-                LimiterScript::batch(&LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap())
-            } else if stem.starts_with("batch-") {
+                LimiterScript::batch_fast(strategies[0], 100, 60_000).unwrap()
+            } else if stem == "batch-multi" {
                 LimiterScript::batch(&LimiterScript::for_quotas(&strategies, &[], None))
+            } else if stem.starts_with("batch-") {
+                LimiterScript::batch_one(strategies[0])
             } else if stem.ends_with("-fast") {
                 LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap()
             } else if stem.starts_with("take-") {
@@ -505,7 +601,7 @@ mod tests {
                 )
             })
             .collect();
-        assert!(scripts.len() >= 18, "{scripts:?}");
+        assert!(scripts.len() >= 20, "{scripts:?}");
         scripts.push(("for_block".to_owned(), LimiterScript::for_block().source));
         scripts.push((
             "lua/document_check.lua".to_owned(),
