@@ -3,8 +3,9 @@
 -- file with fixed_window_fast.lua spliced in at the marker (less its line
 -- that reads KEYS[1] and ARGV[1], and its final return), inside a
 -- loop over the decisions; each is decided exactly as in a call of its own.
--- KEYS: one per decision. ARGV: one per decision, its cost ('' for a cost
--- of 1, which the fast path sends as no argument).
+-- KEYS: one per decision. ARGV: none if every cost is 1, else one per
+-- decision, its cost ('' for a cost of 1, which the fast path sends as no
+-- argument).
 -- Reply: one entry per decision, the fast path's reply or 'E' and an error
 -- (lua/batch_end.lua).
 local out, done = {}, 0

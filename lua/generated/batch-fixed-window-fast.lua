@@ -3,7 +3,7 @@
 -- decisions per call: lua/batch_fast.lua around the fast path.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 2530d1a516947e9f5f4f78c805acd4bf0b81b0ff).
+-- (SCRIPT LOAD, then EVALSHA 871ec918132acf72984386aa4e09e81546f9017f).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
 -- The fixed window's fast path, several decisions per call
@@ -11,8 +11,9 @@ local N, WINDOW_MS, WINDOW = 100, 60000, '60000'
 -- file with fixed_window_fast.lua spliced in at the marker (less its line
 -- that reads KEYS[1] and ARGV[1], and its final return), inside a
 -- loop over the decisions; each is decided exactly as in a call of its own.
--- KEYS: one per decision. ARGV: one per decision, its cost ('' for a cost
--- of 1, which the fast path sends as no argument).
+-- KEYS: one per decision. ARGV: none if every cost is 1, else one per
+-- decision, its cost ('' for a cost of 1, which the fast path sends as no
+-- argument).
 -- Reply: one entry per decision, the fast path's reply or 'E' and an error
 -- (lua/batch_end.lua).
 local out, done = {}, 0

@@ -409,13 +409,22 @@ impl Lane {
             }
             Layout::One => {
                 let (timed, nonces) = batch.first().map_or((false, false), |p| self.form(&p.decision));
-                cmd.arg(if timed { "M" } else { SERVER_CLOCK })
-                    .arg(if nonces { "1" } else { "0" });
+                let costs = batch.iter().any(|p| p.decision.cost != 1);
+                cmd.arg(if timed { "M" } else { SERVER_CLOCK }).arg(
+                    match (costs, nonces) {
+                        (true, true) => "cn",
+                        (true, false) => "c-",
+                        (false, true) => "1n",
+                        (false, false) => "1-",
+                    },
+                );
                 for s in self.shared.iter() {
                     cmd.arg(s.as_slice());
                 }
                 for p in batch {
-                    cmd.arg(p.decision.cost);
+                    if costs {
+                        cmd.arg(p.decision.cost);
+                    }
                     if let Some(us) = p.decision.now_us {
                         cmd.arg(us);
                     }
@@ -425,11 +434,14 @@ impl Lane {
                 }
             }
             Layout::Fast => {
-                for p in batch {
-                    if p.decision.cost == 1 {
-                        cmd.arg("");
-                    } else {
-                        cmd.arg(p.decision.cost);
+                // (no argument at all when every cost is 1)
+                if batch.iter().any(|p| p.decision.cost != 1) {
+                    for p in batch {
+                        if p.decision.cost == 1 {
+                            cmd.arg("");
+                        } else {
+                            cmd.arg(p.decision.cost);
+                        }
                     }
                 }
             }
