@@ -181,7 +181,10 @@ async fn cpu(server: &RedisServer, a: &Args) {
         a.rounds, a.decisions
     );
     let mut names: Vec<String> = vec!["baseline".into()];
-    for s in Strategy::ALL.iter().filter(|s| **s != Strategy::Concurrency) {
+    for s in Strategy::ALL
+        .iter()
+        .filter(|s| **s != Strategy::Concurrency)
+    {
         names.push(s.to_string());
         names.push(format!("{s}{OFF}"));
     }

@@ -229,3 +229,50 @@ fn a_few_checks_spawned_together_on_one_thread_go_out_batched() {
         assert_eq!(server.command_calls("evalsha").await, 4 * 3);
     });
 }
+
+/// A caller that keeps its decision's future without polling it (its call
+/// went out alone and holds one of the lane's flights) cannot hold up the
+/// other callers for more than the store's timeout: a decision that finds
+/// the queue older than that starts another flight.
+// (one thread: nothing completes a kept call between its poll and the next line)
+#[tokio::test]
+async fn futures_kept_without_polling_hold_up_others_for_one_timeout_at_most() {
+    use std::future::Future;
+    use std::task::Poll;
+
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(timeout))
+        .prefix("stuck")
+        .quota(quota(Strategy::Gcra, 1000))
+        .build()
+        .unwrap();
+    // (connect and load the scripts)
+    at_once(&lim, 20, |i| format!("warm{i}")).await;
+    // the lane's two flights (one connection), each taken by a call polled
+    // once, then kept
+    let mut kept = Vec::new();
+    for key in ["kept-a", "kept-b"] {
+        let mut call = Box::pin(lim.check(key));
+        std::future::poll_fn(|cx| {
+            assert!(call.as_mut().poll(cx).is_pending());
+            Poll::Ready(())
+        })
+        .await;
+        kept.push(call);
+    }
+    // a decision now queues behind them, and gives up within its timeout
+    let started = std::time::Instant::now();
+    let first = lim.check("first").await;
+    assert!(matches!(first, Err(StoreError::Timeout(_))), "{first:?}");
+    assert!(started.elapsed() < timeout + Duration::from_secs(5));
+    // the next ones find the queue older than the timeout: they go out
+    for d in at_once(&lim, 50, |i| format!("next{i}")).await {
+        assert!(d.unwrap().allowed());
+    }
+    let started = std::time::Instant::now();
+    assert!(lim.check("later").await.unwrap().allowed());
+    assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
+    drop(kept);
+}

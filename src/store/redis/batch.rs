@@ -2,7 +2,7 @@
 //! as one script call (`lua/batch.lua`) that decides each on its own.
 //!
 //! A limiter's decisions take one [`Lane`] per script (its decision script,
-//! its fast path). While fewer than [`Lane::flights`] calls of the lane are
+//! its fast path). While fewer than [`FLIGHTS_PER_CONNECTION`] calls of the lane are
 //! in flight, a decision is sent at once, alone, exactly as without
 //! batching: nothing waits for company. Beyond that it joins the lane's
 //! queue; when a call in flight ends, the decisions queued meanwhile (up to
@@ -92,14 +92,54 @@ pub(crate) struct Lane {
     /// How many keys each decision has.
     keys: usize,
     /// How many calls may be in flight before decisions queue.
-    flights: usize,
+    max_flights: usize,
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
     queue: Vec<Pending>,
-    in_flight: usize,
+    /// The lane's calls in flight: an id each, and when its current call
+    /// started.
+    flights: Vec<(u64, Instant)>,
+    next_id: u64,
+}
+
+impl State {
+    /// Whether the lane may start another call: fewer than `most` in
+    /// flight, not counting those whose call started `timeout` ago or more.
+    /// Every call ends within the timeout, if its future is polled: one
+    /// older is held by a caller that keeps its future without polling it,
+    /// and must not hold up the others.
+    fn may_fly(&self, most: usize, timeout: Duration) -> bool {
+        self.flights.len() < most
+            || self
+                .flights
+                .iter()
+                .filter(|(_, since)| since.elapsed() < timeout)
+                .count()
+                < most
+    }
+
+    /// A new flight, starting now: its id.
+    fn take_off(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.flights.push((id, Instant::now()));
+        id
+    }
+
+    /// Flight `id` starts its next call now.
+    fn next_leg(&mut self, id: u64) {
+        if let Some(flight) = self.flights.iter_mut().find(|(f, _)| *f == id) {
+            flight.1 = Instant::now();
+        }
+    }
+
+    /// Flight `id` ended.
+    fn land(&mut self, id: u64) {
+        self.flights.retain(|(f, _)| *f != id);
+    }
 }
 
 impl std::fmt::Debug for Lane {
@@ -107,7 +147,7 @@ impl std::fmt::Debug for Lane {
         f.debug_struct("Lane")
             .field("layout", &self.layout)
             .field("keys", &self.keys)
-            .field("flights", &self.flights)
+            .field("max_flights", &self.max_flights)
             .finish_non_exhaustive()
     }
 }
@@ -129,7 +169,7 @@ impl Lane {
             batch,
             shared,
             keys,
-            flights: FLIGHTS_PER_CONNECTION * connections.max(1),
+            max_flights: FLIGHTS_PER_CONNECTION * connections.max(1),
             state: Mutex::new(State::default()),
         }
     }
@@ -144,7 +184,7 @@ impl Lane {
     }
 
     /// Decides `decision`: at once with `direct` (the call as it would be
-    /// sent without batching) while fewer than [`flights`](Self::flights)
+    /// sent without batching) while fewer than `max_flights`
     /// calls are in flight, else in the next batch. Returns the decision's
     /// own reply, as its script gives it.
     pub(crate) async fn decide<P, F, Fut>(
@@ -158,11 +198,10 @@ impl Lane {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<redis::Value, StoreError>>,
     {
-        let waiting = {
+        let flight = {
             let mut state = self.lock();
-            if state.in_flight < self.flights {
-                state.in_flight += 1;
-                None
+            if state.may_fly(self.max_flights, conns.timeout) {
+                Ok(state.take_off())
             } else {
                 let (reply, waiting) = oneshot::channel();
                 state.queue.push(Pending {
@@ -170,25 +209,29 @@ impl Lane {
                     queued: Instant::now(),
                     reply,
                 });
-                Some(waiting)
+                Err(waiting)
             }
         };
-        match waiting {
-            None => {
+        match flight {
+            Ok(id) => {
                 // ends the flight however the call ends (a dropped future too)
-                let _flight = Flight { lane: self, conns };
+                let _flight = Flight {
+                    lane: self,
+                    conns,
+                    id,
+                };
                 direct().await
             }
             // The wait is bounded by the store's timeout from the moment
-            // the decision queued, as a call of its own is, without a timer
-            // per decision: a batch leaves without the decisions whose time
-            // is up (they fail with a timeout), and its call has what is
-            // left of its oldest decision's time (`send_slot`).
-            Some(waiting) => match waiting.await {
-                Ok(reply) => reply,
+            // the decision queued, as a call of its own is: a batch leaves
+            // without the decisions whose time is up (they fail with a
+            // timeout), its call has what is left of its oldest decision's
+            // time (`send_slot`), and the caller stops waiting then.
+            Err(waiting) => match tokio::time::timeout(conns.timeout, waiting).await {
+                Ok(Ok(reply)) => reply,
                 // its batch was dropped unsent or unanswered (the runtime
-                // shut down): it may have been applied
-                Err(_) => Err(StoreError::Timeout(conns.timeout)),
+                // shut down), or its time is up: it may have been applied
+                Ok(Err(_)) | Err(_) => Err(StoreError::Timeout(conns.timeout)),
             },
         }
     }
@@ -217,23 +260,24 @@ impl Lane {
 
     /// A call of the lane ended: the decisions queued meanwhile leave as the
     /// next call, sent by a task of its own, which keeps the flight.
-    fn hand_off<P: Pooled>(self: &Arc<Self>, conns: &Arc<Connections<P>>) {
+    fn hand_off<P: Pooled>(self: &Arc<Self>, conns: &Arc<Connections<P>>, id: u64) {
         let batch = {
             let mut state = self.lock();
             let batch = Self::next_batch(&mut state, conns.timeout);
             if batch.is_empty() {
-                state.in_flight -= 1;
+                state.land(id);
                 return;
             }
+            state.next_leg(id);
             batch
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(run(self.clone(), conns.clone(), batch))),
+            Ok(runtime) => drop(runtime.spawn(run(self.clone(), conns.clone(), id, batch))),
             // (no runtime to send it on: its callers get a timeout, as
             // nothing was sent)
             Err(_) => {
                 drop(batch);
-                self.lock().in_flight -= 1;
+                self.lock().land(id);
             }
         }
     }
@@ -295,24 +339,16 @@ impl Lane {
         };
         if let [only] = &batch[..] {
             let cmd = self.single_cmd(&only.decision);
-            let reply = within(conns.query::<redis::Value>(
-                Request::Cmd(&cmd),
-                Some(&self.single),
-                None,
-            ))
-            .await;
+            let reply =
+                within(conns.query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None))
+                    .await;
             if let Some(pending) = batch.into_iter().next() {
                 let _ = pending.reply.send(reply);
             }
             return;
         }
         let cmd = self.batch_cmd(&batch);
-        match within(conns.query::<redis::Value>(
-            Request::Cmd(&cmd),
-            Some(&self.batch),
-            None,
-        ))
-        .await
+        match within(conns.query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)).await
         {
             Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {
                 for (pending, reply) in batch.into_iter().zip(replies) {
@@ -408,16 +444,17 @@ impl Lane {
                 }
             }
             Layout::One => {
-                let (timed, nonces) = batch.first().map_or((false, false), |p| self.form(&p.decision));
+                let (timed, nonces) = batch
+                    .first()
+                    .map_or((false, false), |p| self.form(&p.decision));
                 let costs = batch.iter().any(|p| p.decision.cost != 1);
-                cmd.arg(if timed { "M" } else { SERVER_CLOCK }).arg(
-                    match (costs, nonces) {
+                cmd.arg(if timed { "M" } else { SERVER_CLOCK })
+                    .arg(match (costs, nonces) {
                         (true, true) => "cn",
                         (true, false) => "c-",
                         (false, true) => "1n",
                         (false, false) => "1-",
-                    },
-                );
+                    });
                 for s in self.shared.iter() {
                     cmd.arg(s.as_slice());
                 }
@@ -496,41 +533,48 @@ fn decision_reply(reply: redis::Value) -> Result<redis::Value, StoreError> {
 struct Flight<'a, P: Pooled> {
     lane: &'a Arc<Lane>,
     conns: &'a Arc<Connections<P>>,
+    id: u64,
 }
 
 impl<P: Pooled> Drop for Flight<'_, P> {
     fn drop(&mut self) {
-        self.lane.hand_off(self.conns);
+        self.lane.hand_off(self.conns, self.id);
     }
 }
 
 /// A lane's flight kept by a batch task: sends `batch`, then each batch
 /// queued meanwhile, until none is.
-async fn run<P: Pooled>(lane: Arc<Lane>, conns: Arc<Connections<P>>, mut batch: Vec<Pending>) {
-    let mut kept = Kept(Some(lane.clone()));
+async fn run<P: Pooled>(
+    lane: Arc<Lane>,
+    conns: Arc<Connections<P>>,
+    id: u64,
+    mut batch: Vec<Pending>,
+) {
+    let mut kept = Kept(Some((lane.clone(), id)));
     loop {
         lane.send(&conns, batch).await;
         let mut state = lane.lock();
         batch = Lane::next_batch(&mut state, conns.timeout);
         if batch.is_empty() {
-            state.in_flight -= 1;
+            state.land(id);
             kept.0 = None;
             return;
         }
+        state.next_leg(id);
     }
 }
 
 /// A batch task's flight: should the task be dropped before it ends (its
 /// runtime shut down), the flight ends and the decisions queued fail, rather
 /// than wait for a call that never comes.
-struct Kept(Option<Arc<Lane>>);
+struct Kept(Option<(Arc<Lane>, u64)>);
 
 impl Drop for Kept {
     fn drop(&mut self) {
-        if let Some(lane) = self.0.take() {
+        if let Some((lane, id)) = self.0.take() {
             let orphans = {
                 let mut state = lane.lock();
-                state.in_flight -= 1;
+                state.land(id);
                 std::mem::take(&mut state.queue)
             };
             drop(orphans);

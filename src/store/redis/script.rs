@@ -248,7 +248,9 @@ impl LimiterScript {
         let body = strategy.spec().lua.fast_path?;
         let body = body.replacen(FAST_HEAD, "", 1);
         let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
-        let (head, tail) = BATCH_FAST.split_once(FAST_SPLICE).unwrap_or((BATCH_FAST, ""));
+        let (head, tail) = BATCH_FAST
+            .split_once(FAST_SPLICE)
+            .unwrap_or((BATCH_FAST, ""));
         let source = format!(
             "local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n\
              {head}{body}{tail}{BATCH_END}"
