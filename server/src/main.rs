@@ -1,0 +1,3 @@
+//! `ratelimit-server`: placeholder.
+
+fn main() {}
