@@ -3,9 +3,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
-    for dir in ["proto"] {
-        println!("cargo:rerun-if-changed={dir}");
-    }
+    println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_server(true)

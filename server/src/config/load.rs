@@ -212,7 +212,10 @@ fn validate_keys(ctx: &Ctx<'_>, node: &Y, path: &str) -> Result<(), ConfigError>
                         return Err(ctx.err(
                             &at,
                             item.line,
-                            format!("a list may hold only mappings here, not {}", item.describe()),
+                            format!(
+                                "a list may hold only mappings here, not {}",
+                                item.describe()
+                            ),
                         ));
                     }
                     validate_keys(ctx, item, &at)?;
@@ -257,7 +260,9 @@ fn misplaced(
     ctx.warn(
         &here,
         line,
-        format!("`{key}` has no meaning {place} and is ignored (as envoyproxy/ratelimit ignores it)"),
+        format!(
+            "`{key}` has no meaning {place} and is ignored (as envoyproxy/ratelimit ignores it)"
+        ),
     );
     Ok(())
 }
@@ -324,7 +329,7 @@ fn list<'a>(ctx: &Ctx<'_>, v: &'a Y, path: &str) -> Result<&'a [Y], ConfigError>
     }
 }
 
-fn map_entries<'a>(v: &'a Y) -> &'a [(Y, Y)] {
+fn map_entries(v: &Y) -> &[(Y, Y)] {
     match &v.kind {
         Kind::Map(entries) => entries,
         _ => &[],
@@ -367,13 +372,15 @@ fn read_descriptors(
                 _ => misplaced(ctx, name, &here, k.line, "in a descriptor")?,
             }
         }
-        let [shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold] = flags;
+        let [
+            shadow_mode,
+            quota_mode,
+            detailed_metric,
+            value_to_metric,
+            share_threshold,
+        ] = flags;
         if key.is_empty() {
-            return Err(ctx.err(
-                &here,
-                item.line,
-                "a descriptor must have a non-empty `key`",
-            ));
+            return Err(ctx.err(&here, item.line, "a descriptor must have a non-empty `key`"));
         }
         let final_key = if value.is_empty() {
             key.clone()
@@ -569,7 +576,13 @@ fn read_rate_limit(
         }
         let period = format!("1/{d}")
             .parse::<Rate>()
-            .map_err(|e| ctx.err(&at, *line, format!("not a duration like `90s` or `2 hours`: {e}")))?
+            .map_err(|e| {
+                ctx.err(
+                    &at,
+                    *line,
+                    format!("not a duration like `90s` or `2 hours`: {e}"),
+                )
+            })?
             .period();
         let us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
         if us == 0 {
@@ -614,7 +627,10 @@ fn read_rate_limit(
             return Err(ctx.err(
                 &join(path, "burst"),
                 line,
-                format!("`burst` needs a `strategy` that takes one: {}", takes.join(", ")),
+                format!(
+                    "`burst` needs a `strategy` that takes one: {}",
+                    takes.join(", ")
+                ),
             ));
         }
         rule.burst = Some(b);
@@ -634,7 +650,11 @@ fn read_rate_limit(
                 }
             }
             if name.is_empty() {
-                return Err(ctx.err(&here, item.line, "a `replaces` entry needs a non-empty `name`"));
+                return Err(ctx.err(
+                    &here,
+                    item.line,
+                    "a `replaces` entry needs a non-empty `name`",
+                ));
             }
             if name == rule.name {
                 return Err(ctx.err(

@@ -322,7 +322,10 @@ impl Config {
             })?;
             sources.push((name, text));
         }
-        Config::from_sources(sources.iter().map(|(n, t)| (n.as_str(), t.as_str())), options)
+        Config::from_sources(
+            sources.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+            options,
+        )
     }
 
     /// Loads files given as `(name, contents)`, in that order.
@@ -505,10 +508,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::
         let is_dir = kind.is_dir() || (kind.is_symlink() && path.is_dir());
         if is_dir {
             collect(&path, out)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml")
-        {
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             out.push(path);
         }
     }
