@@ -63,3 +63,38 @@ pub use envoy::service::ratelimit::v3::{
     rate_limit_service_client::RateLimitServiceClient,
     rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
 };
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn request_round_trips_and_client_and_server_exist() {
+        let req = RateLimitRequest {
+            domain: "api".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![rate_limit_descriptor::Entry {
+                    key: "path".into(),
+                    value: "/login".into(),
+                }],
+                limit: None,
+                hits_addend: Some(3),
+            }],
+            hits_addend: 2,
+        };
+        let bytes = req.encode_to_vec();
+        assert_eq!(RateLimitRequest::decode(bytes.as_slice()).ok(), Some(req));
+        // the types the server and the tests will use
+        let _client: Option<RateLimitServiceClient<tonic::transport::Channel>> = None;
+        fn _server<S: RateLimitService>(s: S) -> RateLimitServiceServer<S> {
+            RateLimitServiceServer::new(s)
+        }
+        assert_eq!(
+            rate_limit_response::rate_limit::Unit::Week as i32,
+            7,
+            "WEEK is 7 in rls.proto"
+        );
+    }
+}
