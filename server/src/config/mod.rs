@@ -1,0 +1,516 @@
+//! envoyproxy/ratelimit's YAML configuration files, read unchanged.
+//!
+//! A file has a `domain` and a tree of `descriptors`; each descriptor has a
+//! `key`, an optional `value` (a `*` in it is a wildcard), an optional
+//! `rate_limit` and nested `descriptors`. The files are read, checked and
+//! matched as the Go service (`src/config/config_impl.go`) does them:
+//!
+//! * the same files are rejected: an empty or duplicate `domain` (unless
+//!   [`LoadOptions::merge_domains`], the Go service's
+//!   `MERGE_DOMAIN_CONFIG`), an empty `key`, a duplicate key/value under one
+//!   parent, an unknown key anywhere (`ratelimit:` for `rate_limit:`), a
+//!   mapping key that is not a string, a list of something else than
+//!   mappings, a number with a fraction where Go's YAML library would give
+//!   a float, a `unit` that is not `second`, `minute`, `hour`, `day`,
+//!   `week`, `month` or `year` (any case), a `unit` beside
+//!   `unlimited: true`, an empty `replaces` name or one naming its own
+//!   limit, `share_threshold` on a value without `*`; each error names the
+//!   file, the path inside it and the line ([`ConfigError`]);
+//! * scalars are read with YAML 1.1's rules, as Go's `yaml.v2` does
+//!   (`shadow_mode: yes` is true; `value: 200` is the string `200`);
+//! * what Go accepts and ignores is accepted and ignored, with a
+//!   [`warning`](Config::warnings): a known key in the wrong place (say
+//!   `shadow_mode` inside `rate_limit`), a key given twice in one mapping
+//!   (the last wins), documents after the first in a file;
+//! * [`Config::lookup`] matches a request's descriptor as Go's `GetLimit`
+//!   does (see there).
+//!
+//! Accepted and kept for the steps that use them, with Go's meaning:
+//! `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`,
+//! `share_threshold`, `metadata` (as a protobuf `Struct`, as Go returns it
+//! in dynamic metadata), `name` and `replaces`. `unlimited` with a
+//! `requests_per_unit` is accepted, as in Go (the count is ignored).
+//!
+//! # Extensions
+//!
+//! Optional fields of `rate_limit` that the Go service does not have (it
+//! rejects a file that uses them, as unknown keys):
+//!
+//! * `strategy`: one of the library's seven strategies by its name
+//!   ([`Strategy`]: `fixed-window`, `sliding-window-log`,
+//!   `sliding-window-counter`, `token-bucket`, `leaky-bucket`, `gcra`,
+//!   `concurrency`). Without it a limit is the Go service's fixed window
+//!   aligned to the epoch ([`crate::window`]).
+//! * `burst`: a positive integer, for the strategies that take one
+//!   ([`Strategy::takes_burst`]).
+//! * `unit_multiplier`: a positive integer `n`, the period is `n` units
+//!   (`unit: minute` with `unit_multiplier: 5` is five minutes).
+//! * `duration`: a period written as the library's rates write theirs
+//!   (`90s`, `500ms`, `2 hours`, `7d`), instead of `unit`.
+
+mod load;
+#[cfg(test)]
+mod tests;
+mod yaml;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use tower_redis_ratelimit::strategy::Strategy;
+
+/// The unit of a limit, as envoyproxy/ratelimit's configs name it (and
+/// Envoy's `RateLimitResponse.RateLimit.Unit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3,600 seconds.
+    Hour,
+    /// 86,400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days, as the Go service counts a month.
+    Month,
+    /// 365 days, as the Go service counts a year.
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// The unit's length in seconds, as the Go service's `UnitToDivider`.
+    pub const fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The lower-case name, as in a config file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The unit named `s`, in any case (the Go service upper-cases it and
+    /// looks it up in the proto enum; `UNKNOWN` is not a unit).
+    pub fn parse(s: &str) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|u| u.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A configured limit: the `rate_limit` of one descriptor node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The file it was read from (as given to the loader).
+    pub file: String,
+    /// The Go service's key of the node: the domain and each level's
+    /// `key` or `key_value`, joined with `.` (`api.remote_address`,
+    /// `api.path_/v1*`); its metric names use it.
+    pub full_key: String,
+    /// `requests_per_unit` (0 when absent, as in Go: every request is over).
+    pub requests_per_unit: u32,
+    /// `unit`; `None` when the period is a `duration` or the limit is
+    /// unlimited.
+    pub unit: Option<Unit>,
+    /// `unit_multiplier` (1 when absent).
+    pub unit_multiplier: u32,
+    /// The period in microseconds: the unit times the multiplier, or the
+    /// `duration`; 0 for an unlimited rule.
+    pub period_us: u64,
+    /// `unlimited: true`: every request is admitted, nothing is counted.
+    pub unlimited: bool,
+    /// `name` (empty when absent).
+    pub name: String,
+    /// The `name`s listed in `replaces`.
+    pub replaces: Vec<String>,
+    /// `shadow_mode` of the node.
+    pub shadow_mode: bool,
+    /// `quota_mode` of the node.
+    pub quota_mode: bool,
+    /// `detailed_metric` of the node.
+    pub detailed_metric: bool,
+    /// `metadata` of the node, as the Go service returns it.
+    pub metadata: Option<prost_types::Struct>,
+    /// Extension: the strategy; `None` is the Go service's fixed window
+    /// aligned to the epoch.
+    pub strategy: Option<Strategy>,
+    /// Extension: `burst`.
+    pub burst: Option<u64>,
+}
+
+/// One node of a domain's descriptor tree.
+#[derive(Debug, Default)]
+struct Node {
+    /// Children by `key` or `key_value`.
+    children: HashMap<String, Node>,
+    /// The children whose `key_value` has a `*`, in file order, each with
+    /// its `key_value` split at the `*`s.
+    wildcards: Vec<(String, Vec<String>)>,
+    rule: Option<Rule>,
+    value_to_metric: bool,
+    share_threshold: bool,
+}
+
+/// A warning about something a file holds that the Go service ignores too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The file.
+    pub file: String,
+    /// The path inside it (`descriptors[0].rate_limit.shadow_mode`).
+    pub path: String,
+    /// The line, 1-based.
+    pub line: usize,
+    /// What is ignored.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_located(f, &self.file, &self.path, self.line, &self.message)
+    }
+}
+
+/// Why a configuration was rejected: the file, the path inside it, the
+/// line and what is wrong, displayed as
+/// `limits/api.yaml: descriptors[1].rate_limit.unit: unknown unit "fortnight" … (line 7)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (as given to the loader, or relative to the directory).
+    pub file: String,
+    /// The path inside the file; empty for the whole file.
+    pub path: String,
+    /// The line, 1-based; 0 when it is not known (an unreadable file).
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_located(f, &self.file, &self.path, self.line, &self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn write_located(
+    f: &mut fmt::Formatter<'_>,
+    file: &str,
+    path: &str,
+    line: usize,
+    message: &str,
+) -> fmt::Result {
+    write!(f, "{file}: ")?;
+    if !path.is_empty() {
+        write!(f, "{path}: ")?;
+    }
+    f.write_str(message)?;
+    if line > 0 {
+        write!(f, " (line {line})")?;
+    }
+    Ok(())
+}
+
+/// How files are combined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Files with the same `domain` add to it instead of being rejected
+    /// (the Go service's `MERGE_DOMAIN_CONFIG=true`); a key/value defined
+    /// twice under one parent is still an error.
+    pub merge_domains: bool,
+}
+
+impl LoadOptions {
+    /// Sets [`merge_domains`](Self::merge_domains).
+    pub fn merge_domains(mut self, merge: bool) -> Self {
+        self.merge_domains = merge;
+        self
+    }
+}
+
+/// A loaded configuration: every domain's descriptor tree.
+#[derive(Debug, Default)]
+pub struct Config {
+    domains: HashMap<String, Node>,
+    /// Domains in the order their first file was loaded.
+    order: Vec<String>,
+    /// The file that defined each domain first.
+    files: HashMap<String, String>,
+    warnings: Vec<ConfigWarning>,
+}
+
+/// What [`Config::lookup_match`] found for a request's descriptor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Match<'a> {
+    /// The configured limit.
+    pub rule: &'a Rule,
+    /// The name the Go service gives this descriptor's statistics:
+    /// with `detailed_metric`, the request's own key and values
+    /// (`api.remote_address_10.0.0.1`); with `value_to_metric`, the values
+    /// at the levels that ask for it; otherwise [`Rule::full_key`].
+    pub metric_key: String,
+    /// For each entry of the descriptor, the wildcard value (with its `*`)
+    /// that stands for the request's value in the counter's key when it
+    /// was matched by a wildcard with `share_threshold: true` (all values
+    /// that match share one counter); `None` where the request's own value
+    /// is used.
+    pub shared_values: Vec<Option<String>>,
+}
+
+impl Config {
+    /// Loads the files of `dir` and its subdirectories whose names end in
+    /// `.yaml` or `.yml`, in the order of their paths; errors and warnings
+    /// name a file by its path relative to `dir`. Names starting with `.`
+    /// are skipped (so a Kubernetes ConfigMap's `..data` links are read
+    /// once); symbolic links are followed.
+    pub fn load_dir(dir: &Path, options: LoadOptions) -> Result<Config, ConfigError> {
+        let mut files = Vec::new();
+        collect(dir, &mut files).map_err(|(path, e)| ConfigError {
+            file: path.display().to_string(),
+            path: String::new(),
+            line: 0,
+            message: format!("cannot read: {e}"),
+        })?;
+        files.sort();
+        let mut sources = Vec::with_capacity(files.len());
+        for path in files {
+            let name = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+                file: name.clone(),
+                path: String::new(),
+                line: 0,
+                message: format!("cannot read: {e}"),
+            })?;
+            sources.push((name, text));
+        }
+        Config::from_sources(
+            sources.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+            options,
+        )
+    }
+
+    /// Loads files given as `(name, contents)`, in that order.
+    pub fn from_sources<'a>(
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+        options: LoadOptions,
+    ) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        for (name, text) in files {
+            load::load_file(&mut config, name, text, options)?;
+        }
+        Ok(config)
+    }
+
+    /// The domains, in the order they were first loaded.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(String::as_str)
+    }
+
+    /// Every rule of `domain`, in no particular order.
+    pub fn rules(&self, domain: &str) -> Vec<&Rule> {
+        fn walk<'a>(node: &'a Node, out: &mut Vec<&'a Rule>) {
+            out.extend(node.rule.as_ref());
+            for child in node.children.values() {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(root) = self.domains.get(domain) {
+            walk(root, &mut out);
+        }
+        out
+    }
+
+    /// What the files hold that is ignored, as the Go service ignores it.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+
+    /// The rule for a request's descriptor (its `(key, value)` entries) in
+    /// `domain`, as the Go service's `GetLimit` finds it: at each level the
+    /// entry's `key_value` if configured, else the first wildcard
+    /// (`key: path, value: "/v1/*"`) that matches it, in file order, else
+    /// its `key` alone (a node without `value`, a limit per distinct
+    /// value); the limit applies only if the node that the last entry
+    /// reaches has one (a descriptor longer or shorter than the configured
+    /// path gets none). An unknown domain or no match is no limit.
+    pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Rule> {
+        self.lookup_match(domain, entries).map(|m| m.rule)
+    }
+
+    /// [`lookup`](Self::lookup), with the names the Go service derives
+    /// from the path the entries took ([`Match`]).
+    pub fn lookup_match(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Match<'_>> {
+        let mut node = self.domains.get(domain)?;
+        let mut detailed = String::from(domain);
+        let mut enhanced = String::from(domain);
+        let mut shared: Vec<Option<String>> = vec![None; entries.len()];
+        let mut found = None;
+        for (i, &(key, value)) in entries.iter().enumerate() {
+            let key_value = format!("{key}_{value}");
+            detailed.push('.');
+            detailed.push_str(&key_value);
+            let mut next = node.children.get(&key_value);
+            let mut wildcard: Option<&str> = None;
+            if next.is_none() {
+                for (pattern, parts) in &node.wildcards {
+                    if wildcard_match(parts, &key_value) {
+                        next = node.children.get(pattern);
+                        wildcard = Some(pattern);
+                        break;
+                    }
+                }
+            }
+            let by_value = next.is_some();
+            if next.is_none() {
+                next = node.children.get(key);
+            }
+            let prefix = format!("{key}_");
+            enhanced.push('.');
+            enhanced.push_str(key);
+            let Some(next) = next else {
+                break;
+            };
+            let shown = match wildcard {
+                Some(pattern) => {
+                    let wildcard_value = pattern.strip_prefix(&prefix).unwrap_or(pattern);
+                    if next.share_threshold {
+                        shared[i] = Some(wildcard_value.to_owned());
+                        wildcard_value
+                    } else if next.value_to_metric {
+                        value
+                    } else {
+                        wildcard_value
+                    }
+                }
+                None if by_value => value,
+                None if next.value_to_metric => value,
+                None => "",
+            };
+            if !shown.is_empty() {
+                enhanced.push('_');
+                enhanced.push_str(shown);
+            }
+            if i + 1 == entries.len() {
+                found = next.rule.as_ref();
+            }
+            if next.children.is_empty() {
+                break;
+            }
+            node = next;
+        }
+        let rule = found?;
+        let metric_key = if rule.detailed_metric {
+            if shared.iter().any(Option::is_some) {
+                let mut k = String::from(domain);
+                for ((key, value), s) in entries.iter().zip(&shared) {
+                    k.push('.');
+                    k.push_str(key);
+                    match s {
+                        Some(p) => {
+                            k.push('_');
+                            k.push_str(p);
+                        }
+                        None if !value.is_empty() => {
+                            k.push('_');
+                            k.push_str(value);
+                        }
+                        None => {}
+                    }
+                }
+                k
+            } else {
+                detailed
+            }
+        } else {
+            enhanced
+        };
+        Some(Match {
+            rule,
+            metric_key,
+            shared_values: shared,
+        })
+    }
+}
+
+/// Whether `value` matches a pattern split at its `*`s (each `*` matches
+/// any run of characters, the empty one too), as the Go service's
+/// `wildcardMatch`.
+fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let [first, middle @ .., last] = parts else {
+        return parts.first().is_some_and(|p| p == value);
+    };
+    let fixed: usize = parts.iter().map(String::len).sum();
+    if value.len() < fixed || !value.starts_with(first.as_str()) || !value.ends_with(last.as_str())
+    {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for part in middle {
+        match rest.find(part.as_str()) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::Error)> {
+    let entries = std::fs::read_dir(dir).map_err(|e| (dir.to_owned(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| (dir.to_owned(), e))?;
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let kind = entry.file_type().map_err(|e| (path.clone(), e))?;
+        // follows a symbolic link (Kubernetes mounts a ConfigMap's files
+        // as links into a `..data` directory)
+        let is_dir = kind.is_dir() || (kind.is_symlink() && path.is_dir());
+        if is_dir {
+            collect(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,438 @@
+//! A YAML document as a tree of nodes that keep each scalar's source text,
+//! whether it was quoted and its line, so that the loader can read scalars
+//! as envoyproxy/ratelimit's YAML library (`gopkg.in/yaml.v2`, YAML 1.1
+//! resolution) does: `yes`/`on` are booleans there, `0x10` an integer, and a
+//! string field takes any scalar's text as written.
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+
+/// One node of a document, with the (1-based) line it starts on.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) line: usize,
+    pub(crate) kind: Kind,
+}
+
+/// What a node is.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// A scalar: its text, whether it was plain (not quoted nor a block),
+    /// and whether a `!!str` tag forces it to be a string.
+    Scalar {
+        text: String,
+        plain: bool,
+        str_tag: bool,
+    },
+    Seq(Vec<Node>),
+    /// Entries in document order (duplicate keys already resolved: the last
+    /// one wins, as in yaml.v2; [`Document::duplicates`] lists them).
+    Map(Vec<(Node, Node)>),
+}
+
+/// A scalar read with YAML 1.1's resolution rules (as yaml.v2 reads them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(&'a str),
+}
+
+impl Node {
+    /// The scalar this node is, resolved as yaml.v2 does; `None` for a
+    /// sequence or a mapping.
+    pub(crate) fn scalar(&self) -> Option<Scalar<'_>> {
+        match &self.kind {
+            Kind::Scalar {
+                text,
+                plain,
+                str_tag,
+            } => Some(if *plain && !*str_tag {
+                resolve_plain(text)
+            } else {
+                Scalar::Str(text)
+            }),
+            _ => None,
+        }
+    }
+
+    /// The scalar's text as written (what yaml.v2 puts in a string field).
+    pub(crate) fn text(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Scalar { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// A short name of the node's kind, for error messages.
+    pub(crate) fn describe(&self) -> &'static str {
+        match &self.kind {
+            Kind::Seq(_) => "a list",
+            Kind::Map(_) => "a mapping",
+            Kind::Scalar { .. } => match self.scalar() {
+                Some(Scalar::Null) => "null",
+                Some(Scalar::Bool(_)) => "a boolean",
+                Some(Scalar::Int(_)) => "an integer",
+                Some(Scalar::Float(_)) => "a number with a fraction or an exponent",
+                _ => "a string",
+            },
+        }
+    }
+}
+
+/// YAML 1.1 resolution of a plain scalar, as `gopkg.in/yaml.v2` does it.
+fn resolve_plain(s: &str) -> Scalar<'_> {
+    match s {
+        "" | "~" | "null" | "Null" | "NULL" => return Scalar::Null,
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+            return Scalar::Bool(true);
+        }
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
+            return Scalar::Bool(false);
+        }
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Scalar::Float(f64::INFINITY);
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Scalar::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Scalar::Float(f64::NAN),
+        _ => {}
+    }
+    let Some(first) = s.chars().next() else {
+        return Scalar::Str(s);
+    };
+    if !matches!(first, '-' | '+' | '.' | '0'..='9') {
+        return Scalar::Str(s);
+    }
+    let plain: String = s.chars().filter(|c| *c != '_').collect();
+    if let Some(n) = parse_int(&plain) {
+        return Scalar::Int(n);
+    }
+    if is_float(&plain)
+        && let Ok(f) = plain.parse::<f64>()
+    {
+        return Scalar::Float(f);
+    }
+    Scalar::Str(s)
+}
+
+/// An integer as Go's `strconv.ParseInt(s, 0, 64)` (or `ParseUint`) reads
+/// it: an optional sign, then decimal, `0x` hex, `0o`/`0` octal or `0b`
+/// binary; at most 64 bits.
+fn parse_int(s: &str) -> Option<i128> {
+    let (neg, body) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(digits, radix).ok()?;
+    let n = i128::from(magnitude);
+    if neg {
+        // ParseInt: down to i64::MIN
+        (n <= i128::from(i64::MAX) + 1).then_some(-n)
+    } else {
+        Some(n)
+    }
+}
+
+/// yaml.v2's float pattern: `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`.
+fn is_float(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if matches!(b.first(), Some(b'-' | b'+')) {
+        i += 1;
+    }
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    } else {
+        if digits(&mut i) == 0 {
+            return false;
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            digits(&mut i);
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'-' | b'+')) {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// A parsed file: its first document (as yaml.v2's `Unmarshal` reads only
+/// the first), and notes on what yaml.v2 would have accepted silently.
+#[derive(Debug)]
+pub(crate) struct Document {
+    /// `None` for an empty file.
+    pub(crate) root: Option<Node>,
+    /// Lines of mapping keys given twice in one mapping (the last wins).
+    pub(crate) duplicates: Vec<(usize, String)>,
+    /// Whether the file holds more than one document (the rest is ignored).
+    pub(crate) more_documents: bool,
+}
+
+/// A YAML syntax error: its line and the parser's message.
+#[derive(Debug)]
+pub(crate) struct SyntaxError {
+    pub(crate) line: usize,
+    pub(crate) message: String,
+}
+
+enum Frame {
+    Seq(usize, Vec<Node>, usize),
+    /// line, entries, the key waiting for its value, anchor, and for each
+    /// entry whether it came from a merge key (`<<`)
+    Map(usize, Vec<(Node, Node)>, Option<Node>, usize, Vec<bool>),
+}
+
+/// Parses `src` into a [`Document`].
+pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
+    let mut anchors: Vec<(usize, Node)> = Vec::new();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut doc = Document {
+        root: None,
+        duplicates: Vec::new(),
+        more_documents: false,
+    };
+    let mut documents = 0usize;
+    let mut done = false;
+    for item in Parser::new_from_str(src) {
+        let (event, span): (Event<'_>, Span) = item.map_err(|e| SyntaxError {
+            line: e.marker().line(),
+            message: e.info().to_owned(),
+        })?;
+        let line = span.start.line();
+        let (node, anchor) = match event {
+            Event::DocumentStart(_) => {
+                documents += 1;
+                if documents > 1 {
+                    doc.more_documents = true;
+                    done = true;
+                }
+                continue;
+            }
+            _ if done => continue,
+            Event::Scalar(text, style, anchor, tag) => {
+                let str_tag = tag
+                    .as_ref()
+                    .is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
+                let node = Node {
+                    line,
+                    kind: Kind::Scalar {
+                        text: text.into_owned(),
+                        plain: style == ScalarStyle::Plain,
+                        str_tag,
+                    },
+                };
+                (node, anchor)
+            }
+            Event::Alias(id) => {
+                let node = anchors
+                    .iter()
+                    .rev()
+                    .find(|(a, _)| *a == id)
+                    .map(|(_, n)| n.clone())
+                    .ok_or_else(|| SyntaxError {
+                        line,
+                        message: "an alias to an unknown anchor".to_owned(),
+                    })?;
+                (node, 0)
+            }
+            Event::SequenceStart(anchor, _) => {
+                stack.push(Frame::Seq(line, Vec::new(), anchor));
+                continue;
+            }
+            Event::MappingStart(anchor, _) => {
+                stack.push(Frame::Map(line, Vec::new(), None, anchor, Vec::new()));
+                continue;
+            }
+            Event::SequenceEnd => match stack.pop() {
+                Some(Frame::Seq(l, items, anchor)) => (
+                    Node {
+                        line: l,
+                        kind: Kind::Seq(items),
+                    },
+                    anchor,
+                ),
+                _ => continue,
+            },
+            Event::MappingEnd => match stack.pop() {
+                Some(Frame::Map(l, entries, _, anchor, _)) => (
+                    Node {
+                        line: l,
+                        kind: Kind::Map(entries),
+                    },
+                    anchor,
+                ),
+                _ => continue,
+            },
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {
+                continue;
+            }
+        };
+        if anchor != 0 {
+            anchors.push((anchor, node.clone()));
+        }
+        match stack.last_mut() {
+            None => doc.root = Some(node),
+            Some(Frame::Seq(_, items, _)) => items.push(node),
+            Some(Frame::Map(_, entries, pending, _, merged)) => match pending.take() {
+                None => *pending = Some(node),
+                Some(key) => insert(entries, merged, key, node, &mut doc.duplicates),
+            },
+        }
+    }
+    Ok(doc)
+}
+
+/// Adds `key: value` to a mapping as yaml.v2 builds it: a merge key `<<`
+/// copies the entries of the mapping(s) it names that are not set
+/// explicitly (an explicit key overrides a merged one, before or after it);
+/// a key given twice keeps the last value.
+fn insert(
+    entries: &mut Vec<(Node, Node)>,
+    merged: &mut Vec<bool>,
+    key: Node,
+    value: Node,
+    duplicates: &mut Vec<(usize, String)>,
+) {
+    let is_merge = matches!(&key.kind, Kind::Scalar { text, plain: true, .. } if text == "<<");
+    if is_merge {
+        let sources: Vec<Node> = match value.kind {
+            Kind::Map(_) => vec![value],
+            Kind::Seq(items) => items,
+            _ => vec![value],
+        };
+        for source in sources {
+            if let Kind::Map(more) = source.kind {
+                for (k, v) in more {
+                    if !entries.iter().any(|(e, _)| same_key(e, &k)) {
+                        entries.push((k, v));
+                        merged.push(true);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    if let Some(i) = entries.iter().position(|(e, _)| same_key(e, &key)) {
+        if !merged[i] {
+            duplicates.push((key.line, key.text().unwrap_or("?").to_owned()));
+        }
+        merged[i] = false;
+        entries[i].1 = value;
+    } else {
+        entries.push((key, value));
+        merged.push(false);
+    }
+}
+
+fn same_key(a: &Node, b: &Node) -> bool {
+    match (a.scalar(), b.scalar()) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(src: &str) -> Node {
+        match parse(src) {
+            Ok(Document { root: Some(n), .. }) => n,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn yaml_1_1_scalars_as_yaml_v2_reads_them() {
+        for (s, want) in [
+            ("yes", Scalar::Bool(true)),
+            ("Off", Scalar::Bool(false)),
+            ("~", Scalar::Null),
+            ("12", Scalar::Int(12)),
+            ("1_000", Scalar::Int(1000)),
+            ("0x1F", Scalar::Int(31)),
+            ("010", Scalar::Int(8)),
+            ("-3", Scalar::Int(-3)),
+            ("1.5", Scalar::Float(1.5)),
+            ("1e3", Scalar::Float(1000.0)),
+            ("1.2.3", Scalar::Str("1.2.3")),
+            ("value*", Scalar::Str("value*")),
+            ("0xZZ", Scalar::Str("0xZZ")),
+        ] {
+            assert_eq!(resolve_plain(s), want, "{s}");
+        }
+        let n = root("a: 'yes'");
+        let Kind::Map(e) = &n.kind else { panic!() };
+        assert_eq!(e[0].1.scalar(), Some(Scalar::Str("yes")));
+    }
+
+    #[test]
+    fn anchors_merge_keys_and_duplicates() {
+        let d = parse("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\nc: 4\n").unwrap();
+        let Some(Node {
+            kind: Kind::Map(e), ..
+        }) = d.root
+        else {
+            panic!()
+        };
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].1.text(), Some("4"));
+        assert_eq!(d.duplicates, vec![(5, "c".to_owned())]);
+        let d = parse("c:\n  <<: {x: 1, y: 2}\n  y: 3\n").unwrap();
+        let Some(Node {
+            kind: Kind::Map(e), ..
+        }) = d.root
+        else {
+            panic!()
+        };
+        let Kind::Map(c) = &e[0].1.kind else { panic!() };
+        let got: Vec<_> = c
+            .iter()
+            .map(|(k, v)| (k.text().unwrap(), v.text().unwrap()))
+            .collect();
+        assert_eq!(got, vec![("x", "1"), ("y", "3")]);
+    }
+
+    #[test]
+    fn first_document_only() {
+        let d = parse("a: 1\n---\nb: 2\n").unwrap();
+        assert!(d.more_documents);
+        assert!(d.root.is_some());
+        assert!(parse("").unwrap().root.is_none());
+        assert!(parse("'''").is_err());
+    }
+}
