@@ -16,8 +16,13 @@
 //! Each decision in a batch runs the limiter's own script with its own keys
 //! and arguments, so it is decided, written and expired exactly as a call of
 //! its own would be; one that errors fails alone. On Cluster, a batch is
-//! split by hash slot first (a script may touch one slot only), each slot's
-//! share one call, all sent at once.
+//! split by hash slot first, each slot's share one call, all sent at once.
+//! Not by node: Redis refuses declared keys of several slots (`CROSSSLOT`,
+//! before the call runs) even on one node and even in a script flagged
+//! `allow-cross-slot-keys`, which only lets a script reach keys it did not
+//! declare, checked one `redis.call` at a time as it runs (a key whose slot
+//! migrated away fails there, after what ran before it).
+//! `tests/deployments/cluster.rs` pins this down.
 //!
 //! Calls that may take a concurrency lease are never batched (their undo,
 //! should their caller go away, is sent on the connection the call went out
