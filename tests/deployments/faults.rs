@@ -418,11 +418,13 @@ async fn a_thousand_concurrent_checks_share_a_pool_of_one_and_stay_exact() {
     let cold = server.info_commandstats().await;
     // 5 keys x limit 100
     assert_eq!(admitted, 500);
-    // Warm: one EVALSHA per check, all over the one connection.
+    // Warm: all over the one connection, most checks batched (several per
+    // EVALSHA: src/store/redis/batch.rs)
     server.reset_stats().await;
     let (admitted_warm, worst_warm) = burst(&lim, 1000, "warm").await;
     assert_eq!(admitted_warm, 500);
-    assert_eq!(server.command_calls("evalsha").await, 1_000);
+    let calls = server.command_calls("evalsha").await;
+    assert!((1..=100).contains(&calls), "{calls} calls for 1000 checks");
     assert_eq!(server.command_calls("script|load").await, 0);
     let clients: String = redis::cmd("INFO")
         .arg("clients")

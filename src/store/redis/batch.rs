@@ -228,10 +228,9 @@ impl Lane {
                 direct().await
             }
             // The wait is bounded by the store's timeout from the moment
-            // the decision queued, as a call of its own is: a batch leaves
-            // without the decisions whose time is up (they fail with a
-            // timeout), its call has what is left of its oldest decision's
-            // time (`send_slot`), and the caller stops waiting then.
+            // the decision queued, as a call of its own is: the caller stops
+            // waiting then (a timeout: it may have been applied), and a
+            // batch leaves without the decisions whose time is up.
             Err(waiting) => match tokio::time::timeout(conns.timeout, waiting).await {
                 Ok(Ok(reply)) => reply,
                 // its batch was dropped unsent or unanswered (the runtime
@@ -331,29 +330,24 @@ impl Lane {
     }
 
     /// Sends `batch` (keys of one slot) as one call: a lone decision with
-    /// the lane's own script, several with its batch script. The call has
-    /// what is left of the time of its oldest decision.
+    /// the lane's own script, several with its batch script. The call is
+    /// bounded by the store's timeout as any call is; each decision's caller
+    /// stops waiting at its own deadline.
     async fn send_slot<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
-        let oldest = batch.iter().map(|p| p.queued).min();
-        let left = oldest.map_or(conns.timeout, |t| conns.timeout.saturating_sub(t.elapsed()));
-        let within = |call| async move {
-            match tokio::time::timeout(left, call).await {
-                Ok(reply) => reply,
-                Err(_) => Err(StoreError::Timeout(conns.timeout)),
-            }
-        };
         if let [only] = &batch[..] {
             let cmd = self.single_cmd(&only.decision);
-            let reply =
-                within(conns.query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None))
-                    .await;
+            let reply = conns
+                .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None)
+                .await;
             if let Some(pending) = batch.into_iter().next() {
                 let _ = pending.reply.send(reply);
             }
             return;
         }
         let cmd = self.batch_cmd(&batch);
-        match within(conns.query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)).await
+        match conns
+            .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)
+            .await
         {
             Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {
                 for (pending, reply) in batch.into_iter().zip(replies) {
