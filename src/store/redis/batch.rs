@@ -41,9 +41,11 @@ use super::script::LimiterScript;
 use crate::error::StoreError;
 
 /// The most decisions one call carries: a batch keeps Redis busy for its
-/// whole run (about 1 µs to 5 µs a decision), and every decision in it waits
-/// for the last one.
-pub(crate) const MAX_BATCH: usize = 128;
+/// whole run (about 1 µs to 5 µs a decision, so at most about a
+/// millisecond), and every decision in it waits for the last one. (256
+/// tasks on one connection: 128 made 0.8 to 0.9 times the decisions/s of
+/// 256.)
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// How many calls of a lane may be in flight per connection before its
 /// decisions queue: one on the wire while the next forms, and one more so
@@ -116,21 +118,21 @@ impl State {
     /// Every call ends within the timeout, if its future is polled: one
     /// older is held by a caller that keeps its future without polling it,
     /// and must not hold up the others.
-    fn may_fly(&self, most: usize, timeout: Duration) -> bool {
+    fn may_fly(&self, most: usize, timeout: Duration, now: Instant) -> bool {
         self.flights.len() < most
             || self
                 .flights
                 .iter()
-                .filter(|(_, since)| since.elapsed() < timeout)
+                .filter(|(_, since)| now.saturating_duration_since(*since) < timeout)
                 .count()
                 < most
     }
 
-    /// A new flight, starting now: its id.
-    fn take_off(&mut self) -> u64 {
+    /// A new flight, starting `now`: its id.
+    fn take_off(&mut self, now: Instant) -> u64 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.flights.push((id, Instant::now()));
+        self.flights.push((id, now));
         id
     }
 
@@ -204,14 +206,15 @@ impl Lane {
         Fut: Future<Output = Result<redis::Value, StoreError>>,
     {
         let flight = {
+            let now = Instant::now();
             let mut state = self.lock();
-            if state.may_fly(self.max_flights, conns.timeout) {
-                Ok(state.take_off())
+            if state.may_fly(self.max_flights, conns.timeout, now) {
+                Ok(state.take_off(now))
             } else {
                 let (reply, waiting) = oneshot::channel();
                 state.queue.push(Pending {
                     decision: decision(),
-                    queued: Instant::now(),
+                    queued: now,
                     reply,
                 });
                 Err(waiting)
