@@ -152,7 +152,7 @@ impl Quota {
     /// same for every key, instead of a window opened by each key's first
     /// hit. The windows are `[k × period, (k + 1) × period)` in the
     /// limiter's clock's microseconds since the epoch (Redis's `TIME` on
-    /// Redis's clock; the [`ManualClock`](crate::ManualClock)'s or the
+    /// Redis's clock; the [`ManualClock`](crate::clock::ManualClock)'s or the
     /// caller's reading otherwise): a window of one minute runs from `:00`
     /// to `:00`, one of a day from midnight UTC, as envoyproxy/ratelimit and
     /// most gateways count. A month or a year is whatever period the rate
