@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::rate::{MAX_COUNT, Rate};
 use crate::strategy::state::Params;
-use crate::strategy::{Strategy, StrategySpec};
+use crate::strategy::{Bound, Kind, Strategy, StrategySpec};
 
 /// Longest period accepted (one year): keeps every timestamp computation
 /// exact in Redis's Lua numbers.
@@ -33,6 +33,7 @@ pub struct Quota {
     burst: Option<u64>,
     name: Option<String>,
     shadow: bool,
+    aligned: bool,
 }
 
 impl Quota {
@@ -57,6 +58,7 @@ impl Quota {
             burst: None,
             name: None,
             shadow: false,
+            aligned: false,
         }
     }
 
@@ -146,6 +148,64 @@ impl Quota {
         self
     }
 
+    /// For [`Quota::fixed_window`]: windows aligned to the Unix epoch, the
+    /// same for every key, instead of a window opened by each key's first
+    /// hit. The windows are `[k × period, (k + 1) × period)` in the
+    /// limiter's clock's microseconds since the epoch (Redis's `TIME` on
+    /// Redis's clock; the [`ManualClock`](crate::clock::ManualClock)'s or the
+    /// caller's reading otherwise): a window of one minute runs from `:00`
+    /// to `:00`, one of a day from midnight UTC, as envoyproxy/ratelimit and
+    /// most gateways count. A month or a year is whatever period the rate
+    /// says (`Rate::new(n, Duration::from_secs(30 * 86_400))` for the
+    /// 30-day month of envoyproxy/ratelimit), counted from the epoch too.
+    ///
+    /// At most `n` in each window (its bound is
+    /// [`Bound::AlignedWindow`], see [`bound`](Self::bound)): so up to `2n`
+    /// across a window's end, for every key at the same moment.
+    /// `reset_after` and a denial's `retry_after` are the rest of the
+    /// window, and so is the key's TTL. Everything else is as a fixed
+    /// window's: a denial writes nothing, a cost of 0 peeks, named quotas
+    /// keep their count when their count changes.
+    ///
+    /// An aligned window keeps state apart from an unaligned one of the
+    /// same rate or name (its storage key starts with `a`, see the guide's
+    /// [keys](crate::guide::keys#storage-keys)). On Redis's clock it reads
+    /// `TIME`, as every strategy but the plain fixed window does. Other
+    /// strategies reject it at build (`quota[i].aligned`; a
+    /// [`SlidingWindowCounter`](Strategy::SlidingWindowCounter)'s windows
+    /// are aligned already).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{Quota, Rate};
+    /// use tower_redis_ratelimit::strategy::Bound;
+    ///
+    /// let per_minute = Quota::fixed_window(Rate::per_minute(100)).aligned();
+    /// assert!(per_minute.is_aligned());
+    /// assert_eq!(per_minute.bound(), Bound::AlignedWindow);
+    /// assert_eq!(per_minute.to_string(), "fixed-window 100/min aligned");
+    /// ```
+    pub fn aligned(mut self) -> Self {
+        self.aligned = true;
+        self
+    }
+
+    /// Whether the quota's windows are [`aligned`](Self::aligned) to the epoch.
+    pub fn is_aligned(&self) -> bool {
+        self.aligned
+    }
+
+    /// The kind of bound the quota keeps on what one key admits: its
+    /// strategy's ([`Strategy::bound`]), or [`Bound::AlignedWindow`] for an
+    /// [`aligned`](Self::aligned) fixed window.
+    pub fn bound(&self) -> Bound {
+        self.kind().spec().bound
+    }
+
+    /// What the stores run.
+    fn kind(&self) -> Kind {
+        Kind::new(self.strategy, self.aligned)
+    }
+
     /// Whether the quota is in [`shadow`](Self::shadow) mode.
     pub fn is_shadow(&self) -> bool {
         self.shadow
@@ -187,7 +247,7 @@ impl Quota {
             Some(n) => n.clone(),
             None => format!(
                 "{}-{}-per-{}",
-                self.strategy.tag(),
+                self.kind().spec().tag,
                 self.rate.count(),
                 period_label(self.rate.period())
             ),
@@ -216,7 +276,22 @@ impl Quota {
                 format!("must be at most {MAX_COUNT}"),
             ));
         }
-        let spec = self.strategy.spec();
+        if self.aligned && self.strategy != Strategy::FixedWindow {
+            return Err(ConfigError::new(
+                field("aligned"),
+                format!(
+                    "only a fixed-window quota can be aligned to the epoch, not {}{}",
+                    self.strategy,
+                    if self.strategy == Strategy::SlidingWindowCounter {
+                        " (its windows are aligned already)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let kind = self.kind();
+        let spec = kind.spec();
         if self.shadow && spec.holds_leases {
             return Err(ConfigError::new(
                 field("shadow"),
@@ -306,7 +381,7 @@ impl Quota {
         // limits (a plan's) is `<tag><period>`, without '/': known by its
         // strategy and period, it keeps its state across a change of count
         // or burst (a new period makes it another quota).
-        let (tag, period) = (self.strategy.key_tag(), compact_period(period_us));
+        let (tag, period) = (spec.key_tag, compact_period(period_us));
         let key_id = match &self.name {
             Some(name) if spec.period_in_named_key => format!("{tag}{period}/{name}"),
             Some(name) => format!("{tag}/{name}"),
@@ -315,6 +390,7 @@ impl Quota {
         };
         Ok(QuotaSpec {
             strategy: self.strategy,
+            kind,
             key_id,
             limit: count,
             period_us,
@@ -394,6 +470,8 @@ fn validate_name(name: &str) -> Result<(), String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QuotaSpec {
     pub(crate) strategy: Strategy,
+    /// What the stores run: the strategy, or its aligned variant.
+    pub(crate) kind: Kind,
     /// The rate's count (in-flight maximum for concurrency).
     pub(crate) limit: u64,
     /// The rate's period (lease timeout for concurrency).
@@ -427,7 +505,7 @@ pub(crate) struct QuotaSpec {
 impl QuotaSpec {
     /// The strategy's facts.
     pub(crate) fn spec(&self) -> &'static StrategySpec {
-        self.strategy.spec()
+        self.kind.spec()
     }
 
     /// The emission interval as the scripts take it: negative for a named
@@ -471,6 +549,14 @@ mod tests {
             ),
             (Quota::gcra(Rate::per_second(1)).name(""), "quota[0].name"),
             (Quota::concurrency(2).shadow(true), "quota[0].shadow"),
+            (
+                Quota::gcra(Rate::per_second(1)).aligned(),
+                "quota[0].aligned",
+            ),
+            (
+                Quota::sliding_window_counter(Rate::per_second(1)).aligned(),
+                "quota[0].aligned",
+            ),
             (
                 Quota::gcra(Rate::per_second(1)).name("a{b}"),
                 "quota[0].name",
@@ -541,6 +627,29 @@ mod tests {
                 .lease_timeout(Duration::from_secs(5))
                 .name("m")),
             "n/m"
+        );
+        // an aligned window never shares state with an unaligned one of the
+        // same numbers; a named one keeps its key when its count changes
+        assert_eq!(
+            id(Quota::fixed_window(Rate::per_hour(1000)).aligned()),
+            "a1000/1h"
+        );
+        let aligned = |r: Rate| id(Quota::fixed_window(r).name("minute").aligned());
+        assert_eq!(aligned(Rate::per_minute(60)), "a1m/minute");
+        assert_eq!(aligned(Rate::per_minute(90)), "a1m/minute");
+        assert_eq!(aligned(Rate::per_hour(60)), "a1h/minute");
+        let runtime = |q: Quota| q.compile_in(0, true).unwrap().key_id;
+        assert_eq!(
+            runtime(Quota::fixed_window(Rate::per_minute(5)).aligned()),
+            "a1m"
+        );
+        assert_eq!(runtime(Quota::fixed_window(Rate::per_minute(5))), "f1m");
+        let q = Quota::fixed_window(Rate::per_minute(60)).aligned();
+        assert_eq!(q.quota_name(), "fwa-60-per-60s");
+        assert_eq!(q.bound(), Bound::AlignedWindow);
+        assert_eq!(
+            Quota::fixed_window(Rate::per_minute(60)).bound(),
+            Bound::Window
         );
         // shadow mode is no part of the storage key: turning it off keeps the state
         assert_eq!(

@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA d3bfabd31ff1cc68928c3f60568609e3494b0b89).
+-- (SCRIPT LOAD, then EVALSHA 86cdb58289af7ebb39b50899adf2d6cc72df949b).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -303,6 +303,24 @@ if tat and tat > now and fin > now then
     local val
     if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
     redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+  end
+end
+end
+end
+G[8] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of an aligned FixedWindow (Quota::aligned): only into the take's
+-- own window (the hash holds its start: fin = start + period), never below 0
+-- (a count given back to 0 is no state: the key goes). The same as
+-- give_back_fixed_window.lua under a manual clock, on every clock.
+local st = redis.call('HMGET', key, 's', 'c')
+local s, c = tonumber(st[1]), tonumber(st[2])
+if s and c and c > 0 and s + period == fin and now < fin then
+  if units >= c then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', -units))
   end
 end
 end
@@ -610,6 +628,33 @@ else
   local val
   if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
   redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+A[8] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of an aligned FixedWindow (Quota::aligned), as adjust_fixed_window.lua
+-- does under a manual clock, on every clock: units > 0 charges the current
+-- aligned window, past n if need be (a debt, not carried past the window's
+-- end), starting it if there is none; units < 0 gives back, never below 0
+-- (a count of 0 is no state). A count stays at most n plus what the rate
+-- repays in 2^50 us (top).
+local top = n + math.floor(1125899906842624 / math.abs(interval))
+local s = math.floor(now / period) * period
+local st = redis.call('HMGET', key, 's', 'c')
+local ws, c = tonumber(st[1]), tonumber(st[2])
+if not ws or not c or ws < s then c = 0 else s = ws end
+if units > 0 then
+  if c + units > top then units = math.max(top - c, 0) end
+  redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', c + units))
+  redis.call('PEXPIRE', key, fmt('%d', ceil((s + period - now) / 1000) + GRACE))
+elseif c > 0 then
+  if c + units <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', units))
+  end
 end
 end
 end

@@ -531,7 +531,7 @@ impl DenyFacts for Engine {
     fn denials_cacheable(&self, quota: usize) -> bool {
         self.quotas
             .get(quota)
-            .is_none_or(|q| q.strategy.spec().denials_cacheable)
+            .is_none_or(|q| q.spec().denials_cacheable)
     }
 }
 

@@ -5,7 +5,8 @@
 //! - a rate: `"100/minute"`;
 //! - a quota: `"gcra 60/min burst=10 name=minute"`, a bare rate, or a table
 //!   `{ strategy = "gcra", rate = "60/min", burst = 10, name = "minute" }`
-//!   (`shadow = true`, or ` shadow` in the text, for a quota in shadow mode)
+//!   (`shadow = true`, or ` shadow` in the text, for a quota in shadow mode;
+//!   `aligned = true`, or ` aligned`, for a fixed window aligned to the epoch)
 //!   (strategy default `gcra`);
 //! - a plan: `"100/minute; 10000/day"` (the text notation), or a table
 //!   `{ quotas = [ ... ] }` (quotas: a list, or one string), with
@@ -80,6 +81,8 @@ struct QuotaTable {
     name: Option<String>,
     #[serde(default)]
     shadow: bool,
+    #[serde(default)]
+    aligned: bool,
 }
 
 fn gcra() -> Strategy {
@@ -87,7 +90,7 @@ fn gcra() -> Strategy {
 }
 
 impl Serialize for Quota {
-    /// The table form (`strategy`, `rate`, and `burst`, `name` and `shadow` if set).
+    /// The table form (`strategy`, `rate`, and `burst`, `name`, `aligned` and `shadow` if set).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("strategy", &self.strategy())?;
@@ -97,6 +100,9 @@ impl Serialize for Quota {
         }
         if let Some(name) = self.explicit_name() {
             m.serialize_entry("name", name)?;
+        }
+        if self.is_aligned() {
+            m.serialize_entry("aligned", &true)?;
         }
         if self.is_shadow() {
             m.serialize_entry("shadow", &true)?;
@@ -111,7 +117,7 @@ impl<'de> Deserialize<'de> for Quota {
         impl<'de> Visitor<'de> for V {
             type Value = Quota;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a quota: \"gcra 60/min burst=10\" or { strategy, rate, burst, name }")
+                f.write_str("a quota: \"gcra 60/min burst=10\" or { strategy, rate, burst, name, aligned, shadow }")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Quota, E> {
                 s.parse::<Quota>().map_err(nested)
@@ -124,6 +130,9 @@ impl<'de> Deserialize<'de> for Quota {
                 }
                 if let Some(n) = t.name {
                     q = q.name(n);
+                }
+                if t.aligned {
+                    q = q.aligned();
                 }
                 Ok(q.shadow(t.shadow))
             }

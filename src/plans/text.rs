@@ -1,8 +1,9 @@
 //! The text notation of quotas, plans and plan sets: what `Display` writes
 //! and `FromStr` reads (and what a shared store keeps).
 //!
-//! - a quota: `<strategy> <rate> [burst=<n>] [name=<name>] [shadow]`, e.g.
-//!   `gcra 60/min burst=10 name=minute`, `fixed-window 1000/day name=day`,
+//! - a quota: `<strategy> <rate> [burst=<n>] [name=<name>] [aligned]
+//!   [shadow]`, e.g. `gcra 60/min burst=10 name=minute`,
+//!   `fixed-window 1000/day name=day`, `fixed-window 100/min aligned`,
 //!   `concurrency 8/60s` (8 in flight, leases of 60 s); a bare rate
 //!   (`60/min`) is a GCRA quota at that rate, as everywhere;
 //! - a plan: its quotas separated by `;`, or `unlimited`, optionally
@@ -27,6 +28,9 @@ impl fmt::Display for Quota {
         }
         if let Some(name) = self.explicit_name() {
             write!(f, " name={name}")?;
+        }
+        if self.is_aligned() {
+            f.write_str(" aligned")?;
         }
         if self.is_shadow() {
             f.write_str(" shadow")?;
@@ -64,6 +68,7 @@ impl FromStr for Quota {
         let mut burst = None;
         let mut name = None;
         let mut shadow = false;
+        let mut aligned = false;
         // (each option once: a second one would silently win)
         let twice = |option: &str| {
             ConfigError::new(option, format!("{option} is given twice; give it once"))
@@ -74,6 +79,13 @@ impl FromStr for Quota {
                     return Err(twice("shadow"));
                 }
                 shadow = true;
+                continue;
+            }
+            if word == "aligned" {
+                if aligned {
+                    return Err(twice("aligned"));
+                }
+                aligned = true;
                 continue;
             }
             match word.split_once('=') {
@@ -94,7 +106,9 @@ impl FromStr for Quota {
                 Some((k, _)) => {
                     return Err(ConfigError::new(
                         k,
-                        format!("unknown option {k:?}; expected burst=<n>, name=<name> or shadow"),
+                        format!(
+                            "unknown option {k:?}; expected burst=<n>, name=<name>, aligned or shadow"
+                        ),
                     ));
                 }
                 None => rate.push(word),
@@ -110,6 +124,9 @@ impl FromStr for Quota {
         }
         if let Some(n) = name {
             quota = quota.name(n);
+        }
+        if aligned {
+            quota = quota.aligned();
         }
         Ok(quota.shadow(shadow))
     }
@@ -268,6 +285,7 @@ mod tests {
             ("gcra 60/min burst=5 burst=50", "quotas[0].burst"),
             ("gcra 60/min name=a name=b", "quotas[0].name"),
             ("gcra 60/min shadow shadow", "quotas[0].shadow"),
+            ("fixed-window 60/min aligned aligned", "quotas[0].aligned"),
             ("unlimited; unlimited", "unlimited"),
             ("shadow; shadow; 60/min", "shadow"),
         ] {
@@ -301,6 +319,11 @@ mod tests {
             Quota::concurrency(8).lease_timeout(Duration::from_secs(30)),
             Quota::token_bucket(Rate::per_second(3)),
             Quota::gcra(Rate::per_hour(100)).name("new").shadow(true),
+            Quota::fixed_window(Rate::per_minute(100)).aligned(),
+            Quota::fixed_window(Rate::per_day(10))
+                .name("day")
+                .aligned()
+                .shadow(true),
         ] {
             let text = q.to_string();
             assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");

@@ -1,7 +1,8 @@
 //! [`Strategy::FixedWindow`](super::Strategy::FixedWindow): one counter per window, the
-//! window starting at the key's first hit (`lua/fixed_window.lua`).
+//! window starting at the key's first hit (`lua/fixed_window.lua`), or
+//! aligned to the epoch ([`ALIGNED`], `lua/fixed_window_aligned.lua`).
 
-use super::state::{Algorithm, Entry, Params, Raw, Value, ttl_us};
+use super::state::{Algorithm, Entry, Params, Raw, Value, floor_div, ttl_us};
 use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
@@ -38,6 +39,44 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     },
 };
 
+/// A fixed window aligned to the epoch ([`Quota::aligned`](crate::Quota::aligned)):
+/// the windows `[k * period, (k + 1) * period)` of the clock's microseconds
+/// since the Unix epoch, on every key at once. Its own key tag and Lua id
+/// (its state is a hash on every clock); the rest as [`SPEC`].
+pub(super) const ALIGNED: StrategySpec = StrategySpec {
+    name: "fixed-window",
+    tag: "fwa",
+    key_tag: 'a',
+    period_in_named_key: true,
+    lua: Lua {
+        id: 8,
+        body: &[include_str!("../../lua/fixed_window_aligned.lua")],
+        fast_path: None,
+        zset_helpers: false,
+        reads_time: true,
+        reads_burst: false,
+    },
+    algorithm: Algorithm::Returns(decide_aligned),
+    takes_burst: false,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    bound: Bound::AlignedWindow,
+    guarantee: "at most n in one aligned window, so at most 2n in any span of one period",
+    denials_cacheable: true,
+    header: HeaderPolicy::Window,
+    give_back: GiveBack::Units {
+        lua: include_str!("../../lua/give_back_fixed_window_aligned.lua"),
+        twin: give_back,
+        horizon: until_reset,
+    },
+    adjust: Adjust::Units {
+        lua: include_str!("../../lua/adjust_fixed_window_aligned.lua"),
+        twin: adjust_aligned,
+    },
+};
+
 fn decide(
     slot: &mut Option<Entry>,
     q: Params,
@@ -46,6 +85,40 @@ fn decide(
     _nonce: &str,
 ) -> (Raw, Option<Value>) {
     fixed_window(slot, q.n, q.period, now, cost)
+}
+
+/// The twin of `lua/fixed_window_aligned.lua`: [`fixed_window`] in the
+/// aligned window that holds `now` (or a stored one ahead of it: the clock
+/// went back).
+fn decide_aligned(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    let start = aligned_start(slot, q.period, now);
+    let c = match slot {
+        Some(Entry {
+            value: Value::Window { s, c },
+            ..
+        }) if *s == start => *c,
+        _ => 0,
+    };
+    window_decision(start, c, q.n, q.period, now, cost)
+}
+
+/// The start of the aligned window a request at `now` counts in: the one
+/// that holds `now`, or the stored window if it is later.
+fn aligned_start(slot: &Option<Entry>, period: i64, now: i64) -> i64 {
+    let start = floor_div(now, period) * period;
+    match slot {
+        Some(Entry {
+            value: Value::Window { s, .. },
+            ..
+        }) if *s > start => *s,
+        _ => start,
+    }
 }
 
 fn fixed_window(
@@ -65,6 +138,19 @@ fn fixed_window(
     if now >= s + period {
         (s, c) = (now, 0);
     }
+    window_decision(s, c, n, period, now, cost)
+}
+
+/// A request of `cost` at `now` in the window that starts at `s` and holds
+/// `c`.
+fn window_decision(
+    s: i64,
+    c: i64,
+    n: i64,
+    period: i64,
+    now: i64,
+    cost: i64,
+) -> (Raw, Option<Value>) {
     let left = s + period - now;
     if cost > n || c + cost > n {
         let reset = if c > 0 { left } else { 0 };
@@ -109,6 +195,25 @@ fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
         }) if now < *s + q.period => (*s, *c),
         _ => (now, 0),
     };
+    adjust_window(slot, q, now, units, s, c);
+}
+
+/// The twin of `lua/adjust_fixed_window_aligned.lua`.
+fn adjust_aligned(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    let start = aligned_start(slot, q.period, now);
+    let c = match slot {
+        Some(Entry {
+            value: Value::Window { s, c },
+            ..
+        }) if *s == start => *c,
+        _ => 0,
+    };
+    adjust_window(slot, q, now, units, start, c);
+}
+
+/// Adjusts the window that starts at `s` and holds `c` (the slot's if `c`
+/// is above 0) by `units`.
+fn adjust_window(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, s: i64, c: i64) {
     if units > 0 {
         let top = q.n + super::state::max_debt_units(q.interval);
         *slot = Some(Entry {

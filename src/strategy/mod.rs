@@ -88,23 +88,6 @@ impl Strategy {
         self.spec().name
     }
 
-    /// Short tag of derived quota names (`gcra-60-per-60s`).
-    pub(crate) const fn tag(&self) -> &'static str {
-        self.spec().tag
-    }
-
-    /// One character that starts the quota part of a storage key: it names
-    /// the strategy and the shape of its stored state, so that neither a
-    /// strategy change nor a new state layout reads incompatible state.
-    pub(crate) const fn key_tag(&self) -> char {
-        self.spec().key_tag
-    }
-
-    /// Numeric id understood by the Lua dispatcher (`lua/multi.lua`).
-    pub(crate) const fn id(&self) -> u8 {
-        self.spec().lua.id
-    }
-
     /// Whether [`Quota::burst`](crate::Quota::burst) applies: the burst, not
     /// the rate's count, is then the capacity a request's cost is compared
     /// with ([`Quota::limit`](crate::Quota::limit)).
@@ -146,6 +129,83 @@ impl Strategy {
     }
 }
 
+/// A strategy as the stores run it: one of the public [`Strategy`]s, or the
+/// variant a quota's flag selects (a fixed window aligned to the epoch,
+/// [`Quota::aligned`](crate::Quota::aligned)). Each kind has its own
+/// [`StrategySpec`]: its own Lua id, storage-key tag, Lua block and memory
+/// twin. The scripts, the stores and the engine ask a kind, never a
+/// [`Strategy`], what a quota runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Kind {
+    strategy: Strategy,
+    aligned: bool,
+}
+
+impl Kind {
+    /// Every kind, in a stable order: the strategies of [`Strategy::ALL`],
+    /// then the aligned fixed window.
+    pub(crate) const ALL: [Kind; 8] = [
+        Kind::of(Strategy::FixedWindow),
+        Kind::of(Strategy::SlidingWindowLog),
+        Kind::of(Strategy::SlidingWindowCounter),
+        Kind::of(Strategy::TokenBucket),
+        Kind::of(Strategy::LeakyBucket),
+        Kind::of(Strategy::Gcra),
+        Kind::of(Strategy::Concurrency),
+        Kind::ALIGNED_WINDOW,
+    ];
+
+    /// A fixed window aligned to the epoch ([`Quota::aligned`](crate::Quota::aligned)).
+    pub(crate) const ALIGNED_WINDOW: Kind = Kind {
+        strategy: Strategy::FixedWindow,
+        aligned: true,
+    };
+
+    /// The plain kind of `strategy`.
+    pub(crate) const fn of(strategy: Strategy) -> Kind {
+        Kind {
+            strategy,
+            aligned: false,
+        }
+    }
+
+    /// The kind of a quota of `strategy`, aligned to the epoch if `aligned`
+    /// (only a fixed window can be: see `Quota::compile_in`).
+    pub(crate) const fn new(strategy: Strategy, aligned: bool) -> Kind {
+        Kind { strategy, aligned }
+    }
+
+    /// Its facts.
+    pub(crate) const fn spec(self) -> &'static StrategySpec {
+        if self.aligned {
+            &fixed_window::ALIGNED
+        } else {
+            self.strategy.spec()
+        }
+    }
+
+    /// Numeric id understood by the Lua dispatcher (`lua/multi.lua`).
+    pub(crate) const fn id(self) -> u8 {
+        self.spec().lua.id
+    }
+}
+
+impl From<Strategy> for Kind {
+    fn from(strategy: Strategy) -> Self {
+        Kind::of(strategy)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.strategy.as_str())?;
+        if self.aligned {
+            f.write_str(" (aligned)")?;
+        }
+        Ok(())
+    }
+}
+
 /// The kind of bound a [`Strategy`] keeps on what one key admits
 /// ([`Strategy::bound`]; `n` is the rate's count). The words of each
 /// strategy's bound are [`Strategy::guarantee`].
@@ -158,6 +218,9 @@ pub enum Bound {
     Window,
     /// At most `n` in one aligned window (from a multiple of the period on
     /// the store's clock): hence at most `2n` in any span of one period.
+    /// The bound of a [`SlidingWindowCounter`](Strategy::SlidingWindowCounter),
+    /// and of a [`FixedWindow`](Strategy::FixedWindow) quota made
+    /// [`aligned`](crate::Quota::aligned) ([`Quota::bound`](crate::Quota::bound)).
     AlignedWindow,
     /// At most `n` in any span of one period.
     Span,
@@ -178,12 +241,12 @@ pub enum Bound {
 pub(crate) struct StrategySpec {
     /// The kebab-case name ([`Strategy::as_str`], [`FromStr`](std::str::FromStr)).
     pub(crate) name: &'static str,
-    /// The tag of derived quota names ([`Strategy::tag`]); distinct per strategy.
+    /// The tag of derived quota names (`gcra-60-per-60s`); distinct per [`Kind`].
     pub(crate) tag: &'static str,
-    /// The storage-key tag ([`Strategy::key_tag`]): an ASCII letter, distinct
+    /// The storage-key tag (it starts the quota part of a storage key): an ASCII letter, distinct
     /// per strategy, and never used before by any strategy; a change of the
     /// stored state's shape takes a new one (old state is then never read).
-    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r` (see
+    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r`, `a` (see
     /// the guide's [keys](crate::guide::keys#storage-keys); `t`, `b` and `g` held the TAT strategies' state
     /// before it could hold its interval).
     pub(crate) key_tag: char,
@@ -442,9 +505,30 @@ mod tests {
         assert!(
             Strategy::ALL
                 .iter()
-                .all(|s| s.key_tag().is_ascii_alphabetic())
+                .all(|s| s.spec().key_tag.is_ascii_alphabetic())
         );
         assert_eq!(distinct(|s| s.lua.id.to_string()), n);
+        // every kind (the strategies and their flagged variants) apart
+        let kinds = Kind::ALL.len();
+        let distinct_kinds = |f: fn(&StrategySpec) -> String| {
+            Kind::ALL
+                .iter()
+                .map(|k| f(k.spec()))
+                .collect::<HashSet<_>>()
+                .len()
+        };
+        assert_eq!(Kind::ALL.iter().collect::<HashSet<_>>().len(), kinds);
+        assert_eq!(distinct_kinds(|s| s.tag.into()), kinds);
+        assert_eq!(distinct_kinds(|s| s.key_tag.into()), kinds);
+        assert_eq!(distinct_kinds(|s| s.lua.id.to_string()), kinds);
+        assert!(
+            Kind::ALL
+                .iter()
+                .all(|k| k.spec().key_tag.is_ascii_alphabetic())
+        );
+        for (k, s) in Kind::ALL.iter().zip(Strategy::ALL) {
+            assert_eq!(*k, Kind::of(s));
+        }
         for s in Strategy::ALL {
             if let Adjust::Never(why) = s.spec().adjust {
                 assert!(!why.is_empty(), "{s}");

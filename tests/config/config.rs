@@ -101,6 +101,21 @@ fn plans_round_trip_through_toml_json_and_the_text_notation() {
     )
     .unwrap();
     assert_eq!(table, shadow);
+    // so does a fixed window aligned to the epoch, in TOML too
+    let aligned = Quota::fixed_window(Rate::per_minute(100)).aligned();
+    let text = aligned.to_string();
+    assert_eq!(text, "fixed-window 100/min aligned");
+    assert_eq!(text.parse::<Quota>().unwrap(), aligned);
+    let json = serde_json::to_string(&aligned).unwrap();
+    assert!(json.contains(r#""aligned":true"#), "{json}");
+    assert_eq!(serde_json::from_str::<Quota>(&json).unwrap(), aligned);
+    let quota = |text: &str| -> Quota {
+        let table: toml::Table = toml::from_str(text).unwrap();
+        table["quota"].clone().try_into().unwrap()
+    };
+    let table = r#"quota = { strategy = "fixed-window", rate = "100/min", aligned = true }"#;
+    assert_eq!(quota(table), aligned);
+    assert_eq!(quota(r#"quota = "fixed-window 100/min aligned""#), aligned);
 }
 
 #[test]

@@ -920,7 +920,7 @@ async fn plans_verify_checks_every_plan_and_the_shared_limits() {
 /// break Redis's clock, reproduced): `verify` on Redis's clock names the fix,
 /// `Clock::Caller`, and with it every strategy, leases and local budgets
 /// verify and decide as usual. A limiter of fixed windows alone never reads
-/// `TIME` on Redis's clock, so it needs no fix.
+/// `TIME` on Redis's clock, so it needs no fix, unless they are aligned.
 #[tokio::test]
 async fn without_time_in_scripts_verify_names_the_callers_clock_which_decides_every_strategy() {
     use tower_redis_ratelimit::clock::Clock;
@@ -968,6 +968,17 @@ async fn without_time_in_scripts_verify_names_the_callers_clock_which_decides_ev
     let fixed = build(vec![quota(Strategy::FixedWindow)], Clock::Store, false);
     fixed.verify().await.unwrap();
     assert!(fixed.check("fixed").await.unwrap().allowed());
+    // a fixed window aligned to the epoch reads TIME: the fix, and with it
+    // it verifies and decides
+    let aligned = || vec![quota(Strategy::FixedWindow).aligned()];
+    let e = build(aligned(), Clock::Store, false)
+        .verify()
+        .await
+        .expect_err("an aligned window reads TIME");
+    assert!(e.to_string().contains("Clock::Caller"), "{e}");
+    let caller = build(aligned(), Clock::Caller, false);
+    caller.verify().await.unwrap();
+    assert!(caller.check("aligned").await.unwrap().allowed());
 
     let mut limiters: Vec<(String, RateLimiter)> = Strategy::ALL
         .into_iter()

@@ -80,11 +80,21 @@ fn quota_of(s: Strategy, n: u64, period: Duration, burst: Option<u64>) -> Quota 
     }
 }
 
+/// A quota of any strategy, or a fixed window aligned to the epoch.
 fn quota() -> impl proptest::strategy::Strategy<Value = Quota> {
-    let strategy = proptest::sample::select(Strategy::ALL.to_vec());
+    // (None: an aligned fixed window)
+    let mut strategies: Vec<Option<Strategy>> = Strategy::ALL.into_iter().map(Some).collect();
+    strategies.push(None);
+    let strategy = proptest::sample::select(strategies);
     let period_ms = proptest::sample::select(vec![1_000u64, 7_000, 10_000, 60_000]);
     (strategy, 1u64..6, period_ms, proptest::option::of(1u64..7)).prop_map(
-        |(s, n, period_ms, burst)| quota_of(s, n, Duration::from_millis(period_ms), burst),
+        |(s, n, period_ms, burst)| {
+            let period = Duration::from_millis(period_ms);
+            match s {
+                Some(s) => quota_of(s, n, period, burst),
+                None => quota_of(Strategy::FixedWindow, n, period, burst).aligned(),
+            }
+        },
     )
 }
 
@@ -266,7 +276,9 @@ async fn run_case(
                             Strategy::SlidingWindowLog => q.rate().period(),
                             _ => period,
                         };
-                        quota_of(q.strategy(), *count, period, *burst).name(format!("q{i}"))
+                        let new = quota_of(q.strategy(), *count, period, *burst);
+                        let new = if q.is_aligned() { new.aligned() } else { new };
+                        new.name(format!("q{i}"))
                     })
                     .collect();
                 (redis, memory) = (build(false, &quotas), build(true, &quotas));
@@ -357,10 +369,12 @@ fn memory_and_redis_decide_identically_for_long_sliding_logs() {
 fn memory_and_redis_agree_when_the_clock_steps_back() {
     let server = RedisServer::start();
     let rt = runtime();
+    // (None: an aligned fixed window)
     let strategy = proptest::sample::select(vec![
-        Strategy::FixedWindow,
-        Strategy::SlidingWindowLog,
-        Strategy::SlidingWindowCounter,
+        Some(Strategy::FixedWindow),
+        Some(Strategy::SlidingWindowLog),
+        Some(Strategy::SlidingWindowCounter),
+        None,
     ]);
     let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 0u64..8])
         .prop_map(|(key, cost)| Op::Check { key, cost });
@@ -381,7 +395,11 @@ fn memory_and_redis_agree_when_the_clock_steps_back() {
     ];
     // at most 150 steps of under 50 ms: under 7.5 s of the 10 s period
     proptest!(ProptestConfig::with_cases(150), |(s in strategy, n in 5u64..40, ops in proptest::collection::vec(ops, 1..150))| {
-        let q = Quota::new(s, Rate::new(n, Duration::from_secs(10)));
+        let rate = Rate::new(n, Duration::from_secs(10));
+        let q = match s {
+            Some(s) => Quota::new(s, rate),
+            None => Quota::fixed_window(rate).aligned(),
+        };
         rt.block_on(run_case(&server, vec![q], ops))?;
     });
 }

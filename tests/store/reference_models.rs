@@ -93,6 +93,29 @@ proptest! {
         })?;
     }
 
+    /// An aligned window is the one of `[k * period, (k + 1) * period)` that
+    /// holds the time (µs since the epoch), whatever the key's first hit.
+    #[test]
+    fn aligned_fixed_window_matches_a_counter_per_epoch_window(
+        n in 1u64..6,
+        period in prop_oneof![Just(10_000_000u64), Just(7_000_000), 1u64..40_000_000],
+        reqs in requests(),
+    ) {
+        let mut window: Option<(u64, u64)> = None;
+        run(Quota::fixed_window(Rate::new(n, Duration::from_micros(period))).aligned(), &reqs, |now, cost| {
+            let k = now / period;
+            let count = match window {
+                Some((w, c)) if w == k => c,
+                _ => 0,
+            };
+            let ok = count + cost <= n;
+            if ok && cost > 0 {
+                window = Some((k, count + cost));
+            }
+            ok
+        })?;
+    }
+
     /// Token bucket, GCRA and leaky bucket admit exactly as a continuous bucket
     /// of `burst` tokens refilled at one token per interval (credit in µs).
     #[test]

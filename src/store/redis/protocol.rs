@@ -19,7 +19,7 @@ use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Call, Outcome, QuotaOutcome};
-use crate::strategy::Strategy;
+use crate::strategy::Kind;
 
 /// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
 /// in microseconds (see `lua/prelude.lua`).
@@ -70,7 +70,7 @@ impl Prepared {
     /// connections of a store that batches decisions, `None` if it does not.
     pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>, batching: Option<usize>) -> Self {
         let quota_args = quota_args(quotas);
-        let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
+        let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
         let fast_window = match quotas {
             [q] if block.is_none() => FastWindow::new(q),
@@ -83,11 +83,11 @@ impl Prepared {
             // one quota without blocking: its block in a loop
             // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
             let (layout, batch) = match quotas {
-                [q] if block.is_none() => (Layout::One, LimiterScript::batch_one(q.strategy)),
+                [q] if block.is_none() => (Layout::One, LimiterScript::batch_one(q.kind)),
                 _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
             };
             let fast = fast_window.as_ref().and_then(|f| {
-                let batch = LimiterScript::batch_fast(quotas[0].strategy, f.limit, f.window_ms)?;
+                let batch = LimiterScript::batch_fast(quotas[0].kind, f.limit, f.window_ms)?;
                 Some(Arc::new(Lane::new(
                     Layout::Fast,
                     (&f.script, batch),
@@ -151,7 +151,7 @@ pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
 /// the scripts take it ([`QuotaSpec::script_interval`]).
 pub(crate) fn script_numbers(q: &QuotaSpec) -> [i64; 5] {
     [
-        i64::from(q.strategy.id()),
+        i64::from(q.kind.id()),
         q.limit as i64,
         q.period_us as i64,
         q.burst as i64,
@@ -200,7 +200,7 @@ impl FastWindow {
         if window_ms >= 1 << TTL_BITS {
             return None;
         }
-        let script = LimiterScript::fast_path(q.strategy, q.limit, window_ms)?;
+        let script = LimiterScript::fast_path(q.kind, q.limit, window_ms)?;
         let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
         admit(&mut written, (q.limit, window_ms)).then_some(FastWindow {
             limit: q.limit,

@@ -12,7 +12,7 @@ use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Adjustment, Call, GiveBackCall, Outcome};
-use crate::strategy::Strategy;
+use crate::strategy::Kind;
 
 /// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).
 const SERVER_CLOCK: &str = "T";
@@ -39,7 +39,7 @@ impl Scripts {
                 .map(|v| v.to_string().into_bytes())
                 .collect::<Box<[_]>>()
         };
-        let strategies: Vec<Strategy> = quotas.iter().map(|q| q.strategy).collect();
+        let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         Scripts {
             take: LimiterScript::for_take(
                 &strategies,

@@ -7,7 +7,7 @@
 //! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
 //! compiles each distinct script once; every decision is one `EVALSHA`.
 
-use crate::strategy::{Adjust, GiveBack, Strategy};
+use crate::strategy::{Adjust, GiveBack, Kind};
 
 #[cfg(test)]
 #[path = "script_keys.rs"]
@@ -108,19 +108,20 @@ const TAKE_MULTI_RETURN: &str = "-- a take (src/limiter/local_budget.rs): the re
 out[nq + 2] = fmt('%d', NOW)\nreturn table.concat(out, ' ')";
 
 impl LimiterScript {
-    /// The script for a limiter whose quotas use `strategies`, in order.
+    /// The script for a limiter whose quotas run `strategies` (their
+    /// [`Kind`]s), in order.
     /// `block`: `None` without blocking, else the penalty of a denial in µs
     /// (0: blocks only come from `RateLimiter::block`); the block key is then
     /// the call's last key (`lua/block.lua`).
     /// `shadow`: each quota's `Quota::shadow` flag (empty: none shadow).
-    pub(crate) fn for_quotas(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
+    pub(crate) fn for_quotas(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
         Self::assemble(strategies, shadow, false, block)
     }
 
     /// The take script of a limiter with local budgets
     /// (`src/limiter/local_budget.rs`): its decision script, which always reads the time
     /// and ends its reply with the decision's `NOW` (a take has no fast path).
-    pub(crate) fn for_take(strategies: &[Strategy], shadow: &[bool], block: Option<u64>) -> Self {
+    pub(crate) fn for_take(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
         Self::assemble(strategies, shadow, true, block)
     }
 
@@ -128,11 +129,11 @@ impl LimiterScript {
     /// give-back block as a function `G[<id>]` and its adjust block as
     /// `A[<id>]`, then `lua/give_back.lua`. Strategies without them are
     /// skipped there.
-    pub(crate) fn for_give_back(strategies: &[Strategy]) -> Self {
+    pub(crate) fn for_give_back(strategies: &[Kind]) -> Self {
         let mut source = String::from("local READS_TIME = true\n");
         source.push_str(PRELUDE);
         source.push_str("local G = {}\n");
-        for s in Strategy::ALL {
+        for s in Kind::ALL {
             let GiveBack::Units { lua, .. } = s.spec().give_back else {
                 continue;
             };
@@ -148,7 +149,7 @@ impl LimiterScript {
             source.push_str("end\nend\n");
         }
         source.push_str("local A = {}\n");
-        for s in Strategy::ALL {
+        for s in Kind::ALL {
             let Adjust::Units { lua, .. } = s.spec().adjust else {
                 continue;
             };
@@ -180,7 +181,7 @@ impl LimiterScript {
     /// The fast-path script of a lone quota of `strategy` with `limit` units
     /// per window of `window_ms` milliseconds written in, if the strategy has
     /// one (a fixed window: `lua/fixed_window_fast.lua`).
-    pub(crate) fn fast_path(strategy: Strategy, limit: u64, window_ms: u64) -> Option<Self> {
+    pub(crate) fn fast_path(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
         let body = strategy.spec().lua.fast_path?;
         let source =
             format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n{body}");
@@ -213,7 +214,7 @@ impl LimiterScript {
     /// The batch script of a limiter of one quota of `strategy` without
     /// blocking (`lua/batch_one.lua`): the strategy's block in a loop over
     /// the decisions, each decided as `single.lua` would.
-    pub(crate) fn batch_one(strategy: Strategy) -> Self {
+    pub(crate) fn batch_one(strategy: Kind) -> Self {
         let spec = &strategy.spec().lua;
         let mut source = String::new();
         source.push_str(if spec.reads_time {
@@ -244,7 +245,7 @@ impl LimiterScript {
 
     /// The batch script of the fast path of a lone quota of `strategy` with
     /// `limit` per `window_ms` (`lua/batch_fast.lua`), if it has one.
-    pub(crate) fn batch_fast(strategy: Strategy, limit: u64, window_ms: u64) -> Option<Self> {
+    pub(crate) fn batch_fast(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
         let body = strategy.spec().lua.fast_path?;
         let body = body.replacen(FAST_HEAD, "", 1);
         let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
@@ -258,7 +259,7 @@ impl LimiterScript {
         Some(LimiterScript::new(source))
     }
 
-    fn assemble(strategies: &[Strategy], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
+    fn assemble(strategies: &[Kind], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
         let mut source = String::new();
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua); the penalty box reads it.
@@ -299,7 +300,7 @@ impl LimiterScript {
             source.push_str(if take { TAKE_SINGLE_TAIL } else { tail });
         } else {
             source.push_str("local S = {}\n");
-            for s in Strategy::ALL {
+            for s in Kind::ALL {
                 if !strategies.contains(&s) {
                     continue;
                 }
@@ -349,10 +350,11 @@ impl LimiterScript {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::Strategy;
 
     #[test]
     fn one_quota_scripts_define_no_function_per_call() {
-        for s in Strategy::ALL {
+        for s in Kind::ALL {
             let script = LimiterScript::for_quotas(&[s], &[], None);
             assert!(
                 script
@@ -365,7 +367,7 @@ mod tests {
             let helpers = if s.spec().lua.zset_helpers { 2 } else { 0 };
             assert_eq!(functions, helpers, "{s}:\n{}", script.source);
         }
-        let [a, b, ..] = Strategy::ALL;
+        let [a, b, ..] = Kind::ALL;
         let multi = LimiterScript::for_quotas(&[b, a], &[], None);
         assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
         assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
@@ -376,14 +378,14 @@ mod tests {
         let fast = Strategy::FixedWindow.spec().lua.fast_path.unwrap();
         assert_eq!(fast.matches(FAST_HEAD).count(), 1);
         assert!(fast.ends_with(FAST_TAIL));
-        let batch = LimiterScript::batch_fast(Strategy::FixedWindow, 10, 1000).unwrap();
+        let batch = LimiterScript::batch_fast(Strategy::FixedWindow.into(), 10, 1000).unwrap();
         assert!(!batch.source.contains(FAST_HEAD) && !batch.source.contains(FAST_TAIL));
         assert!(batch.source.contains("redis.call('INCR', key)"));
         assert_eq!(BATCH_ONE.matches(SPLICE).count(), 1);
         assert_eq!(BATCH_FAST.matches(FAST_SPLICE).count(), 1);
         assert_eq!(BATCH.matches(BATCH_SPLICE).count(), 1);
         assert_eq!(PRELUDE.matches(READ_TIME).count(), 1);
-        for s in Strategy::ALL {
+        for s in Kind::ALL {
             let one = LimiterScript::batch_one(s);
             assert!(!one.source.contains(SPLICE), "{s}");
             // no function is created per decision: only `run` (and the
@@ -399,7 +401,7 @@ mod tests {
     fn shadow_scripts_change_exactly_the_two_lines_of_multi() {
         assert_eq!(MULTI.matches(MULTI_DENIES).count(), 1);
         assert_eq!(MULTI.matches(MULTI_APPLIES).count(), 1);
-        let strategies = [Strategy::Gcra, Strategy::FixedWindow];
+        let strategies = [Strategy::Gcra.into(), Strategy::FixedWindow.into()];
         let plain = LimiterScript::for_quotas(&strategies, &[], None);
         assert_eq!(
             plain.source,
@@ -414,55 +416,69 @@ mod tests {
         assert!(block.source.contains(SHADOW_DENIES) && block.source.contains("(#KEYS - 1)"));
         // one quota: the script is the same (its reply is its own verdict)
         assert_eq!(
-            LimiterScript::for_quotas(&[Strategy::Gcra], &[true], None).source,
-            LimiterScript::for_quotas(&[Strategy::Gcra], &[], None).source
+            LimiterScript::for_quotas(&[Strategy::Gcra.into()], &[true], None).source,
+            LimiterScript::for_quotas(&[Strategy::Gcra.into()], &[], None).source
         );
     }
 
     /// The scripts written to `lua/generated/`: (file stem, what limiter, its strategies).
-    fn generated() -> Vec<(String, String, Vec<Strategy>)> {
+    fn generated() -> Vec<(String, String, Vec<Kind>)> {
         let mut out: Vec<_> = Strategy::ALL
             .iter()
-            .map(|s| (s.as_str().to_owned(), format!("one {s} quota"), vec![*s]))
+            .map(|s| {
+                (
+                    s.as_str().to_owned(),
+                    format!("one {s} quota"),
+                    vec![(*s).into()],
+                )
+            })
             .collect();
+        out.push((
+            "fixed-window-aligned".to_owned(),
+            "one fixed-window quota aligned to the epoch (Quota::aligned)".to_owned(),
+            vec![Kind::ALIGNED_WINDOW],
+        ));
         out.push((
             "multi-all".to_owned(),
             "one quota of every strategy; a limiter with several quotas\n\
              -- runs this script less the S[<id>] functions of the strategies it does not\n\
              -- use (and zset.lua if none keeps a sorted set)"
                 .to_owned(),
-            Strategy::ALL.to_vec(),
+            Kind::ALL.to_vec(),
         ));
         out.push((
             "take-gcra".to_owned(),
             "one gcra quota and local budgets: the take".to_owned(),
-            vec![Strategy::Gcra],
+            vec![Strategy::Gcra.into()],
         ));
         out.push((
             "take-multi".to_owned(),
             "a fixed-window and a sliding-window-log quota and local budgets: the take".to_owned(),
-            vec![Strategy::FixedWindow, Strategy::SlidingWindowLog],
+            vec![
+                Strategy::FixedWindow.into(),
+                Strategy::SlidingWindowLog.into(),
+            ],
         ));
         out.push((
             "give-back-all".to_owned(),
             "one quota of every strategy that gives back and local budgets: the give-back"
                 .to_owned(),
-            Strategy::ALL.to_vec(),
+            Kind::ALL.to_vec(),
         ));
         out.push((
             "block-fixed-window".to_owned(),
             "one fixed-window quota and block_for(60 s): the penalty box".to_owned(),
-            vec![Strategy::FixedWindow],
+            vec![Strategy::FixedWindow.into()],
         ));
         out.push((
             "block-multi".to_owned(),
             "a gcra and a sliding-window-log quota and block_for(60 s): the penalty box".to_owned(),
-            vec![Strategy::Gcra, Strategy::SlidingWindowLog],
+            vec![Strategy::Gcra.into(), Strategy::SlidingWindowLog.into()],
         ));
         out.push((
             "shadow-multi".to_owned(),
             "a gcra and a fixed-window quota, the fixed window in shadow mode".to_owned(),
-            vec![Strategy::Gcra, Strategy::FixedWindow],
+            vec![Strategy::Gcra.into(), Strategy::FixedWindow.into()],
         ));
         out.push((
             "fixed-window-fast".to_owned(),
@@ -470,38 +486,38 @@ mod tests {
              -- which every call of a cost from 1 to the limit runs instead of fixed-window.lua\n\
              -- (its first line holds the quota's numbers)"
                 .to_owned(),
-            vec![Strategy::FixedWindow],
+            vec![Strategy::FixedWindow.into()],
         ));
         out.push((
             "batch-gcra".to_owned(),
             "one gcra quota, several decisions per call: lua/batch_one.lua\n\
              -- with the strategy's block in its loop (src/store/redis/batch.rs)"
                 .to_owned(),
-            vec![Strategy::Gcra],
+            vec![Strategy::Gcra.into()],
         ));
         out.push((
             "batch-sliding-window-log".to_owned(),
             "one sliding-window-log quota, several decisions per call".to_owned(),
-            vec![Strategy::SlidingWindowLog],
+            vec![Strategy::SlidingWindowLog.into()],
         ));
         out.push((
             "batch-fixed-window-fast".to_owned(),
             "one fixed-window quota of 100 per minute, on Redis's clock, several\n\
              -- decisions per call: lua/batch_fast.lua around the fast path"
                 .to_owned(),
-            vec![Strategy::FixedWindow],
+            vec![Strategy::FixedWindow.into()],
         ));
         out.push((
             "batch-multi".to_owned(),
             "a gcra and a fixed-window quota, several decisions per call:\n\
              -- lua/batch.lua around the limiter's own script"
                 .to_owned(),
-            vec![Strategy::Gcra, Strategy::FixedWindow],
+            vec![Strategy::Gcra.into(), Strategy::FixedWindow.into()],
         ));
         out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
-            vec![Strategy::FixedWindow; 2],
+            vec![Strategy::FixedWindow.into(); 2],
         ));
         out
     }

@@ -87,6 +87,105 @@ store_suite! {
         allowed(&lim.peek("k").await.unwrap(), 0, ms(10_000));
     }
 
+    async fn aligned_fixed_window_counts_in_windows_aligned_to_the_epoch(h: &impl Harness) {
+        // a minute window, from :00 to :00 of the manual clock's time; the
+        // clock at 59.999 s of a minute
+        let minute = 60_000_000u64;
+        let edge = Duration::from_micros((T0.as_micros() as u64 / minute + 1) * minute);
+        let q = Quota::fixed_window(Rate::per_minute(5)).aligned();
+        let clock = ManualClock::new(edge - ms(1));
+        let lim = h.limiter("fwa", vec![q.clone()], clock.clone().into());
+        allowed(&lim.check("k").await.unwrap(), 4, ms(1));
+        allowed(&lim.check_n("k", 4).await.unwrap(), 0, ms(1));
+        let d = lim.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(1)));
+        assert_eq!(d.reset_after(), ms(1));
+        clock.advance(ms(1) - us(1));
+        denied(&lim.check("k").await.unwrap(), 0, Some(us(1)));
+        // 60.000 s: a new window, whole
+        clock.advance(us(1));
+        allowed(&lim.check("k").await.unwrap(), 4, ms(60_000));
+        // a cost that can never fit, a peek of a fresh key
+        denied(&lim.check_n("k", 6).await.unwrap(), 0, None);
+        allowed(&lim.peek("other").await.unwrap(), 5, Duration::ZERO);
+        allowed(&lim.check_n("k", 4).await.unwrap(), 0, ms(60_000));
+        // a key's first hit in the middle of a window gets what is left of it
+        clock.advance(ms(30_000));
+        denied(&lim.check("k").await.unwrap(), 0, Some(ms(30_000)));
+        allowed(&lim.check("late").await.unwrap(), 4, ms(30_000));
+        allowed(&lim.peek("late").await.unwrap(), 4, ms(30_000));
+        // an unaligned window of the same rate keeps state of its own (the
+        // same prefix: the key differs by its letter)
+        let plain = h.limiter(
+            "fwa",
+            vec![Quota::fixed_window(Rate::per_minute(5))],
+            clock.clone().into(),
+        );
+        allowed(&plain.check("k").await.unwrap(), 4, ms(60_000));
+        assert_ne!(plain.storage_keys("k"), lim.storage_keys("k"));
+        // a named aligned quota keeps its count when its count changes
+        let named = |n: u64| {
+            let q = Quota::fixed_window(Rate::per_minute(n)).name("m").aligned();
+            h.limiter("fwa-named", vec![q], clock.clone().into())
+        };
+        allowed(&named(3).check_n("k", 2).await.unwrap(), 1, ms(30_000));
+        allowed(&named(10).check("k").await.unwrap(), 7, ms(30_000));
+        denied(&named(3).check("k").await.unwrap(), 0, Some(ms(30_000)));
+        // with other quotas: all or nothing, the aligned one denies
+        let both = h.limiter(
+            "fwa-multi",
+            vec![
+                Quota::fixed_window(Rate::per_minute(2)).name("w").aligned(),
+                Quota::gcra(Rate::per_minute(100)).name("g"),
+            ],
+            clock.clone().into(),
+        );
+        assert!(both.check_n("k", 2).await.unwrap().allowed());
+        let d = both.check("k").await.unwrap();
+        denied(&d, 0, Some(ms(30_000)));
+        assert_eq!(both.peek("k").await.unwrap().quotas().nth(1).unwrap().remaining(), 98);
+        // the next window on every key at once
+        clock.advance(ms(30_000));
+        allowed(&both.check("k").await.unwrap(), 1, ms(60_000));
+        allowed(&lim.check("late").await.unwrap(), 4, ms(60_000));
+    }
+
+    async fn an_aligned_window_on_the_store_clock_ends_at_a_multiple_of_its_period(h: &impl Harness) {
+        let period = Duration::from_secs(60);
+        let lim = h.limiter(
+            "fwa-clock",
+            vec![Quota::fixed_window(Rate::new(3, period)).aligned()],
+            Clock::Store,
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let rest = period - Duration::from_micros((now.as_micros() % period.as_micros()) as u64);
+        let d = lim.check("k").await.unwrap();
+        assert!(d.allowed());
+        // the rest of this minute (the store's clock is the system's, give or
+        // take a second; a minute's end between the two readings wraps)
+        let (a, b) = (d.reset_after().as_secs_f64(), rest.as_secs_f64());
+        assert!((a - b).abs() < 1.0 || (a - b).abs() > 59.0, "{a} {b}");
+        lim.check_n("k", 2).await.unwrap();
+        let d = lim.check("k").await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(d.reset_after()));
+    }
+
+    async fn an_aligned_window_is_exact_under_concurrency(h: &impl Harness) {
+        // (a window of a year: no window ends during the test)
+        let q = Quota::fixed_window(Rate::new(100, Duration::from_secs(365 * 86_400))).aligned();
+        let n = admitted(h, "exact-aligned", vec![q.clone()], 8, 1000).await;
+        assert_eq!(n, 100, "{}", h.name());
+        let q = Quota::fixed_window(Rate::new(20, Duration::from_secs(365 * 86_400))).aligned();
+        let per_key = admitted_per_key(h, "exact-keys-aligned", vec![q.clone()], (4, 256), 16, 1).await;
+        assert_eq!(per_key, vec![20; 16], "{}", h.name());
+        let quotas = vec![q.name("a"), Quota::gcra(Rate::per_hour(10_000)).name("b")];
+        let n = admitted(h, "multi-exact-aligned", quotas, 4, 400).await;
+        assert_eq!(n, 20, "{}", h.name());
+    }
+
     async fn sliding_window_log_is_exact_over_any_window(h: &impl Harness) {
         let q = Quota::sliding_window_log(Rate::new(5, Duration::from_secs(10)));
         let (lim, clock) = manual(h, "swl", q);
@@ -1113,6 +1212,34 @@ store_suite! {
 
     // The Redis keys themselves: stores whose keys are Redis keys (with TTLs).
     redis_keys {
+    async fn an_aligned_window_key_lives_to_the_end_of_its_window(h: &impl Harness) {
+        // on a manual clock: the rest of the window plus the 60 s grace
+        let minute = 60_000_000u64;
+        let edge = Duration::from_micros((T0.as_micros() as u64 / minute + 1) * minute);
+        let clock = ManualClock::new(edge - ms(1_500));
+        let q = Quota::fixed_window(Rate::per_minute(2)).aligned();
+        let lim = h.limiter("fwa-ttl", vec![q.clone()], clock.clone().into());
+        lim.check("k").await.unwrap();
+        let key = lim.storage_keys("k").remove(0);
+        let ttl = pttl(h, &key).await.expect("a Redis store");
+        assert!(ttl > 60_000 && ttl <= 61_500, "{}: PTTL {ttl}", h.name());
+        // on Redis's clock: the rest of the window, and repaired on a denial
+        let lim = h.limiter("fwa-ttl-store", vec![q], Clock::Store);
+        assert!(lim.check_n("k", 2).await.unwrap().allowed());
+        let key = lim.storage_keys("k").remove(0);
+        let d = lim.peek("k").await.unwrap();
+        let ttl = pttl(h, &key).await.unwrap();
+        let reset = d.reset_after().as_millis() as i64;
+        assert!(ttl > 0 && ttl <= 60_000 && (ttl - reset).abs() <= 50, "{}: PTTL {ttl}, reset {reset}", h.name());
+        let mut persist = redis::cmd("PERSIST");
+        persist.arg(&key);
+        let removed: i64 = h.redis(persist).await.unwrap();
+        assert_eq!(removed, 1);
+        assert!(!lim.check("k").await.unwrap().allowed());
+        let ttl = pttl(h, &key).await.unwrap();
+        assert!(ttl > 0 && ttl <= 60_000, "{}: PTTL {ttl}", h.name());
+    }
+
     async fn every_key_written_has_a_ttl_no_longer_than_its_window(h: &impl Harness) {
         let period = Duration::from_secs(60);
         let mut written = Vec::new();
