@@ -250,7 +250,7 @@ impl RedisSentinelStore {
     /// decision never waits for company: it is sent at once while few calls
     /// are in flight, and joins the next call only when it would otherwise
     /// queue behind them. Answers, keys and TTLs are the same either way;
-    /// see the guide's [batching](crate::guide::performance) section.
+    /// see the guide's [batching](crate::guide::stores) section.
     #[must_use]
     pub fn batching(self, on: bool) -> Self {
         Self {
