@@ -276,3 +276,43 @@ async fn futures_kept_without_polling_hold_up_others_for_one_timeout_at_most() {
     assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
     drop(kept);
 }
+
+/// Costs of 0, 1, more than the limit and `u64::MAX` in one batch: each is
+/// decided as alone (a cost that never fits is denied and consumes nothing,
+/// a cost of 0 is allowed and consumes nothing), and what was consumed is
+/// exactly the sum of the admitted costs, on every strategy that counts
+/// units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zero_huge_and_odd_costs_in_one_batch_are_each_decided_as_alone() {
+    let server = RedisServer::start();
+    let costs = [0u64, 1, u64::MAX, 3, 11, 2, 0, 1 << 53];
+    for strategy in Strategy::ALL.into_iter().filter(|s| !s.holds_leases()) {
+        let lim = limiter(
+            &server,
+            &format!("costs-{}", strategy.as_str()),
+            quota(strategy, 10),
+            true,
+        );
+        lim.peek("k").await.unwrap();
+        let handles: Vec<_> = (0..64)
+            .map(|i| {
+                let (lim, cost) = (lim.clone(), costs[i % costs.len()]);
+                tokio::spawn(async move { (cost, lim.check_n("k", cost).await.unwrap()) })
+            })
+            .collect();
+        let mut consumed = 0;
+        for h in handles {
+            let (cost, d) = h.await.unwrap();
+            match cost {
+                0 => assert!(d.allowed(), "{strategy}: cost 0 {d:?}"),
+                c if c > 10 => assert!(!d.allowed(), "{strategy}: cost {c} {d:?}"),
+                c if d.allowed() => consumed += c,
+                _ => {}
+            }
+        }
+        assert!(consumed <= 10, "{strategy}: {consumed}");
+        // the log's burst is its count; the others' remaining reads the same
+        let left = lim.peek("k").await.unwrap().remaining();
+        assert_eq!(left, 10 - consumed, "{strategy}");
+    }
+}

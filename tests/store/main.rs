@@ -6,6 +6,7 @@
 //! - `reference_models`: each strategy against a plain model of its rule;
 //! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
 //! - `local_budgets`, `lease_undo`: hot-key local budgets and undoing a lease;
+//! - `batching`: several decisions per script call on Redis, each decided as alone;
 //! - `soak`: many keys over many windows, memory bounded.
 //!
 //! One test binary; the Redis fixtures are `tests/common`.
