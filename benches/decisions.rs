@@ -135,6 +135,19 @@ struct Run {
     p99_us: u32,
 }
 
+impl Run {
+    /// The run of these latencies (µs) over `secs` seconds.
+    fn of(mut all: Vec<u32>, secs: f64) -> Run {
+        all.sort_unstable();
+        let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+        Run {
+            per_sec: all.len() as f64 / secs,
+            p50_us: pct(0.50),
+            p99_us: pct(0.99),
+        }
+    }
+}
+
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -174,14 +187,7 @@ where
     for t in tasks {
         all.extend(t.await.unwrap());
     }
-    let secs = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
-    Run {
-        per_sec: all.len() as f64 / secs,
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    }
+    Run::of(all, started.elapsed().as_secs_f64())
 }
 
 /// Issues `requests` calls of `decide(i)` open-loop at `rate` per second,
@@ -216,15 +222,8 @@ where
     for t in tasks {
         t.await.unwrap();
     }
-    let secs = started.elapsed().as_secs_f64();
-    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
-    all.sort_unstable();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
-    Run {
-        per_sec: all.len() as f64 / secs,
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    }
+    let all = std::mem::take(&mut *latencies.lock().unwrap());
+    Run::of(all, started.elapsed().as_secs_f64())
 }
 
 /// A quota never exhausted by the run: the sorted-set strategies hold at most
