@@ -339,7 +339,7 @@ enum State {
     Decided {
         limiter: Arc<RateLimiter>,
         decision: Decision,
-        reservation: Option<Reservation>,
+        reservation: Option<Box<Reservation>>,
         cost: u64,
         period: Duration,
     },
@@ -491,7 +491,7 @@ impl Inner {
                 limiter
                     .reserve_n(key.as_bytes(), *cost)
                     .await
-                    .map(|r| (r.decision().clone(), Some(r)))
+                    .map(|r| (r.decision().clone(), Some(Box::new(r))))
             };
             match result {
                 Ok((decision, reservation)) => {
