@@ -1,0 +1,731 @@
+//! The gRPC service: `ShouldRateLimit` over a loaded [`Config`] and a store.
+//!
+//! Each configured limit gets one [`RateLimiter`], built when the service is
+//! made: its prefix comes from the domain and the rule's path, its user key
+//! is the request descriptor's entries (so different values count apart),
+//! its quota the rule's: by default the Go service's fixed window aligned to
+//! the epoch ([`Quota::aligned`]), or the rule's `strategy` and `burst`.
+//!
+//! # All or nothing
+//!
+//! A request whose answer is `OVER_LIMIT` consumes nothing in any of its
+//! descriptors. Each descriptor is decided in its own atomic store call
+//! ([`RateLimiter::reserve_n`]); when one of them is over its limit, the
+//! units the allowed ones took are given back with
+//! [`RateLimiter::settle`] to 0, which returns exactly those units into
+//! the window (or bucket state) that counted them while it still counts.
+//! The guarantee: once the answer is sent, the denied request's units are
+//! gone from every counter. The bound: between a descriptor's decision and
+//! its give-back (one store round trip per descriptor decided after it,
+//! plus the give-back itself), a concurrent request on the same descriptor
+//! sees up to those units as used, and may be denied because of them. It
+//! is never admitted past a limit because of the give-back. If a give-back
+//! fails (the store went away), the units stay counted and the failure is
+//! logged.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tonic::{Request, Response, Status};
+use tower_redis_ratelimit::error::{ConfigError as LimiterConfigError, StoreError};
+use tower_redis_ratelimit::settle::Reservation;
+use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
+
+use crate::config::{Config, Rule, Unit};
+use crate::pb::envoy::config::core::v3::HeaderValue;
+use crate::pb::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbRateLimit, rate_limit::Unit as PbUnit,
+};
+use crate::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitService};
+use crate::window::window_of;
+
+/// How the service answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServiceOptions {
+    /// Whether responses carry `RateLimit-Policy` and `RateLimit` headers
+    /// (and `Retry-After` on `OVER_LIMIT`) in `response_headers_to_add`.
+    /// Default: on.
+    pub headers: bool,
+    /// How many limiters for per-descriptor `limit` overrides are kept
+    /// (one per distinct domain, count and unit). Past it, an override's
+    /// limiter is built for the call and dropped after it (it counts in the
+    /// same storage keys, so the answers are the same, only slower).
+    /// Default: 1,024.
+    pub max_override_limiters: usize,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self {
+            headers: true,
+            max_override_limiters: 1_024,
+        }
+    }
+}
+
+impl ServiceOptions {
+    /// Sets [`headers`](Self::headers).
+    pub fn headers(mut self, on: bool) -> Self {
+        self.headers = on;
+        self
+    }
+
+    /// Sets [`max_override_limiters`](Self::max_override_limiters).
+    pub fn max_override_limiters(mut self, n: usize) -> Self {
+        self.max_override_limiters = n;
+        self
+    }
+}
+
+/// Why a service could not be built: a rule the library rejects (a
+/// strategy that takes no burst given one, say), named by its file and key.
+#[derive(Debug)]
+pub struct BuildError {
+    /// The rule's file.
+    pub file: String,
+    /// The rule's full key (`domain.key_value...`).
+    pub full_key: String,
+    /// The library's reason.
+    pub source: LimiterConfigError,
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.full_key, self.source)
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+type Make = dyn Fn(&str, Quota) -> Result<RateLimiter, LimiterConfigError> + Send + Sync;
+
+/// What a configured rule decides with.
+#[derive(Debug)]
+enum Limit {
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`: every request is over.
+    Zero,
+    /// A limiter of one quota.
+    Limited(Arc<RateLimiter>),
+}
+
+/// The rate limit service (`envoy.service.ratelimit.v3.RateLimitService`):
+/// serve it with [`RateLimitServiceServer::new`](crate::pb::RateLimitServiceServer::new).
+pub struct RlsService {
+    inner: Arc<Inner>,
+}
+
+impl Clone for RlsService {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RlsService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RlsService")
+            .field("domains", &self.inner.limits.len())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: Config,
+    /// Per domain, per rule's full key.
+    limits: HashMap<String, HashMap<String, Limit>>,
+    make: Box<Make>,
+    overrides: Mutex<HashMap<(String, u32, Unit), Arc<RateLimiter>>>,
+    options: ServiceOptions,
+}
+
+impl RlsService {
+    /// The service over `config`, deciding on `store` (a
+    /// [`MemoryStore`](tower_redis_ratelimit::MemoryStore), a
+    /// [`RedisStore`](tower_redis_ratelimit::RedisStore), ...): builds one
+    /// limiter per configured limit.
+    pub fn new<S: Store + Clone>(
+        config: Config,
+        store: S,
+        options: ServiceOptions,
+    ) -> Result<Self, BuildError> {
+        let make: Box<Make> = Box::new(move |prefix: &str, quota: Quota| {
+            RateLimiter::builder()
+                .store(store.clone())
+                .prefix(prefix)
+                .quota(quota)
+                .build()
+        });
+        let mut limits: HashMap<String, HashMap<String, Limit>> = HashMap::new();
+        for domain in config.domains() {
+            let rules = limits.entry(domain.to_owned()).or_default();
+            for rule in config.rules(domain) {
+                let limit = rule_limit(&make, domain, rule).map_err(|source| BuildError {
+                    file: rule.file.clone(),
+                    full_key: rule.full_key.clone(),
+                    source,
+                })?;
+                rules.insert(rule.full_key.clone(), limit);
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                limits,
+                make,
+                overrides: Mutex::new(HashMap::new()),
+                options,
+            }),
+        })
+    }
+
+    /// The configuration the service answers with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Answers one request (what the gRPC method does): a store error is
+    /// `Err`, after giving back what the request had consumed.
+    pub async fn should_rate_limit_inner(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, StoreError> {
+        self.inner.decide(req).await
+    }
+}
+
+/// The limiter (or lack of one) of `rule`.
+fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterConfigError> {
+    if rule.unlimited {
+        return Ok(Limit::Unlimited);
+    }
+    if rule.requests_per_unit == 0 {
+        return Ok(Limit::Zero);
+    }
+    let rate = Rate::new(
+        u64::from(rule.requests_per_unit),
+        Duration::from_micros(rule.period_us.max(1)),
+    );
+    let mut quota = match rule.strategy {
+        None => Quota::fixed_window(rate).aligned(),
+        Some(strategy) => Quota::new(strategy, rate),
+    };
+    if let Some(burst) = rule.burst {
+        quota = quota.burst(burst);
+    }
+    if rule.shadow_mode {
+        quota = quota.shadow(true);
+    }
+    let limiter = make(&prefix_for("r", domain, &rule.full_key), quota)?;
+    Ok(Limit::Limited(Arc::new(limiter)))
+}
+
+/// A limiter prefix (ASCII letters, digits, `-`, `_`, `.`; at most 64
+/// bytes) for `name`: `rls.<kind>.` and the start of `name` with every
+/// other byte as `_`, then a 64-bit FNV-1a hash of `domain` and `name`
+/// (so names that read alike stay apart).
+fn prefix_for(kind: &str, domain: &str, name: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in domain.bytes().chain([0]).chain(name.bytes()) {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut p = format!("rls.{kind}.");
+    p.extend(name.bytes().take(36).map(|b| {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+            char::from(b)
+        } else {
+            '_'
+        }
+    }));
+    let _ = write!(p, ".{hash:016x}");
+    p
+}
+
+/// The user key of a descriptor: each entry as `key=<len>:value`, joined
+/// with `&` (the length makes it unambiguous whatever the values hold);
+/// a value matched by a `share_threshold` wildcard is the wildcard.
+fn user_key(entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
+    let mut k = String::new();
+    for (i, (key, value)) in entries.iter().enumerate() {
+        let value = shared.get(i).and_then(Option::as_deref).unwrap_or(value);
+        if i > 0 {
+            k.push('&');
+        }
+        let _ = write!(k, "{}:{key}={}:{value}", key.len(), value.len());
+    }
+    k
+}
+
+fn pb_unit(unit: Option<Unit>) -> PbUnit {
+    match unit {
+        None => PbUnit::Unknown,
+        Some(Unit::Second) => PbUnit::Second,
+        Some(Unit::Minute) => PbUnit::Minute,
+        Some(Unit::Hour) => PbUnit::Hour,
+        Some(Unit::Day) => PbUnit::Day,
+        Some(Unit::Week) => PbUnit::Week,
+        Some(Unit::Month) => PbUnit::Month,
+        Some(Unit::Year) => PbUnit::Year,
+    }
+}
+
+/// `envoy.type.v3.RateLimitUnit` (an override's unit) as a [`Unit`].
+fn override_unit(unit: i32) -> Option<Unit> {
+    // SECOND = 1, MINUTE, HOUR, DAY, MONTH = 5, YEAR = 6, WEEK = 7
+    Some(match unit {
+        1 => Unit::Second,
+        2 => Unit::Minute,
+        3 => Unit::Hour,
+        4 => Unit::Day,
+        5 => Unit::Month,
+        6 => Unit::Year,
+        7 => Unit::Week,
+        _ => return None,
+    })
+}
+
+fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// One descriptor's plan, then its outcome.
+struct Slot {
+    /// `None`: no limit (no match, unknown domain, unlimited).
+    limit: Option<PbRateLimit>,
+    unlimited: bool,
+    shadow: bool,
+    state: State,
+}
+
+enum State {
+    /// No limit to check.
+    Free,
+    /// `requests_per_unit: 0`.
+    Zero { period: Duration },
+    /// To decide with `limiter` for `key`, `cost` units.
+    Pending {
+        limiter: Arc<RateLimiter>,
+        key: String,
+        cost: u64,
+        period: Duration,
+    },
+    /// Decided.
+    Decided {
+        limiter: Arc<RateLimiter>,
+        decision: Decision,
+        reservation: Option<Box<Reservation>>,
+        cost: u64,
+        period: Duration,
+    },
+}
+
+impl Inner {
+    fn override_limiter(
+        &self,
+        domain: &str,
+        requests_per_unit: u32,
+        unit: Unit,
+    ) -> Result<Arc<RateLimiter>, LimiterConfigError> {
+        let id = (domain.to_owned(), requests_per_unit, unit);
+        if let Ok(map) = self.overrides.lock()
+            && let Some(l) = map.get(&id)
+        {
+            return Ok(l.clone());
+        }
+        let rate = Rate::new(
+            u64::from(requests_per_unit),
+            Duration::from_secs(unit.seconds()),
+        );
+        let quota = Quota::fixed_window(rate).aligned();
+        let limiter = Arc::new((self.make)(&prefix_for("o", domain, domain), quota)?);
+        if let Ok(mut map) = self.overrides.lock()
+            && map.len() < self.options.max_override_limiters
+        {
+            map.insert(id, limiter.clone());
+        }
+        Ok(limiter)
+    }
+
+    fn plan(&self, domain: &str, d: &RateLimitDescriptor, request_hits: u64) -> Slot {
+        let free = Slot {
+            limit: None,
+            unlimited: false,
+            shadow: false,
+            state: State::Free,
+        };
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let cost = d.hits_addend.unwrap_or(request_hits);
+        let Some(rules) = self.limits.get(domain) else {
+            return free;
+        };
+        // an override replaces the limit (matched or not), as in the Go
+        // service: an aligned fixed window, never in shadow mode
+        if let Some(o) = &d.limit
+            && let Some(unit) = override_unit(o.unit)
+        {
+            let limit = Some(PbRateLimit {
+                name: String::new(),
+                requests_per_unit: o.requests_per_unit,
+                unit: pb_unit(Some(unit)) as i32,
+            });
+            let period = Duration::from_secs(unit.seconds());
+            if o.requests_per_unit == 0 {
+                return Slot {
+                    limit,
+                    unlimited: false,
+                    shadow: false,
+                    state: State::Zero { period },
+                };
+            }
+            match self.override_limiter(domain, o.requests_per_unit, unit) {
+                Ok(limiter) => {
+                    return Slot {
+                        limit,
+                        unlimited: false,
+                        shadow: false,
+                        state: State::Pending {
+                            limiter,
+                            key: user_key(&entries, &[]),
+                            cost,
+                            period,
+                        },
+                    };
+                }
+                Err(e) => {
+                    tracing::warn!(domain, error = %e, "limit override ignored");
+                }
+            }
+        }
+        let Some(m) = self.config.lookup_match(domain, &entries) else {
+            return free;
+        };
+        let rule = m.rule;
+        let Some(limit) = rules.get(&rule.full_key) else {
+            return free;
+        };
+        let pb_limit = Some(PbRateLimit {
+            name: rule.name.clone(),
+            requests_per_unit: rule.requests_per_unit,
+            unit: pb_unit(rule.unit) as i32,
+        });
+        let period = Duration::from_micros(rule.period_us);
+        let state = match limit {
+            Limit::Unlimited => {
+                return Slot {
+                    limit: None,
+                    unlimited: true,
+                    shadow: rule.shadow_mode,
+                    state: State::Free,
+                };
+            }
+            Limit::Zero => State::Zero { period },
+            Limit::Limited(limiter) => State::Pending {
+                limiter: limiter.clone(),
+                key: user_key(&entries, &m.shared_values),
+                cost,
+                period,
+            },
+        };
+        Slot {
+            limit: pb_limit,
+            unlimited: false,
+            shadow: rule.shadow_mode,
+            state,
+        }
+    }
+
+    async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, StoreError> {
+        let request_hits = match req.hits_addend {
+            0 => 1,
+            n => u64::from(n),
+        };
+        let mut slots: Vec<Slot> = req
+            .descriptors
+            .iter()
+            .map(|d| self.plan(&req.domain, d, request_hits))
+            .collect();
+        let mut failed = None;
+        for slot in &mut slots {
+            let State::Pending {
+                limiter,
+                key,
+                cost,
+                period,
+            } = &slot.state
+            else {
+                continue;
+            };
+            let result = if *cost == 0 {
+                limiter.check_n(key.as_bytes(), 0).await.map(|d| (d, None))
+            } else {
+                limiter
+                    .reserve_n(key.as_bytes(), *cost)
+                    .await
+                    .map(|r| (r.decision().clone(), Some(Box::new(r))))
+            };
+            match result {
+                Ok((decision, reservation)) => {
+                    slot.state = State::Decided {
+                        limiter: limiter.clone(),
+                        decision,
+                        reservation,
+                        cost: *cost,
+                        period: *period,
+                    };
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let over = |s: &Slot| {
+            !s.shadow
+                && match &s.state {
+                    State::Zero { .. } => true,
+                    State::Decided { decision, .. } => decision.denied(),
+                    _ => false,
+                }
+        };
+        let denied = slots.iter().any(over);
+        if denied || failed.is_some() {
+            give_back(&mut slots).await;
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(self.respond(&slots, denied))
+    }
+
+    fn respond(&self, slots: &[Slot], denied: bool) -> RateLimitResponse {
+        let now = now_us();
+        let mut statuses = Vec::with_capacity(slots.len());
+        let mut policy = String::new();
+        let mut ratelimit = String::new();
+        let mut retry_after: Option<u64> = None;
+        for slot in slots {
+            let mut status = DescriptorStatus {
+                code: Code::Ok as i32,
+                current_limit: slot.limit.clone(),
+                ..Default::default()
+            };
+            if slot.unlimited {
+                status.limit_remaining = u32::MAX;
+            }
+            match &slot.state {
+                State::Free | State::Pending { .. } => {}
+                State::Zero { period } => {
+                    let reset = Duration::from_micros(
+                        window_of(u64::try_from(period.as_micros()).unwrap_or(u64::MAX), now)
+                            .reset_after_us,
+                    );
+                    status.duration_until_reset = Some(duration(reset));
+                    if !slot.shadow {
+                        status.code = Code::OverLimit as i32;
+                        retry_after = retry_after.max(Some(ceil_secs(reset).max(1)));
+                    }
+                }
+                State::Decided {
+                    limiter,
+                    decision,
+                    reservation,
+                    cost,
+                    period,
+                } => {
+                    let limit = decision.limit();
+                    let mut remaining = decision.remaining();
+                    // given back: what is left after the give-back
+                    if denied && decision.allowed() && reservation.is_some() {
+                        remaining = remaining.saturating_add(*cost).min(limit);
+                    }
+                    let mut reset = decision.reset_after();
+                    if reset.is_zero() {
+                        // (a cost that can never fit: no state was read)
+                        reset = Duration::from_micros(
+                            window_of(u64::try_from(period.as_micros()).unwrap_or(u64::MAX), now)
+                                .reset_after_us,
+                        );
+                    }
+                    status.limit_remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
+                    status.duration_until_reset = Some(duration(reset));
+                    let over = decision.denied() && !slot.shadow;
+                    if over {
+                        status.code = Code::OverLimit as i32;
+                        let wait = decision.retry_after().unwrap_or(reset);
+                        retry_after = retry_after.max(Some(ceil_secs(wait).max(1)));
+                    }
+                    if self.options.headers && !slot.shadow {
+                        let name = limiter
+                            .quota_names()
+                            .first()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default();
+                        let w = ceil_secs(*period).max(1);
+                        if !policy.is_empty() {
+                            policy.push_str(", ");
+                        }
+                        let _ = write!(policy, "{};q={limit};w={w}", sf_string(&name));
+                        if !ratelimit.is_empty() {
+                            ratelimit.push_str(", ");
+                        }
+                        let t = if over {
+                            ceil_secs(decision.retry_after().unwrap_or(reset)).max(1)
+                        } else {
+                            ceil_secs(reset)
+                        };
+                        let _ = write!(ratelimit, "{};r={remaining};t={t}", sf_string(&name));
+                    }
+                }
+            }
+            statuses.push(status);
+        }
+        let mut headers = Vec::new();
+        if self.options.headers {
+            if !policy.is_empty() {
+                headers.push(header("RateLimit-Policy", policy));
+                headers.push(header("RateLimit", ratelimit));
+            }
+            if denied && let Some(secs) = retry_after {
+                headers.push(header("Retry-After", secs.to_string()));
+            }
+        }
+        RateLimitResponse {
+            overall_code: if denied { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add: headers,
+            ..Default::default()
+        }
+    }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    }
+}
+
+/// `s` as a structured-field string: quoted, `"` and `\` escaped, other
+/// bytes outside printable ASCII as `_`.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Gives back what each allowed descriptor of a denied (or failed)
+/// request consumed: [`RateLimiter::settle`] to 0.
+async fn give_back(slots: &mut [Slot]) {
+    for slot in slots {
+        let State::Decided {
+            limiter,
+            decision,
+            reservation,
+            ..
+        } = &mut slot.state
+        else {
+            continue;
+        };
+        // a shadow quota that would deny consumed nothing
+        if !decision.allowed() || decision.shadow_denied() {
+            *reservation = None;
+            continue;
+        }
+        let Some(r) = reservation.as_ref() else {
+            continue;
+        };
+        if let Err(e) = limiter.settle(r, 0).await {
+            tracing::warn!(error = %e, "could not give back the units of a denied request");
+            *reservation = None;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let req = request.into_inner();
+        match self.inner.decide(&req).await {
+            Ok(resp) => Ok(Response::new(resp)),
+            Err(e) => {
+                tracing::error!(domain = %req.domain, error = %e, "store error");
+                Err(Status::unavailable(format!("rate limit store: {e}")))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_valid_and_distinct() {
+        let a = prefix_for("r", "api", "api.path_/v1/{x}");
+        let b = prefix_for("r", "api", "api.path__v1__x_");
+        assert_ne!(a, b);
+        for p in [&a, &b] {
+            assert!(p.len() <= 64, "{p}");
+            assert!(
+                p.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+            );
+        }
+        let long = prefix_for("r", "d", &"x".repeat(500));
+        assert!(long.len() <= 64);
+    }
+
+    #[test]
+    fn user_keys_are_unambiguous() {
+        let a = user_key(&[("a", "b&1:c=d")], &[]);
+        let b = user_key(&[("a", "b"), ("c", "d")], &[]);
+        assert_ne!(a, b);
+        let shared = user_key(&[("p", "/v1/x")], &[Some("/v1/*".to_owned())]);
+        assert_eq!(shared, "1:p=5:/v1/*");
+    }
+}
