@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! ratelimit-server --config <dir> [--grpc <addr>] [--redis <url>]
-//!                  [--merge-domains] [--no-headers]
+//!                  [--store-timeout <ms>] [--merge-domains] [--no-headers]
 //! ```
 //!
 //! `--grpc` defaults to `127.0.0.1:8081`; without `--redis` (or
-//! `REDIS_URL`) counters live in memory. SIGTERM or Ctrl-C stops it after
+//! `REDIS_URL`) counters live in memory. `--store-timeout` bounds each
+//! Redis call (default: the library's, 100 ms). SIGTERM or Ctrl-C stops it after
 //! the calls in flight are answered.
 
 use std::net::SocketAddr;
@@ -22,12 +23,13 @@ use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 use tower_redis_ratelimit_server::service::{BuildError, RlsService, ServiceOptions};
 
 const USAGE: &str = "usage: ratelimit-server --config <dir> [--grpc <addr>] [--redis <url>] \
-                     [--merge-domains] [--no-headers]";
+                     [--store-timeout <ms>] [--merge-domains] [--no-headers]";
 
 struct Args {
     dir: PathBuf,
     grpc: SocketAddr,
     redis: Option<String>,
+    store_timeout: Option<std::time::Duration>,
     load: LoadOptions,
     options: ServiceOptions,
 }
@@ -36,6 +38,7 @@ fn parse() -> Result<Option<Args>, String> {
     let mut dir: Option<PathBuf> = None;
     let mut grpc = SocketAddr::from(([127, 0, 0, 1], 8081));
     let mut redis = std::env::var("REDIS_URL").ok().filter(|s| !s.is_empty());
+    let mut store_timeout = None;
     let mut load = LoadOptions::default();
     let mut options = ServiceOptions::default();
     let mut args = std::env::args_os().skip(1);
@@ -54,6 +57,19 @@ fn parse() -> Result<Option<Args>, String> {
                     .map_err(|e| format!("--grpc {v:?}: {e} (an address such as 0.0.0.0:8081)"))?;
             }
             Some("--redis") => redis = Some(value("--redis")?),
+            Some("--store-timeout") => {
+                let v = value("--store-timeout")?;
+                match v.parse::<u64>() {
+                    Ok(ms) if ms > 0 => {
+                        store_timeout = Some(std::time::Duration::from_millis(ms));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "--store-timeout {v:?}: a number of milliseconds above 0, such as 100"
+                        ));
+                    }
+                }
+            }
             Some("--merge-domains") => load = load.merge_domains(true),
             Some("--no-headers") => options = options.headers(false),
             Some("-h" | "--help") => return Ok(None),
@@ -65,6 +81,7 @@ fn parse() -> Result<Option<Args>, String> {
         dir,
         grpc,
         redis,
+        store_timeout,
         load,
         options,
     }))
@@ -113,7 +130,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let service = match &args.redis {
         Some(url) => {
-            let store = RedisStore::from_url(url)?;
+            let mut store = RedisStore::from_url(url)?;
+            if let Some(timeout) = args.store_timeout {
+                store = store.timeout(timeout);
+            }
             tracing::info!("store: redis");
             RlsService::new(config, store, args.options)
         }
