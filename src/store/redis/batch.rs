@@ -2,9 +2,11 @@
 //! as one script call (`lua/batch.lua`) that decides each on its own.
 //!
 //! A limiter's decisions take one [`Lane`] per script (its decision script,
-//! its fast path). While fewer than [`FLIGHTS_PER_CONNECTION`] calls of the lane are
-//! in flight, a decision is sent at once, alone, exactly as without
-//! batching: nothing waits for company. Beyond that it joins the lane's
+//! its fast path). While fewer than [`FLIGHTS_PER_CONNECTION`] calls of the
+//! lane per connection are in flight (not counting one whose call started a
+//! store timeout ago: its caller keeps its future without polling it), a
+//! decision is sent at once, alone, exactly as without batching: nothing
+//! waits for company. Beyond that it joins the lane's
 //! queue; when a call in flight ends, the decisions queued meanwhile (up to
 //! [`MAX_BATCH`]) leave together as the next call, sent by a task of its own
 //! (so that no caller's future, which its client may drop, carries another
