@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::args::{SERVER_CLOCK, clock_arg, decision_cmd, fast_cmd};
 use super::conn::{Connections, Pooled, Request};
 use super::script::LimiterScript;
 use crate::error::StoreError;
@@ -293,26 +294,29 @@ impl Lane {
 
     /// Sends `batch` and hands each decision its reply. On Cluster, each
     /// hash slot's share is its own call, all sent at once.
-    async fn send<P: Pooled>(&self, conns: &Connections<P>, mut batch: Vec<Pending>) {
-        // what must go in calls of its own: a slot (Cluster), a form
-        let share_of = |p: &Pending| {
-            let slot = if P::SLOTTED {
-                P::slot_of(&p.decision.keys[0])
-            } else {
-                0
-            };
-            (slot, self.form(&p.decision))
-        };
-        let first = batch.first().map(share_of);
-        if batch.len() == 1 || batch.iter().all(|p| Some(share_of(p)) == first) {
+    async fn send<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
+        // what must go in calls of its own: a slot (Cluster), a form; found
+        // once per decision (a slot is a CRC16 of the key)
+        let mut keyed: Vec<_> = batch
+            .into_iter()
+            .map(|p| {
+                let slot = if P::SLOTTED {
+                    P::slot_of(&p.decision.keys[0])
+                } else {
+                    0
+                };
+                ((slot, self.form(&p.decision)), p)
+            })
+            .collect();
+        if keyed.iter().all(|(share, _)| *share == keyed[0].0) {
+            let batch = keyed.into_iter().map(|(_, p)| p).collect();
             return self.send_slot(conns, batch).await;
         }
         // (stable: each share keeps the order the decisions queued in)
-        batch.sort_by_key(share_of);
+        keyed.sort_by_key(|(share, _)| *share);
         let mut shares: Vec<Vec<Pending>> = Vec::new();
         let mut last = None;
-        for pending in batch {
-            let share = share_of(&pending);
+        for (share, pending) in keyed {
             match shares.last_mut() {
                 Some(current) if last == Some(share) => current.push(pending),
                 _ => shares.push(vec![pending]),
@@ -390,32 +394,17 @@ impl Lane {
     /// The `EVALSHA` of one decision with the lane's own script, as it is
     /// sent without batching (`protocol::decide`).
     fn single_cmd(&self, d: &Decision) -> redis::Cmd {
-        let mut cmd = redis::Cmd::with_capacity(
-            6 + d.keys.len() + self.shared.len(),
-            96 + d.keys.iter().map(String::len).sum::<usize>(),
-        );
-        cmd.arg("EVALSHA")
-            .arg(self.single.sha.as_str())
-            .arg(d.keys.len())
-            .arg(&d.keys);
         match self.layout {
-            Layout::Wrapped | Layout::One => {
-                clock_arg(&mut cmd, d.now_us);
-                cmd.arg(d.cost);
-                for s in self.shared.iter() {
-                    cmd.arg(s.as_slice());
-                }
-                if !d.nonce.is_empty() {
-                    cmd.arg(&d.nonce);
-                }
-            }
-            Layout::Fast => {
-                if d.cost != 1 {
-                    cmd.arg(d.cost);
-                }
-            }
+            Layout::Wrapped | Layout::One => decision_cmd(
+                &self.single,
+                &d.keys,
+                d.now_us,
+                d.cost,
+                &self.shared,
+                &d.nonce,
+            ),
+            Layout::Fast => fast_cmd(&self.single, &d.keys, d.cost),
         }
-        cmd
     }
 
     /// The `EVALSHA` of `batch` (one share: see [`form`](Self::form)) with
@@ -495,17 +484,6 @@ impl Lane {
         keys == self.keys && keys > 0
     }
 }
-
-/// A decision's clock reading: its time in µs, or `T` for Redis's clock.
-fn clock_arg(cmd: &mut redis::Cmd, now_us: Option<u64>) {
-    match now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
-    };
-}
-
-/// `ARGV[1]` of a decision on Redis's clock (see `lua/prelude.lua`).
-const SERVER_CLOCK: &str = "T";
 
 /// One decision's entry in a batch's reply: its script's reply, or, for
 /// `E<error>`, that error, as Redis would have answered a call of its own.

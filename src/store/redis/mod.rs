@@ -25,6 +25,7 @@
 //! quota arguments once ([`protocol::Prepared`]); every decision is then one
 //! `EVALSHA`, with no per-call script building or quota encoding.
 
+mod args;
 mod batch;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;

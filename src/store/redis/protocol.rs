@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::args::{decision_cmd, fast_cmd};
 use super::batch::{Decision, Lane, Layout};
 use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
@@ -20,10 +21,6 @@ use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Call, Outcome, QuotaOutcome};
 use crate::strategy::Kind;
-
-/// `ARGV[1]` of a decision on Redis's clock; any other value is a manual time
-/// in microseconds (see `lua/prelude.lua`).
-const SERVER_CLOCK: &str = "T";
 
 /// What a Redis store prepares once per limiter: the decision script and the
 /// quotas' script arguments, encoded. Shared by every connection kind.
@@ -209,25 +206,6 @@ impl FastWindow {
         })
     }
 
-    /// The fast path's `EVALSHA` for a call of `cost` on `keys` (one key), or
-    /// `None` when the call is not the fast path's (a cost of 0, or above
-    /// the limit): a cost of 1 sends no `ARGV`, another its cost.
-    fn cmd(&self, keys: &[String], cost: u64) -> Option<redis::Cmd> {
-        if !self.fits(cost) {
-            return None;
-        }
-        let bytes = 64 + keys.iter().map(String::len).sum::<usize>();
-        let mut cmd = redis::Cmd::with_capacity(4 + keys.len(), bytes);
-        cmd.arg("EVALSHA")
-            .arg(self.script.sha.as_str())
-            .arg(keys.len())
-            .arg(keys);
-        if cost != 1 {
-            cmd.arg(cost);
-        }
-        Some(cmd)
-    }
-
     /// Whether a call of `cost` is the fast path's (from 1 to the limit).
     fn fits(&self, cost: u64) -> bool {
         cost != 0 && cost <= self.limit
@@ -328,16 +306,10 @@ pub(crate) async fn decide<P: Pooled>(
         && fast.fits(call.cost)
     {
         let direct = || async {
-            match fast.cmd(call.keys, call.cost) {
-                Some(cmd) => {
-                    conns
-                        .query::<redis::Value>(Request::Cmd(&cmd), Some(&fast.script), None)
-                        .await
-                }
-                None => Err(StoreError::Protocol(
-                    "the fast path refused its own call".into(),
-                )),
-            }
+            let cmd = fast_cmd(&fast.script, call.keys, call.cost);
+            conns
+                .query::<redis::Value>(Request::Cmd(&cmd), Some(&fast.script), None)
+                .await
         };
         let reply = match lanes.and_then(|l| l.fast.as_ref()) {
             Some(lane) => lane.decide(conns, || decision(&call), direct).await,
@@ -357,7 +329,7 @@ pub(crate) async fn decide<P: Pooled>(
     let direct = || async {
         conns
             .query::<redis::Value>(
-                Request::Cmd(&decision_cmd(prepared, &call)),
+                Request::Cmd(&one_cmd(prepared, &call)),
                 Some(&prepared.decide),
                 None,
             )
@@ -388,33 +360,16 @@ fn decision(call: &Call<'_>) -> Decision {
     }
 }
 
-/// The `EVALSHA` of one decision with the limiter's script: `KEYS`, then
-/// the clock reading, the cost, the quotas' numbers and the nonce.
-fn decision_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
-    let args = 6 + call.keys.len() + prepared.quota_args.len();
-    let bytes = 96
-        + call.keys.iter().map(String::len).sum::<usize>()
-        + prepared.quota_args.iter().map(Vec::len).sum::<usize>()
-        + call.nonce.len();
-    let mut cmd = redis::Cmd::with_capacity(args, bytes);
-    cmd.arg("EVALSHA")
-        .arg(prepared.decide.sha.as_str())
-        .arg(call.keys.len())
-        .arg(call.keys);
-    // ARGV[1]: the manual time (any integer, 0 included), or `T` for
-    // Redis's own clock (lua/prelude.lua)
-    match call.now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
-    };
-    cmd.arg(call.cost);
-    for a in prepared.quota_args.iter() {
-        cmd.arg(a.as_slice());
-    }
-    if !call.nonce.is_empty() {
-        cmd.arg(call.nonce);
-    }
-    cmd
+/// The `EVALSHA` of `call` with the limiter's script.
+fn one_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
+    decision_cmd(
+        &prepared.decide,
+        call.keys,
+        call.now_us,
+        call.cost,
+        &prepared.quota_args,
+        call.nonce,
+    )
 }
 
 /// A decision that may take a concurrency lease: never batched, and sent
@@ -425,7 +380,7 @@ async fn decide_with_lease<P: Pooled>(
     prepared: &Prepared,
     call: Call<'_>,
 ) -> Result<Outcome, StoreError> {
-    let cmd = decision_cmd(prepared, &call);
+    let cmd = one_cmd(prepared, &call);
     let mut undo = Undo::new(conns, || give_back_lease(&call));
     let reply: Vec<u8> = conns
         .query(
@@ -873,7 +828,8 @@ mod tests {
         );
         let keys = ["{p:k}:f10/60000001us".to_owned()];
         let args = |cost| {
-            fw.cmd(&keys, cost)
+            fw.fits(cost)
+                .then(|| fast_cmd(&fw.script, &keys, cost))
                 .map(|c| c.args_iter().count())
                 .unwrap_or(0)
         };

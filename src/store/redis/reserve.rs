@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::args::clock_arg;
 use super::conn::{Connections, Pooled, Request, Undo};
 use super::protocol::{give_back_lease, parse_reply, takes_lease};
 use super::script::LimiterScript;
@@ -13,9 +14,6 @@ use crate::error::StoreError;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Adjustment, Call, GiveBackCall, Outcome};
 use crate::strategy::Kind;
-
-/// `ARGV[1]` on Redis's clock (see `lua/prelude.lua`).
-const SERVER_CLOCK: &str = "T";
 
 /// A limiter's take and give-back scripts and their quota arguments.
 #[derive(Debug)]
@@ -69,10 +67,7 @@ pub(crate) async fn take<P: Pooled>(
     cmd.arg(scripts.take.sha.as_str())
         .arg(call.keys.len())
         .arg(call.keys);
-    match call.now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
-    };
+    clock_arg(&mut cmd, call.now_us);
     cmd.arg(call.cost);
     for a in scripts.take_args.iter() {
         cmd.arg(a.as_slice());
@@ -126,10 +121,7 @@ pub(crate) async fn give_back<P: Pooled>(
     cmd.arg(scripts.give_back.sha.as_str())
         .arg(gb.keys.len())
         .arg(gb.keys);
-    match gb.now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
-    };
+    clock_arg(&mut cmd, gb.now_us);
     cmd.arg(gb.units).arg(gb.at);
     for a in scripts.give_back_args.iter() {
         cmd.arg(a.as_slice());
@@ -155,10 +147,7 @@ pub(crate) async fn adjust<P: Pooled>(
     cmd.arg(scripts.give_back.sha.as_str())
         .arg(keys.len())
         .arg(keys);
-    match now_us {
-        Some(us) => cmd.arg(us),
-        None => cmd.arg(SERVER_CLOCK),
-    };
+    clock_arg(&mut cmd, now_us);
     match adjustment {
         Adjustment::By(units) => cmd.arg(units).arg("A"),
         // (the per-quota units follow the quotas')
@@ -193,10 +182,7 @@ pub(crate) async fn block<P: Pooled>(
     let script = block_script();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.sha.as_str()).arg(1).arg(block_key);
-    match now_us {
-        Some(t) => cmd.arg(t),
-        None => cmd.arg(SERVER_CLOCK),
-    };
+    clock_arg(&mut cmd, now_us);
     cmd.arg(us);
     let _: redis::Value = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     Ok(())
