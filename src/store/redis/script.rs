@@ -107,6 +107,26 @@ const MULTI_RETURN: &str = "return table.concat(out, ' ')";
 const TAKE_MULTI_RETURN: &str = "-- a take (src/limiter/local_budget.rs): the reply ends with the decision's NOW\n\
 out[nq + 2] = fmt('%d', NOW)\nreturn table.concat(out, ' ')";
 
+/// A script's first lines: `local READS_TIME = <on>` and the like, which
+/// `lua/prelude.lua` and what follows read.
+fn flag(source: &mut String, name: &str, on: bool) {
+    source.push_str(&format!("local {name} = {on}\n"));
+}
+
+/// A strategy's block, spliced in as a `do … end` block (no function per call).
+fn push_block(source: &mut String, body: &[&str]) {
+    source.push_str("do\n");
+    for part in body {
+        source.push_str(part);
+    }
+    source.push_str("end\n");
+}
+
+/// The line a fast-path script starts with: the quota's numbers, written in.
+fn fast_numbers(limit: u64, window_ms: u64) -> String {
+    format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n")
+}
+
 impl LimiterScript {
     /// The script for a limiter whose quotas run `strategies` (their
     /// [`Kind`]s), in order.
@@ -183,8 +203,7 @@ impl LimiterScript {
     /// one (a fixed window: `lua/fixed_window_fast.lua`).
     pub(crate) fn fast_path(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
         let body = strategy.spec().lua.fast_path?;
-        let source =
-            format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n{body}");
+        let source = format!("{}{body}", fast_numbers(limit, window_ms));
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Some(LimiterScript { source, sha })
     }
@@ -217,27 +236,15 @@ impl LimiterScript {
     pub(crate) fn batch_one(strategy: Kind) -> Self {
         let spec = &strategy.spec().lua;
         let mut source = String::new();
-        source.push_str(if spec.reads_time {
-            "local READS_TIME = true\n"
-        } else {
-            "local READS_TIME = false\n"
-        });
-        source.push_str(if spec.reads_burst {
-            "local READS_BURST = true\n"
-        } else {
-            "local READS_BURST = false\n"
-        });
+        flag(&mut source, "READS_TIME", spec.reads_time);
+        flag(&mut source, "READS_BURST", spec.reads_burst);
         source.push_str(PRELUDE);
         if spec.zset_helpers {
             source.push_str(ZSET);
         }
         let (head, tail) = BATCH_ONE.split_once(SPLICE).unwrap_or((BATCH_ONE, ""));
         source.push_str(head);
-        source.push_str("do\n");
-        for part in spec.body {
-            source.push_str(part);
-        }
-        source.push_str("end\n");
+        push_block(&mut source, spec.body);
         source.push_str(tail);
         source.push_str(BATCH_END);
         LimiterScript::new(source)
@@ -253,8 +260,8 @@ impl LimiterScript {
             .split_once(FAST_SPLICE)
             .unwrap_or((BATCH_FAST, ""));
         let source = format!(
-            "local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n\
-             {head}{body}{tail}{BATCH_END}"
+            "{}{head}{body}{tail}{BATCH_END}",
+            fast_numbers(limit, window_ms)
         );
         Some(LimiterScript::new(source))
     }
@@ -263,20 +270,14 @@ impl LimiterScript {
         let mut source = String::new();
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua); the penalty box reads it.
-        source.push_str(
-            if take || block.is_some() || strategies.iter().any(|s| s.spec().lua.reads_time) {
-                "local READS_TIME = true\n"
-            } else {
-                "local READS_TIME = false\n"
-            },
+        flag(
+            &mut source,
+            "READS_TIME",
+            take || block.is_some() || strategies.iter().any(|s| s.spec().lua.reads_time),
         );
         if let [only] = strategies {
             // what single.lua parses (see there)
-            source.push_str(if only.spec().lua.reads_burst {
-                "local READS_BURST = true\n"
-            } else {
-                "local READS_BURST = false\n"
-            });
+            flag(&mut source, "READS_BURST", only.spec().lua.reads_burst);
         }
         source.push_str(PRELUDE);
         if strategies.iter().any(|s| s.spec().lua.zset_helpers) {
@@ -289,11 +290,7 @@ impl LimiterScript {
         if let [only] = strategies {
             let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
             source.push_str(head);
-            source.push_str("do\n");
-            for part in only.spec().lua.body {
-                source.push_str(part);
-            }
-            source.push_str("end\n");
+            push_block(&mut source, only.spec().lua.body);
             if block.is_some() {
                 source.push_str(BLOCK_SINGLE);
             }
