@@ -343,10 +343,15 @@ impl Lane {
     /// bounded by the store's timeout as any call is; each decision's caller
     /// stops waiting at its own deadline.
     async fn send_slot<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
+        // the budget of the oldest decision: none is sent after its caller
+        // stopped waiting
+        let Some(oldest) = batch.iter().map(|p| p.queued).min() else {
+            return;
+        };
         if let [only] = &batch[..] {
             let cmd = self.single_cmd(&only.decision);
             let reply = conns
-                .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.single), None)
+                .query_since::<redis::Value>(oldest, Request::Cmd(&cmd), Some(&self.single))
                 .await;
             if let Some(pending) = batch.into_iter().next() {
                 let _ = pending.reply.send(reply);
@@ -355,7 +360,7 @@ impl Lane {
         }
         let cmd = self.batch_cmd(&batch);
         match conns
-            .query::<redis::Value>(Request::Cmd(&cmd), Some(&self.batch), None)
+            .query_since::<redis::Value>(oldest, Request::Cmd(&cmd), Some(&self.batch))
             .await
         {
             Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {

@@ -491,7 +491,36 @@ impl<P: Pooled> Connections<P> {
         script: Option<&LimiterScript>,
         sent_on: Option<&mut SentOn<P>>,
     ) -> Result<T, StoreError> {
-        let started = Instant::now();
+        self.query_from(Instant::now(), false, req, script, sent_on)
+            .await
+    }
+
+    /// As [`query`](Self::query), for a call whose budget began at `started`,
+    /// before it was sent (a batch of decisions, the oldest queued then):
+    /// nothing is sent once that budget has run out, and the call ends
+    /// within what is left of it, so no decision reaches Redis after its
+    /// caller stopped waiting. Running out of a budget partly spent in a
+    /// queue says nothing about the connection, which is kept.
+    pub(crate) async fn query_since<T: redis::FromRedisValue>(
+        &self,
+        started: Instant,
+        req: Request<'_>,
+        script: Option<&LimiterScript>,
+    ) -> Result<T, StoreError> {
+        if started.elapsed() >= self.timeout {
+            return Err(StoreError::Timeout(self.timeout));
+        }
+        self.query_from(started, true, req, script, None).await
+    }
+
+    async fn query_from<T: redis::FromRedisValue>(
+        &self,
+        started: Instant,
+        queued: bool,
+        req: Request<'_>,
+        script: Option<&LimiterScript>,
+        sent_on: Option<&mut SentOn<P>>,
+    ) -> Result<T, StoreError> {
         let loads = self.loads.load(Ordering::Acquire);
         let slot = self.slot();
         let (held, fresh) = match read(&slot.held) {
@@ -512,7 +541,12 @@ impl<P: Pooled> Connections<P> {
             sent_on.0 = Some(held.clone());
         }
         let mut conn = held.conn.clone();
-        let result = if fresh || !P::SELF_TIMED {
+        let result = if queued {
+            Box::pin(self.within(started, async {
+                Ok(req.run::<T, _>(&mut conn).await)
+            }))
+            .await?
+        } else if fresh || !P::SELF_TIMED {
             Box::pin(self.within_on(&held, started, async {
                 Ok(req.run::<T, _>(&mut conn).await)
             }))
