@@ -509,6 +509,15 @@ fn read_rate_limit(
                 let parsed = s
                     .parse::<Strategy>()
                     .map_err(|e| ctx.err(&at, val.line, e.to_string()))?;
+                if parsed == Strategy::Concurrency {
+                    // (a lease no call of the protocol ever gives back)
+                    return Err(ctx.err(
+                        &at,
+                        val.line,
+                        "`concurrency` counts requests in flight until each is released, \
+                         and Envoy's rate limit protocol has no release: use a rate strategy",
+                    ));
+                }
                 strategy = Some((parsed, k.line));
             }
             "burst" => {

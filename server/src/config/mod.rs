@@ -36,11 +36,12 @@
 //! Optional fields of `rate_limit` that the Go service does not have (it
 //! rejects a file that uses them, as unknown keys):
 //!
-//! * `strategy`: one of the library's seven strategies by its name
+//! * `strategy`: one of the library's rate strategies by its name
 //!   ([`Strategy`]: `fixed-window`, `sliding-window-log`,
-//!   `sliding-window-counter`, `token-bucket`, `leaky-bucket`, `gcra`,
-//!   `concurrency`). Without it a limit is the Go service's fixed window
-//!   aligned to the epoch ([`crate::window`]).
+//!   `sliding-window-counter`, `token-bucket`, `leaky-bucket`, `gcra`;
+//!   `concurrency` is rejected: it holds a lease per request until a
+//!   release that Envoy's protocol does not have). Without it a limit is
+//!   the Go service's fixed window aligned to the epoch ([`crate::window`]).
 //! * `burst`: a positive integer, for the strategies that take one
 //!   ([`Strategy::takes_burst`]).
 //! * `unit_multiplier`: a positive integer `n`, the period is `n` units
@@ -48,6 +49,8 @@
 //! * `duration`: a period written as the library's rates write theirs
 //!   (`90s`, `500ms`, `2 hours`, `7d`), instead of `unit`.
 
+#[cfg(test)]
+mod example_tests;
 mod load;
 #[cfg(test)]
 mod tests;

@@ -533,6 +533,11 @@ descriptors:
         "token-bucket",
     );
     rejects(
+        &rl("unit: second, strategy: concurrency"),
+        "descriptors[0].rate_limit.strategy",
+        "no release",
+    );
+    rejects(
         &rl("unit: second, burst: 2"),
         "descriptors[0].rate_limit.burst",
         "gcra",
