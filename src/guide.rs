@@ -22,6 +22,8 @@
 //!    penalty box and the admin API.
 //! 9. [Simulator](simulator): any strategy against traffic patterns, drawn
 //!    as a chart.
+//! 10. [Behind Envoy](envoy): the workspace's rate limit service for Envoy
+//!     gateways, its configuration and the Envoy side.
 
 #[doc = include_str!("../docs/guide/quick-start.md")]
 pub mod quick_start {}
@@ -49,3 +51,6 @@ pub mod settle {}
 
 #[doc = include_str!("../docs/guide/simulator.md")]
 pub mod simulator {}
+
+#[doc = include_str!("../docs/guide/envoy.md")]
+pub mod envoy {}
