@@ -542,10 +542,7 @@ impl<P: Pooled> Connections<P> {
         }
         let mut conn = held.conn.clone();
         let result = if queued {
-            Box::pin(self.within(started, async {
-                Ok(req.run::<T, _>(&mut conn).await)
-            }))
-            .await?
+            Box::pin(self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })).await?
         } else if fresh || !P::SELF_TIMED {
             Box::pin(self.within_on(&held, started, async {
                 Ok(req.run::<T, _>(&mut conn).await)
