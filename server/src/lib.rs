@@ -8,6 +8,8 @@
 //! and metrics come next.
 
 pub mod config;
+pub mod metrics;
 pub mod pb;
+pub mod reload;
 pub mod service;
 pub mod window;
