@@ -4,12 +4,15 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
 use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit_server::config::{Config, LoadOptions};
 use tower_redis_ratelimit_server::metrics;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
+use tower_redis_ratelimit_server::reload::{ConfigWatcher, Reload, ReloadError};
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
 fn memory(src: &str, options: ServiceOptions) -> RlsService {
@@ -286,4 +289,227 @@ async fn metrics_count_as_the_go_service() {
     // other paths
     let (status, _, _) = http_get(addr, "/").await;
     assert!(status.contains("404"), "{status}");
+}
+
+fn limits_yaml(domain: &str, limit: u32) -> String {
+    format!(
+        "domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n      requests_per_unit: {limit}\n  - key: s\n    rate_limit:\n      unit: year\n      requests_per_unit: 1000000\n"
+    )
+}
+
+/// A Kubernetes ConfigMap volume: `..data` links to a directory of the
+/// files, each file a link into `..data`; an update writes a new
+/// directory and renames a new `..data` link over the old one.
+struct ConfigMap {
+    dir: std::path::PathBuf,
+    version: u32,
+}
+
+impl ConfigMap {
+    fn new(dir: &std::path::Path, name: &str, text: &str) -> ConfigMap {
+        let mut m = ConfigMap {
+            dir: dir.to_owned(),
+            version: 0,
+        };
+        m.update(name, text);
+        std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).expect("link");
+        m
+    }
+
+    fn update(&mut self, name: &str, text: &str) {
+        self.version += 1;
+        let v = format!("..v{}", self.version);
+        std::fs::create_dir(self.dir.join(&v)).expect("dir");
+        std::fs::write(self.dir.join(&v).join(name), text).expect("write");
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&v, &tmp).expect("link");
+        std::fs::rename(&tmp, self.dir.join("..data")).expect("swap");
+    }
+}
+
+/// An editor's save: a temporary file renamed over the old one.
+fn save(dir: &std::path::Path, name: &str, text: &str) {
+    let tmp = dir.join(format!(".{name}.swp"));
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, dir.join(name)).expect("rename");
+}
+
+/// The limit `domain` reports for `k` (without consuming).
+async fn current(c: &mut Client, domain: &str) -> Option<u32> {
+    let r = ask(c, domain, vec![peek(&[("k", "x")])], 0).await;
+    r.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit)
+}
+
+/// 20 reloads (10 ConfigMap swaps, 10 editor saves) under 4 concurrent
+/// callers: no call fails, each new limit answers within 1 s of the write
+/// (the watcher's default interval), the unchanged limit keeps counting
+/// through them all, every load is counted once; then an invalid file
+/// keeps the running configuration and counts a failed load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_load_applies_within_a_second_and_drops_nothing() {
+    let tmp = TempDir::new("reload");
+    let dir = tmp.0.clone();
+    let mut map = ConfigMap::new(&dir, "a.yaml", &limits_yaml("one", 10));
+    std::fs::write(dir.join("b.yaml"), limits_yaml("two", 10)).expect("write");
+    let files = Config::read_dir(&dir).expect("read");
+    assert_eq!(files.len(), 2, "{files:?}");
+    let config = Config::from_sources(
+        files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+        LoadOptions::default(),
+    )
+    .expect("config");
+    let service =
+        RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service");
+    let metrics_addr = serve_metrics(&service).await;
+    let watcher =
+        ConfigWatcher::new(service.clone(), &dir, LoadOptions::default()).loaded_from(files);
+    let watching = tokio::spawn(watcher.run());
+    let c = serve(service).await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for i in 0..4 {
+        let mut c = c.clone();
+        let stop = stop.clone();
+        callers.push(tokio::spawn(async move {
+            let (mut admitted, mut failed, mut calls) = (0u64, 0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let domain = if i % 2 == 0 { "one" } else { "two" };
+                calls += 1;
+                match try_ask(&mut c, domain, vec![desc(&[("s", "shared")])], 0).await {
+                    Ok(r) if overall(&r) == Code::Ok && r.statuses[0].current_limit.is_some() => {
+                        admitted += 1;
+                    }
+                    _ => failed += 1,
+                }
+            }
+            (admitted, failed, calls)
+        }));
+    }
+
+    let mut c = c;
+    assert_eq!(current(&mut c, "one").await, Some(10));
+    let mut slowest = Duration::ZERO;
+    for i in 0..20u32 {
+        let limit = if (i / 2) % 2 == 0 { 20 } else { 10 };
+        let domain = if i % 2 == 0 { "one" } else { "two" };
+        let written = Instant::now();
+        if i % 2 == 0 {
+            map.update("a.yaml", &limits_yaml("one", limit));
+        } else {
+            save(&dir, "b.yaml", &limits_yaml("two", limit));
+        }
+        loop {
+            if current(&mut c, domain).await == Some(limit) {
+                break;
+            }
+            assert!(
+                written.elapsed() < Duration::from_secs(1),
+                "reload {i}: {domain} still not at {limit} after 1 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        slowest = slowest.max(written.elapsed());
+    }
+    eprintln!("slowest reload: {slowest:?}");
+    let text = scrape(metrics_addr).await;
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 21, "{text}");
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 0, "{text}");
+
+    // an invalid file: the running configuration stays, one failed load
+    save(
+        &dir,
+        "b.yaml",
+        "domain: two\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    let written = Instant::now();
+    while sample(&scrape(metrics_addr).await, metrics::CONFIG_LOAD_ERROR) == 0 {
+        assert!(written.elapsed() < Duration::from_secs(5), "no failed load");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let callers_during = Instant::now();
+    while callers_during.elapsed() < Duration::from_millis(600) {
+        // (the last save, reload 19, set 10)
+        assert_eq!(current(&mut c, "two").await, Some(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut admitted, mut failed, mut calls) = (0, 0, 0);
+    for t in callers {
+        let (a, f, n) = t.await.expect("caller");
+        admitted += a;
+        failed += f;
+        calls += n;
+    }
+    watching.abort();
+    assert_eq!(failed, 0, "{failed} of {calls} calls failed");
+    assert!(calls > 100, "only {calls} calls");
+    // reported once, however long it stays
+    let text = scrape(metrics_addr).await;
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 1, "{text}");
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 21, "{text}");
+    // the unchanged limit counted every admitted call across the reloads
+    let mut left = 0;
+    for domain in ["one", "two"] {
+        let r = ask(&mut c, domain, vec![peek(&[("s", "shared")])], 0).await;
+        left += 1_000_000 - u64::from(r.statuses[0].limit_remaining);
+    }
+    assert_eq!(left, admitted);
+}
+
+/// One check at a time: the error of an invalid change names the file and
+/// the path inside it; the same files are not reported again; a fix loads.
+#[tokio::test]
+async fn watcher_reports_an_invalid_change_once_with_file_and_path() {
+    let tmp = TempDir::new("watch");
+    let dir = tmp.0.clone();
+    std::fs::write(dir.join("a.yaml"), limits_yaml("one", 10)).expect("write");
+    let files = Config::read_dir(&dir).expect("read");
+    let config = Config::from_sources(
+        files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+        LoadOptions::default(),
+    )
+    .expect("config");
+    let service =
+        RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service");
+    let mut w =
+        ConfigWatcher::new(service.clone(), &dir, LoadOptions::default()).loaded_from(files);
+    assert!(matches!(w.check().await, Reload::Unchanged));
+    save(
+        &dir,
+        "a.yaml",
+        "domain: one\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    match w.check().await {
+        Reload::Failed(ReloadError::Config(e)) => {
+            assert_eq!(e.file, "a.yaml");
+            assert_eq!(e.path, "descriptors[0].rate_limit.unit");
+            assert_eq!(e.line, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(w.check().await, Reload::Unchanged));
+    assert_eq!(service.config().rules("one").len(), 2);
+    let text = service.metrics().render();
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 1, "{text}");
+    // a limit the library rejects (a burst on a fixed window)
+    save(
+        &dir,
+        "a.yaml",
+        "domain: one\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n",
+    );
+    match w.check().await {
+        Reload::Failed(e) => assert!(e.to_string().contains("a.yaml"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    save(&dir, "a.yaml", &limits_yaml("one", 7));
+    assert!(matches!(w.check().await, Reload::Reloaded));
+    let text = service.metrics().render();
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 2, "{text}");
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 2, "{text}");
+    let mut c = serve(service).await;
+    assert_eq!(current(&mut c, "one").await, Some(7));
 }
