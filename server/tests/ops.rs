@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tower_redis_ratelimit::MemoryStore;
-use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+use tower_redis_ratelimit::{MemoryStore, RedisStore};
+use tower_redis_ratelimit_server::config::{Config, LoadOptions, OnStoreError};
 use tower_redis_ratelimit_server::metrics;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
@@ -512,4 +512,172 @@ async fn watcher_reports_an_invalid_change_once_with_file_and_path() {
     assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 2, "{text}");
     let mut c = serve(service).await;
     assert_eq!(current(&mut c, "one").await, Some(7));
+}
+
+const POLICIES: &str = r#"
+domain: open
+failure_policy: allow
+descriptors:
+  - key: k
+    rate_limit: {unit: year, requests_per_unit: 2}
+  - key: zero
+    rate_limit: {unit: year, requests_per_unit: 0}
+"#;
+
+const POLICIES_DENY: &str = r#"
+domain: closed
+failure_policy: deny
+descriptors:
+  - key: k
+    rate_limit: {unit: year, requests_per_unit: 2}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: year, requests_per_unit: 2}
+"#;
+
+const POLICIES_DEFAULT: &str = r#"
+domain: plain
+descriptors:
+  - key: k
+    rate_limit: {unit: year, requests_per_unit: 2}
+"#;
+
+fn policy_service(redis: &Redis, default: OnStoreError) -> RlsService {
+    let config = Config::from_sources(
+        [
+            ("open.yaml", POLICIES),
+            ("closed.yaml", POLICIES_DENY),
+            ("plain.yaml", POLICIES_DEFAULT),
+        ],
+        LoadOptions::default(),
+    )
+    .expect("config");
+    let store = RedisStore::from_url(&redis.url())
+        .expect("store")
+        .timeout(Duration::from_millis(300));
+    RlsService::new(
+        config,
+        store,
+        ServiceOptions::default().on_store_error(default),
+    )
+    .expect("service")
+}
+
+/// Asks and checks that the answer came within the store timeout and some
+/// slack (2 shared cores).
+async fn timed(
+    c: &mut Client,
+    domain: &str,
+    d: Vec<tower_redis_ratelimit_server::pb::RateLimitDescriptor>,
+) -> Result<tower_redis_ratelimit_server::pb::RateLimitResponse, tonic::Status> {
+    let t = Instant::now();
+    let r = try_ask(c, domain, d, 0).await;
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    r
+}
+
+/// A Redis stopped (SIGSTOP: every call times out) then killed (every
+/// connection refused): `allow` answers OK for what it could not decide,
+/// `deny` OVER_LIMIT (not for a shadow limit), no policy the service's
+/// default (`unavailable`: the call fails; `deny`); what is decided
+/// without the store (a limit of 0) still denies; the store decides again
+/// once it is back; each failed call is counted per domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_on_a_stopped_then_killed_redis() {
+    let redis = Redis::start();
+    let service = policy_service(&redis, OnStoreError::Unavailable);
+    let metrics_addr = serve_metrics(&service).await;
+    let mut c = serve(service).await;
+    let mut strict = serve(policy_service(&redis, OnStoreError::Deny)).await;
+    // one unit of each `k` taken while the store answers
+    for domain in ["open", "closed", "plain"] {
+        let r = ask(&mut c, domain, vec![desc(&[("k", "a")])], 0).await;
+        assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 1));
+    }
+    redis.signal("STOP");
+    let mut failures = [0u64; 3];
+    for round in 0..2 {
+        // allow: OK, no current limit, no headers
+        let r = timed(&mut c, "open", vec![desc(&[("k", "a")])])
+            .await
+            .expect("allow");
+        assert_eq!(overall(&r), Code::Ok, "round {round}");
+        assert!(r.statuses[0].current_limit.is_none());
+        assert!(r.response_headers_to_add.is_empty(), "{r:?}");
+        // allow, but a limit of 0 is decided without the store
+        let r = timed(
+            &mut c,
+            "open",
+            vec![desc(&[("k", "a")]), desc(&[("zero", "z")])],
+        )
+        .await
+        .expect("allow");
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(code(&r.statuses[0]), Code::Ok);
+        assert_eq!(code(&r.statuses[1]), Code::OverLimit);
+        failures[0] += 2;
+        // deny: OVER_LIMIT with Retry-After 1; a shadow limit does not deny
+        let r = timed(&mut c, "closed", vec![desc(&[("k", "a")])])
+            .await
+            .expect("deny");
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(code(&r.statuses[0]), Code::OverLimit);
+        assert_eq!(header(&r, "retry-after"), Some("1"));
+        let r = timed(&mut c, "closed", vec![desc(&[("shadow", "s")])])
+            .await
+            .expect("deny");
+        assert_eq!(overall(&r), Code::Ok);
+        failures[1] += 2;
+        // no policy: the default, unavailable or deny
+        let e = timed(&mut c, "plain", vec![desc(&[("k", "a")])])
+            .await
+            .expect_err("unavailable");
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        let r = timed(&mut strict, "plain", vec![desc(&[("k", "a")])])
+            .await
+            .expect("deny by default");
+        assert_eq!(overall(&r), Code::OverLimit);
+        failures[2] += 1;
+        if round == 0 {
+            // back: decided by the store again (a call that timed out
+            // may have been counted when the store woke up: its command
+            // was in the socket)
+            redis.signal("CONT");
+            for domain in ["open", "closed", "plain"] {
+                let r = ask(&mut c, domain, vec![peek(&[("k", "a")])], 0).await;
+                let l = r.statuses[0]
+                    .current_limit
+                    .as_ref()
+                    .map(|l| l.requests_per_unit);
+                assert_eq!(l, Some(2), "{domain}");
+            }
+            // then gone for good
+            let mut redis = redis;
+            let _ = redis.child.kill();
+            let _ = redis.child.wait();
+            std::mem::forget(redis);
+            break;
+        }
+    }
+    // and the same once it is killed (connections refused)
+    let r = timed(&mut c, "open", vec![desc(&[("k", "a")])])
+        .await
+        .expect("allow");
+    assert_eq!(overall(&r), Code::Ok);
+    let r = timed(&mut c, "closed", vec![desc(&[("k", "a")])])
+        .await
+        .expect("deny");
+    assert_eq!(overall(&r), Code::OverLimit);
+    let e = timed(&mut c, "plain", vec![desc(&[("k", "a")])])
+        .await
+        .expect_err("unavailable");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    failures[0] += 1;
+    failures[1] += 1;
+    failures[2] += 1;
+    let text = scrape(metrics_addr).await;
+    for (domain, n) in ["open", "closed", "plain"].iter().zip(failures) {
+        let s = format!("{}{{domain=\"{domain}\"}}", metrics::STORE_ERRORS);
+        assert_eq!(sample(&text, &s), n, "{domain}: {text}");
+    }
 }
