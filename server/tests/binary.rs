@@ -1,0 +1,269 @@
+//! The `ratelimit-server` binary end to end: its store flags and
+//! environment on a private Redis Cluster and a Redis Sentinel, its
+//! metrics endpoint, its refusal of malformed values, its stop on SIGTERM.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
+
+const CONFIG: &str =
+    "domain: bin\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n";
+
+/// A running `ratelimit-server`, stopped with SIGTERM on drop.
+struct Server {
+    child: Child,
+    grpc: u16,
+    metrics: u16,
+}
+
+impl Server {
+    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let grpc = free_port();
+        let metrics = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        cmd.arg("--config")
+            .arg(dir)
+            .args(["--grpc", &format!("127.0.0.1:{grpc}")])
+            .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            .args(args)
+            .env_remove("REDIS_URL")
+            .env_remove("REDIS_CA")
+            .env_remove("REDIS_CLUSTER_URLS")
+            .env_remove("REDIS_SENTINEL_URLS")
+            .env_remove("REDIS_SENTINEL_MASTER")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("ratelimit-server");
+        assert!(wait_port(&mut child, grpc), "the server did not start");
+        assert!(wait_port(&mut child, metrics), "no metrics port");
+        Server {
+            child,
+            grpc,
+            metrics,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", self.grpc))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+        Client::new(channel)
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_dir(tag: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    std::fs::write(dir.0.join("bin.yaml"), CONFIG).expect("write");
+    dir
+}
+
+/// Three of 3 per year admitted, the fourth denied.
+async fn three_then_over(server: &Server) {
+    let mut c = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let r = ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0).await;
+        codes.push(overall(&r));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli on PATH");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn dbsize(port: u16) -> u64 {
+    cli(port, &["dbsize"]).parse().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_url_from_the_environment_metrics_and_sigterm() {
+    let redis = Redis::start();
+    let dir = config_dir("bin-redis");
+    let mut server = Server::spawn(&dir.0, &[], &[("REDIS_URL", &redis.url())]);
+    three_then_over(&server).await;
+    assert!(dbsize(redis.port) > 0, "nothing stored in Redis");
+    let text = scrape(std::net::SocketAddr::from(([127, 0, 0, 1], server.metrics))).await;
+    let total = "ratelimit_service_rate_limit_total_hits{domain=\"bin\",key=\"k\"}";
+    assert_eq!(sample(&text, total), 4, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "ratelimit_service_rate_limit_over_limit{domain=\"bin\",key=\"k\"}"
+        ),
+        1
+    );
+    assert_eq!(sample(&text, "ratelimit_service_config_load_success"), 1);
+    assert!(server.stop().success());
+}
+
+/// Three masters, no replicas; `--redis-cluster` with two seed nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_flag() {
+    let data = TempDir::new("cluster");
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let d = data.0.join(format!("n{i}"));
+        std::fs::create_dir_all(&d).expect("dir");
+        nodes.push(Redis::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--dir",
+            d.to_str().expect("utf-8 path"),
+        ]));
+    }
+    let mut create = Command::new("redis-cli");
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes
+        .iter()
+        .all(|n| cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster is not ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = config_dir("bin-cluster");
+    let seeds = format!("{},{}", nodes[0].url(), nodes[1].url());
+    let mut server = Server::spawn(
+        &dir.0,
+        &["--redis-cluster", &seeds, "--store-timeout", "2000"],
+        &[],
+    );
+    three_then_over(&server).await;
+    let stored: u64 = nodes.iter().map(|n| dbsize(n.port)).sum();
+    assert!(stored > 0, "nothing stored in the cluster");
+    assert!(server.stop().success());
+}
+
+/// One primary watched by one sentinel; the master's name from the
+/// environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_flag() {
+    let primary = Redis::start();
+    let data = TempDir::new("sentinel");
+    let port = free_port();
+    let conf = data.0.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor primary1 127.0.0.1 {} 1\n",
+            data.0.display(),
+            primary.port
+        ),
+    )
+    .expect("write");
+    let mut sentinel = Command::new("redis-server")
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel");
+    assert!(wait_port(&mut sentinel, port), "no sentinel");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cli(port, &["sentinel", "get-master-addr-by-name", "primary1"])
+        .contains(&primary.port.to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel does not know the primary"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = config_dir("bin-sentinel");
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut server = Server::spawn(
+        &dir.0,
+        &["--redis-sentinel", &url, "--store-timeout", "2000"],
+        &[("REDIS_SENTINEL_MASTER", "primary1")],
+    );
+    three_then_over(&server).await;
+    assert!(dbsize(primary.port) > 0, "nothing stored in the primary");
+    assert!(server.stop().success());
+    let _ = sentinel.kill();
+    let _ = sentinel.wait();
+}
+
+#[test]
+fn malformed_values_exit_2_naming_the_flag() {
+    let dir = config_dir("bin-bad");
+    for (args, needle) in [
+        (
+            &["--redis-cluster", "redis://a:1,,redis://b:2"][..],
+            "URL 2 is empty",
+        ),
+        (&["--redis-sentinel", "redis://a:1"], "--sentinel-master"),
+        (&["--redis", "localhost:6379"], "--redis \"localhost:6379\""),
+        (&["--on-store-error", "maybe"], "--on-store-error \"maybe\""),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("--config")
+            .arg(&dir.0)
+            .args(args)
+            .env_remove("REDIS_URL")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(all.contains(needle), "{args:?}: {all}");
+    }
+}
