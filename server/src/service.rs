@@ -271,12 +271,13 @@ impl RlsService {
     }
 
     /// Answers with `config` from now on: builds the limiters of the
-    /// limits it adds or changes (a limit whose rule is unchanged keeps
-    /// its limiter and its counts; a changed one starts counting anew
-    /// unless only its count changed in an aligned fixed window, whose
-    /// storage keys are the same), then swaps atomically: calls in flight
-    /// finish with the old configuration, none fails. Counted in
-    /// [`Metrics`] as a load, or a failed load.
+    /// limits it adds or changes, then swaps atomically: calls in flight
+    /// finish with the old configuration, none fails. A limit whose rule
+    /// is unchanged keeps its limiter; one whose `requests_per_unit` or
+    /// `burst` changed keeps what callers used (the same storage keys, as
+    /// in the Go service: a lower limit denies at once); a new strategy or
+    /// period, or a new key path, counts anew. Counted in [`Metrics`] as a
+    /// load, or a failed load.
     ///
     /// # Errors
     ///
@@ -366,6 +367,7 @@ fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Li
 /// Whether two rules of one full key build the same limiter.
 fn same_limit(a: &Rule, b: &Rule) -> bool {
     a.requests_per_unit == b.requests_per_unit
+        && a.name == b.name
         && a.period_us == b.period_us
         && a.unlimited == b.unlimited
         && a.shadow_mode == b.shadow_mode
@@ -395,8 +397,42 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     if rule.shadow_mode {
         quota = quota.shadow(true);
     }
+    // named, the quota's storage keys do not hold its count: a reload that
+    // changes only `requests_per_unit` (or `burst`) keeps what callers
+    // used, as the Go service's keys do (a lower limit must not hand out a
+    // fresh window); a new strategy or period counts anew
+    quota = quota.name(quota_name(domain, rule));
     let limiter = make(&prefix_for("r", domain, &rule.full_key), quota)?;
     Ok(Limit::Limited(Arc::new(limiter)))
+}
+
+/// The name of a rule's quota (shown in `RateLimit-Policy`): the rule's
+/// `name`, else its key without the domain (`remote_address`), every byte
+/// but ASCII letters, digits, `-`, `_` and `.` as `_`, at most 64 bytes.
+fn quota_name(domain: &str, rule: &Rule) -> String {
+    let source = if rule.name.is_empty() {
+        rule.full_key
+            .strip_prefix(domain)
+            .and_then(|k| k.strip_prefix('.'))
+            .unwrap_or(&rule.full_key)
+    } else {
+        &rule.name
+    };
+    let mut name: String = source
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        name.push_str("limit");
+    }
+    name
 }
 
 /// A limiter prefix (ASCII letters, digits, `-`, `_`, `.`; at most 64

@@ -681,3 +681,54 @@ async fn failure_policy_on_a_stopped_then_killed_redis() {
         assert_eq!(sample(&text, &s), n, "{domain}: {text}");
     }
 }
+
+/// A new count keeps what callers used (a lower limit denies at once, a
+/// higher one admits the difference); a new period counts anew.
+#[tokio::test]
+async fn reload_keeps_the_count_across_a_new_limit() {
+    let load = |limit: u32, unit: &str| {
+        let src = format!(
+            "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, requests_per_unit: {limit}}}\n"
+        );
+        Config::from_sources([("r.yaml", src.as_str())], LoadOptions::default()).expect("config")
+    };
+    let service = RlsService::new(
+        load(5, "year"),
+        MemoryStore::new(),
+        ServiceOptions::default(),
+    )
+    .expect("service");
+    let mut c = serve(service.clone()).await;
+    for _ in 0..4 {
+        assert_eq!(
+            overall(&ask(&mut c, "r", vec![desc(&[("k", "v")])], 0).await),
+            Code::Ok
+        );
+    }
+    service.reload(load(3, "year")).expect("reload");
+    let r = ask(&mut c, "r", vec![desc(&[("k", "v")])], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(3)
+    );
+    service.reload(load(6, "year")).expect("reload");
+    let codes: Vec<Code> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(overall(
+                &ask(&mut c, "r", vec![desc(&[("k", "v")])], 0).await,
+            ));
+        }
+        v
+    };
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    service.reload(load(6, "day")).expect("reload");
+    let r = ask(&mut c, "r", vec![desc(&[("k", "v")])], 0).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 5));
+    let text = service.metrics().render();
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 4, "{text}");
+}
