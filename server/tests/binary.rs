@@ -30,6 +30,9 @@ impl Server {
             .arg(dir)
             .args(["--grpc", &format!("127.0.0.1:{grpc}")])
             .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            // (a first connection in a debug build on 2 shared cores may
+            // take more than the default 100 ms; a later flag wins)
+            .args(["--store-timeout", "3000"])
             .args(args)
             .env_remove("REDIS_URL")
             .env_remove("REDIS_CA")
@@ -266,4 +269,90 @@ fn malformed_values_exit_2_naming_the_flag() {
         );
         assert!(all.contains(needle), "{args:?}: {all}");
     }
+}
+
+/// `--redis rediss://…` with `--redis-ca`, a private CA's root: two
+/// servers on one TLS Redis share its counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let certs = TempDir::new("tls");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "ratelimit-server test CA");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca, ca_key);
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("server");
+    let server_key = KeyPair::generate().expect("key");
+    let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
+    let path = |n: &str| certs.0.join(n).display().to_string();
+    std::fs::write(path("ca.crt"), ca_cert.pem()).expect("write");
+    std::fs::write(path("server.crt"), server_cert.pem()).expect("write");
+    std::fs::write(path("server.key"), server_key.serialize_pem()).expect("write");
+
+    let port = free_port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--tls-cert-file", &path("server.crt")])
+        .args(["--tls-key-file", &path("server.key")])
+        .args(["--tls-ca-cert-file", &path("ca.crt")])
+        .args(["--tls-auth-clients", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    assert!(
+        wait_port(&mut redis, port),
+        "redis-server without TLS support?"
+    );
+    let dir = config_dir("bin-tls");
+    let url = format!("rediss://127.0.0.1:{port}/");
+    // (a TLS handshake in a debug build on 2 shared cores: more than the
+    // default 100 ms)
+    let slow = ["--store-timeout", "3000"];
+    let a = Server::spawn(
+        &dir.0,
+        &[
+            "--redis",
+            &url,
+            "--redis-ca",
+            &path("ca.crt"),
+            slow[0],
+            slow[1],
+        ],
+        &[],
+    );
+    let b = Server::spawn(
+        &dir.0,
+        &slow,
+        &[("REDIS_URL", &url), ("REDIS_CA", &path("ca.crt"))],
+    );
+    let mut ca_client = a.client().await;
+    let mut cb = b.client().await;
+    let r = ask(&mut ca_client, "bin", vec![desc(&[("k", "tls")])], 2).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 1));
+    let r = ask(&mut cb, "bin", vec![desc(&[("k", "tls")])], 0).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+    let r = ask(&mut ca_client, "bin", vec![desc(&[("k", "tls")])], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    // without the CA the server's certificate is not trusted: UNAVAILABLE
+    let c = Server::spawn(&dir.0, &["--redis", &url, slow[0], slow[1]], &[]);
+    let mut cc = c.client().await;
+    let e = try_ask(&mut cc, "bin", vec![desc(&[("k", "tls")])], 0)
+        .await
+        .expect_err("untrusted");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    let _ = redis.kill();
+    let _ = redis.wait();
 }
