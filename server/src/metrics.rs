@@ -19,9 +19,11 @@
 //! The key holds a request's values only where a rule asks for it
 //! (`detailed_metric`, `value_to_metric`), and then for at most
 //! [`ServiceOptions::max_metric_keys`](crate::service::ServiceOptions::max_metric_keys)
-//! keys; a `limit` override is counted under the descriptor's keys
-//! without values. A limit that another one `replaces`, an `unlimited` one
-//! and a descriptor that matches nothing are not counted.
+//! such keys (past it, under the rule's own key); a descriptor's `limit`
+//! override is counted under `limit_override.` and the descriptor's keys,
+//! without values (under the same cap, past it `limit_override`). A limit
+//! that another one `replaces`, an `unlimited` one, a descriptor that
+//! matches nothing and one the store failed to decide are not counted.
 //!
 //! And for the service:
 //!

@@ -153,9 +153,13 @@ impl ConfigWatcher {
                 return Reload::Failed(ReloadError::Config(e));
             }
         };
-        if self.running.as_ref() == Some(&sources)
-            || matches!(&self.rejected, Some(Ok(r)) if *r == sources)
-        {
+        if self.running.as_ref() == Some(&sources) {
+            // (back to the running files: a rejected change made again is
+            // reported again)
+            self.rejected = None;
+            return Reload::Unchanged;
+        }
+        if matches!(&self.rejected, Some(Ok(r)) if *r == sources) {
             return Reload::Unchanged;
         }
         // still being written? wait for it to read the same twice

@@ -734,8 +734,9 @@ impl Inner {
     }
 
     /// Plans each descriptor, drops the replaced limits, decides in the
-    /// store; gives back what a denied request consumed (or a failed one,
-    /// unless the policy lets it through).
+    /// store; gives back what a request consumed unless it is let through
+    /// (denied, failed with `unavailable`, or failed with `deny` on a limit
+    /// not in shadow mode).
     async fn run<'a>(
         &'a self,
         req: &RateLimitRequest,
@@ -787,7 +788,16 @@ impl Inner {
             }
         }
         let denied = slots.iter().any(Slot::over);
-        if denied || (failed.is_some() && policy != OnStoreError::Allow) {
+        // will the policy deny what the store could not decide?
+        let refused = failed.is_some()
+            && match policy {
+                OnStoreError::Allow => false,
+                OnStoreError::Deny => slots
+                    .iter()
+                    .any(|s| matches!(s.state, State::Pending { .. }) && !s.shadow),
+                OnStoreError::Unavailable => true,
+            };
+        if denied || refused {
             give_back(&mut slots).await;
         }
         (slots, failed)

@@ -478,11 +478,8 @@ async fn watcher_reports_an_invalid_change_once_with_file_and_path() {
     let mut w =
         ConfigWatcher::new(service.clone(), &dir, LoadOptions::default()).loaded_from(files);
     assert!(matches!(w.check().await, Reload::Unchanged));
-    save(
-        &dir,
-        "a.yaml",
-        "domain: one\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
-    );
+    let bad = "domain: one\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n";
+    save(&dir, "a.yaml", bad);
     match w.check().await {
         Reload::Failed(ReloadError::Config(e)) => {
             assert_eq!(e.file, "a.yaml");
@@ -495,6 +492,13 @@ async fn watcher_reports_an_invalid_change_once_with_file_and_path() {
     assert_eq!(service.config().rules("one").len(), 2);
     let text = service.metrics().render();
     assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 1, "{text}");
+    // back to the running files, then the same mistake again: reported again
+    save(&dir, "a.yaml", &limits_yaml("one", 10));
+    assert!(matches!(w.check().await, Reload::Unchanged));
+    save(&dir, "a.yaml", bad);
+    assert!(matches!(w.check().await, Reload::Failed(_)));
+    let text = service.metrics().render();
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 2, "{text}");
     // a limit the library rejects (a burst on a fixed window)
     save(
         &dir,
@@ -508,7 +512,7 @@ async fn watcher_reports_an_invalid_change_once_with_file_and_path() {
     save(&dir, "a.yaml", &limits_yaml("one", 7));
     assert!(matches!(w.check().await, Reload::Reloaded));
     let text = service.metrics().render();
-    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 2, "{text}");
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_ERROR), 3, "{text}");
     assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 2, "{text}");
     let mut c = serve(service).await;
     assert_eq!(current(&mut c, "one").await, Some(7));
