@@ -15,7 +15,8 @@
 //! * `--grpc` defaults to `127.0.0.1:8081`.
 //! * `--metrics <addr>` serves `GET /metrics` (Prometheus text format) on
 //!   that address; off without it (no port is opened unless asked for).
-//! * The store: one Redis (`--redis`, or `REDIS_URL`; `rediss://` is TLS
+//! * The store: one Redis (`--redis`, or `REDIS_URL`: `redis://`, `unix://`;
+//!   `rediss://` is TLS
 //!   against the system's roots, or the PEM root certificate of
 //!   `--redis-ca`/`REDIS_CA`), a Redis Cluster through its seed nodes
 //!   (`--redis-cluster`, or `REDIS_CLUSTER_URLS`), or the primary that
@@ -78,14 +79,17 @@ struct Args {
     options: ServiceOptions,
 }
 
-/// A store URL: `redis://` or `rediss://`.
+/// A store URL: `redis://`, `rediss://` (TLS), or a Unix socket's
+/// `redis+unix://` or `unix://`.
 fn store_url(flag: &str, v: &str) -> Result<String, String> {
     let v = v.trim();
-    if v.starts_with("redis://") || v.starts_with("rediss://") {
+    let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+    if schemes.iter().any(|s| v.starts_with(s)) {
         Ok(v.to_owned())
     } else {
         Err(format!(
-            "{flag} {v:?}: a URL such as redis://host:6379/ (rediss:// for TLS)"
+            "{flag} {v:?}: a URL such as redis://host:6379/ (rediss:// for TLS, \
+             unix:///path/to/redis.sock for a Unix socket)"
         ))
     }
 }

@@ -356,3 +356,36 @@ async fn rediss_with_a_private_ca() {
     let _ = redis.kill();
     let _ = redis.wait();
 }
+
+/// `--redis unix:///…`: a Redis on a Unix socket only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_on_a_unix_socket() {
+    let data = TempDir::new("unix");
+    let socket = data.0.join("redis.sock");
+    let mut redis = Command::new("redis-server")
+        .args(["--port", "0", "--save", "", "--appendonly", "no"])
+        .arg("--unixsocket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = config_dir("bin-unix");
+    let url = format!("unix://{}", socket.display());
+    let mut a = Server::spawn(&dir.0, &["--redis", &url], &[]);
+    let b = Server::spawn(&dir.0, &["--redis", &url], &[]);
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    let r = ask(&mut ca, "bin", vec![desc(&[("k", "u")])], 3).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+    let r = ask(&mut cb, "bin", vec![desc(&[("k", "u")])], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert!(a.stop().success());
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
