@@ -15,10 +15,9 @@
 //! * `--grpc` defaults to `127.0.0.1:8081`.
 //! * `--metrics <addr>` serves `GET /metrics` (Prometheus text format) on
 //!   that address; off without it (no port is opened unless asked for).
-//! * The store: one Redis (`--redis`, or `REDIS_URL`: `redis://`, `unix://`;
-//!   `rediss://` is TLS
-//!   against the system's roots, or the PEM root certificate of
-//!   `--redis-ca`/`REDIS_CA`), a Redis Cluster through its seed nodes
+//! * The store: one Redis (`--redis`, or `REDIS_URL`: `redis://`,
+//!   `unix://`, or `rediss://` for TLS against the system's roots or the
+//!   PEM root certificate of `--redis-ca`/`REDIS_CA`), a Redis Cluster through its seed nodes
 //!   (`--redis-cluster`, or `REDIS_CLUSTER_URLS`), or the primary that
 //!   Redis Sentinels monitor under a name (`--redis-sentinel` and
 //!   `--sentinel-master`, or `REDIS_SENTINEL_URLS` and
