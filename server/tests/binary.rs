@@ -23,6 +23,32 @@ struct Server {
 
 impl Server {
     fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_with(dir, args, env, Stdio::null())
+    }
+
+    /// With its log (stdout) collected into the returned string.
+    fn spawn_logged(
+        dir: &Path,
+        args: &[&str],
+    ) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
+        let mut server = Server::spawn_with(dir, args, &[], Stdio::piped());
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let out = server.child.stdout.take().expect("stdout");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(mut l) = sink.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        (server, log)
+    }
+
+    fn spawn_with(dir: &Path, args: &[&str], env: &[(&str, &str)], stdout: Stdio) -> Server {
         let grpc = free_port();
         let metrics = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
@@ -39,7 +65,7 @@ impl Server {
             .env_remove("REDIS_CLUSTER_URLS")
             .env_remove("REDIS_SENTINEL_URLS")
             .env_remove("REDIS_SENTINEL_MASTER")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
@@ -388,4 +414,70 @@ async fn redis_on_a_unix_socket() {
     assert!(a.stop().success());
     let _ = redis.kill();
     let _ = redis.wait();
+}
+
+/// The binary watches its directory: a new limit answers within 1 s; an
+/// invalid file is logged with its file and the path inside it, counted,
+/// and the running limit stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_reloads_and_logs_an_invalid_change() {
+    let dir = config_dir("bin-reload");
+    let (mut server, log) = Server::spawn_logged(&dir.0, &[]);
+    let mut c = server.client().await;
+    let limit = |r: &tower_redis_ratelimit_server::pb::RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+    assert_eq!(limit(&r), Some(3));
+    let tmp = dir.0.join(".bin.yaml.tmp");
+    std::fs::write(
+        &tmp,
+        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 4"),
+    )
+    .expect("write");
+    std::fs::rename(&tmp, dir.0.join("bin.yaml")).expect("rename");
+    let written = Instant::now();
+    loop {
+        let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+        if limit(&r) == Some(4) {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(1),
+            "not reloaded in 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::write(
+        dir.0.join("bin.yaml"),
+        "domain: bin\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .expect("write");
+    let written = Instant::now();
+    let needle = "bin.yaml: descriptors[0].rate_limit.unit: ";
+    while !log.lock().map(|l| l.contains(needle)).unwrap_or(false) {
+        assert!(
+            written.elapsed() < Duration::from_secs(5),
+            "not logged: {:?}",
+            log.lock().map(|l| l.clone())
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+    assert_eq!(limit(&r), Some(4));
+    let text = scrape(std::net::SocketAddr::from(([127, 0, 0, 1], server.metrics))).await;
+    assert_eq!(
+        sample(&text, "ratelimit_service_config_load_success"),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_config_load_error"),
+        1,
+        "{text}"
+    );
+    assert!(server.stop().success());
 }
