@@ -227,6 +227,7 @@ impl RlsService {
     /// [`MemoryStore`](tower_redis_ratelimit::MemoryStore), a
     /// [`RedisStore`](tower_redis_ratelimit::RedisStore), ...): builds one
     /// limiter per configured limit.
+    ///
     /// The service counts in a new [`Metrics`] (one configuration load
     /// counted as loaded).
     pub fn new<S: Store + Clone>(
@@ -367,7 +368,6 @@ fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Li
 /// Whether two rules of one full key build the same limiter.
 fn same_limit(a: &Rule, b: &Rule) -> bool {
     a.requests_per_unit == b.requests_per_unit
-        && a.name == b.name
         && a.period_us == b.period_us
         && a.unlimited == b.unlimited
         && a.shadow_mode == b.shadow_mode
@@ -406,18 +406,16 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     Ok(Limit::Limited(Arc::new(limiter)))
 }
 
-/// The name of a rule's quota (shown in `RateLimit-Policy`): the rule's
-/// `name`, else its key without the domain (`remote_address`), every byte
-/// but ASCII letters, digits, `-`, `_` and `.` as `_`, at most 64 bytes.
+/// The name of a rule's quota (shown in `RateLimit-Policy`): its key
+/// without the domain (`remote_address`, `path_/login`), every byte but
+/// ASCII letters, digits, `-`, `_` and `.` as `_`, at most 64 bytes. Not
+/// the rule's `name`: renaming a rule must not reset its counts.
 fn quota_name(domain: &str, rule: &Rule) -> String {
-    let source = if rule.name.is_empty() {
-        rule.full_key
-            .strip_prefix(domain)
-            .and_then(|k| k.strip_prefix('.'))
-            .unwrap_or(&rule.full_key)
-    } else {
-        &rule.name
-    };
+    let source = rule
+        .full_key
+        .strip_prefix(domain)
+        .and_then(|k| k.strip_prefix('.'))
+        .unwrap_or(&rule.full_key);
     let mut name: String = source
         .chars()
         .map(|c| {

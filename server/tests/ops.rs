@@ -733,6 +733,23 @@ async fn reload_keeps_the_count_across_a_new_limit() {
     service.reload(load(6, "day")).expect("reload");
     let r = ask(&mut c, "r", vec![desc(&[("k", "v")])], 0).await;
     assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 5));
+    // the quota is named by its key (not the rule's name: a rename keeps
+    // the count)
+    let policy = header(&r, "ratelimit-policy").expect("policy");
+    assert!(policy.starts_with("\"k\";q=6;w=86400"), "{policy}");
+    let named = "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {name: renamed, unit: day, requests_per_unit: 6}\n";
+    service
+        .reload(Config::from_sources([("r.yaml", named)], LoadOptions::default()).expect("config"))
+        .expect("reload");
+    let r = ask(&mut c, "r", vec![peek(&[("k", "v")])], 0).await;
+    assert_eq!(r.statuses[0].limit_remaining, 5);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.name.as_str()),
+        Some("renamed")
+    );
     let text = service.metrics().render();
-    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 4, "{text}");
+    assert_eq!(sample(&text, metrics::CONFIG_LOAD_SUCCESS), 5, "{text}");
 }
