@@ -185,9 +185,7 @@ impl Metrics {
     /// `fallback` if `key` holds a request's values (`valued`) and the
     /// series for such keys are all taken.
     pub(crate) fn record(&self, domain: &str, key: &str, valued: bool, fallback: &str, o: Outcome) {
-        let Some(c) = self.counters(domain, key, valued, fallback) else {
-            return;
-        };
+        let c = self.counters(domain, key, valued, fallback);
         c.total.increment(o.hits);
         let limit = o.limit;
         // (as the Go service: the threshold in f32, floored)
@@ -217,39 +215,33 @@ impl Metrics {
         }
     }
 
-    fn counters(
-        &self,
-        domain: &str,
-        key: &str,
-        valued: bool,
-        fallback: &str,
-    ) -> Option<Arc<KeyCounters>> {
+    fn counters(&self, domain: &str, key: &str, valued: bool, fallback: &str) -> Arc<KeyCounters> {
         {
             let map = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-            let id = (domain.to_owned(), key.to_owned());
-            if let Some(c) = map.get(&id) {
-                return Some(c.clone());
+            if let Some(c) = map.get(&(domain.to_owned(), key.to_owned())) {
+                return c.clone();
             }
         }
-        let key = if valued {
-            // a slot for a new series of values, if one is left
-            let taken = self
-                .valued
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < self.max_valued).then_some(n + 1)
-                });
-            if taken.is_ok() { key } else { fallback }
-        } else {
-            key
-        };
         let mut map = self.keys.write().unwrap_or_else(PoisonError::into_inner);
-        let id = (domain.to_owned(), key.to_owned());
-        let c = map.entry(id).or_insert_with(|| {
-            let label = key
-                .strip_prefix(domain)
+        let mut id = (domain.to_owned(), key.to_owned());
+        if let Some(c) = map.get(&id) {
+            return c.clone();
+        }
+        if valued {
+            // a series for a new key with values, while some are left
+            // (counted under the lock: two callers of one new key take one)
+            if self.valued.load(Ordering::Relaxed) < self.max_valued {
+                self.valued.fetch_add(1, Ordering::Relaxed);
+            } else {
+                id.1 = fallback.to_owned();
+            }
+        }
+        let label =
+            id.1.strip_prefix(domain)
                 .and_then(|k| k.strip_prefix('.'))
-                .unwrap_or(key)
+                .unwrap_or(&id.1)
                 .to_owned();
+        let c = map.entry(id).or_insert_with(|| {
             let make = |name: &'static str| {
                 let labels = vec![
                     Label::new("domain", domain.to_owned()),
@@ -266,7 +258,7 @@ impl Metrics {
                 shadow: make(SHADOW_MODE),
             })
         });
-        Some(c.clone())
+        c.clone()
     }
 }
 
@@ -319,7 +311,10 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
                     }
                 });
             let io = hyper_util::rt::TokioIo::new(stream);
+            // (a client that never finishes its request is dropped)
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
                 .serve_connection(io, service)
                 .await
             {
