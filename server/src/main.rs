@@ -9,12 +9,15 @@
 //!      | --redis-cluster <url,url,...>
 //!      | --redis-sentinel <url,url,...> --sentinel-master <name>]
 //!     [--store-timeout <ms>] [--on-store-error allow|deny|unavailable]
-//!     [--watch-interval <ms> | --no-watch] [--merge-domains] [--no-headers]
+//!     [--watch-interval <ms> | --no-watch] [--max-metric-keys <n>]
+//!     [--merge-domains] [--no-headers]
 //! ```
 //!
 //! * `--grpc` defaults to `127.0.0.1:8081`.
 //! * `--metrics <addr>` serves `GET /metrics` (Prometheus text format) on
 //!   that address; off without it (no port is opened unless asked for).
+//!   `--max-metric-keys` (default 10,000) bounds the series whose key
+//!   holds a request's values (`detailed_metric`, `value_to_metric`).
 //! * The store: one Redis (`--redis`, or `REDIS_URL`: `redis://`,
 //!   `unix://`, or `rediss://` for TLS against the system's roots or the
 //!   PEM root certificate of `--redis-ca`/`REDIS_CA`), a Redis Cluster through its seed nodes
@@ -53,7 +56,8 @@ usage: ratelimit-server --config <dir> [--grpc <addr>] [--metrics <addr>]
      | --redis-cluster <url,url,...>
      | --redis-sentinel <url,url,...> --sentinel-master <name>]
     [--store-timeout <ms>] [--on-store-error allow|deny|unavailable]
-    [--watch-interval <ms> | --no-watch] [--merge-domains] [--no-headers]
+    [--watch-interval <ms> | --no-watch] [--max-metric-keys <n>]
+    [--merge-domains] [--no-headers]
 environment: REDIS_URL, REDIS_CA, REDIS_CLUSTER_URLS, REDIS_SENTINEL_URLS,
     REDIS_SENTINEL_MASTER (a flag wins over its variable)";
 
@@ -183,6 +187,13 @@ fn parse(
                 watch = Some(millis("--watch-interval", &value("--watch-interval")?)?);
             }
             Some("--no-watch") => watch = None,
+            Some("--max-metric-keys") => {
+                let v = value("--max-metric-keys")?;
+                let n = v.trim().parse::<usize>().map_err(|_| {
+                    format!("--max-metric-keys {v:?}: a number of keys, such as 10000 (0: none)")
+                })?;
+                options = options.max_metric_keys(n);
+            }
             Some("--merge-domains") => load = load.merge_domains(true),
             Some("--no-headers") => options = options.headers(false),
             Some("-h" | "--help") => return Ok(None),
@@ -539,6 +550,16 @@ mod tests {
                 "--on-store-error \"open\"",
             ),
             (&["--metrics", "9090"], &[], "--metrics \"9090\""),
+            (
+                &["--max-metric-keys", "-1"],
+                &[],
+                "--max-metric-keys \"-1\"",
+            ),
+            (
+                &["--max-metric-keys", "many"],
+                &[],
+                "--max-metric-keys \"many\"",
+            ),
             (&["--redis"], &[], "--redis needs a value"),
         ] {
             let e = p(args, env).expect_err(needle);
@@ -566,5 +587,8 @@ mod tests {
         assert_eq!(a.watch, Some(Duration::from_millis(100)));
         assert_eq!(a.options.on_store_error, OnStoreError::Unavailable);
         assert_eq!(a.metrics, None);
+        assert_eq!(a.options.max_metric_keys, 10_000);
+        let a = p(&["--max-metric-keys", "0"], &[]).unwrap();
+        assert_eq!(a.options.max_metric_keys, 0);
     }
 }
