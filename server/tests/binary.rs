@@ -236,14 +236,15 @@ async fn redis_sentinel_flag() {
         ),
     )
     .expect("write");
-    let mut sentinel = Command::new("redis-server")
+    let sentinel = Command::new("redis-server")
         .arg(&conf)
         .arg("--sentinel")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server --sentinel");
-    assert!(wait_port(&mut sentinel, port), "no sentinel");
+    let mut sentinel = Reaped(sentinel);
+    assert!(wait_port(&mut sentinel.0, port), "no sentinel");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cli(port, &["sentinel", "get-master-addr-by-name", "primary1"])
         .contains(&primary.port.to_string())
@@ -264,8 +265,6 @@ async fn redis_sentinel_flag() {
     three_then_over(&server).await;
     assert!(dbsize(primary.port) > 0, "nothing stored in the primary");
     assert!(server.stop().success());
-    let _ = sentinel.kill();
-    let _ = sentinel.wait();
 }
 
 #[test]
@@ -320,7 +319,7 @@ async fn rediss_with_a_private_ca() {
     std::fs::write(path("server.key"), server_key.serialize_pem()).expect("write");
 
     let port = free_port();
-    let mut redis = Command::new("redis-server")
+    let redis = Command::new("redis-server")
         .args([
             "--port",
             "0",
@@ -338,8 +337,9 @@ async fn rediss_with_a_private_ca() {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server");
+    let mut redis = Reaped(redis);
     assert!(
-        wait_port(&mut redis, port),
+        wait_port(&mut redis.0, port),
         "redis-server without TLS support?"
     );
     let dir = config_dir("bin-tls");
@@ -379,8 +379,6 @@ async fn rediss_with_a_private_ca() {
         .await
         .expect_err("untrusted");
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
-    let _ = redis.kill();
-    let _ = redis.wait();
 }
 
 /// `--redis unix:///…`: a Redis on a Unix socket only.
@@ -388,7 +386,7 @@ async fn rediss_with_a_private_ca() {
 async fn redis_on_a_unix_socket() {
     let data = TempDir::new("unix");
     let socket = data.0.join("redis.sock");
-    let mut redis = Command::new("redis-server")
+    let redis = Command::new("redis-server")
         .args(["--port", "0", "--save", "", "--appendonly", "no"])
         .arg("--unixsocket")
         .arg(&socket)
@@ -396,6 +394,7 @@ async fn redis_on_a_unix_socket() {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server");
+    let _redis = Reaped(redis);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         assert!(Instant::now() < deadline, "no socket");
@@ -412,8 +411,6 @@ async fn redis_on_a_unix_socket() {
     let r = ask(&mut cb, "bin", vec![desc(&[("k", "u")])], 0).await;
     assert_eq!(overall(&r), Code::OverLimit);
     assert!(a.stop().success());
-    let _ = redis.kill();
-    let _ = redis.wait();
 }
 
 /// The binary watches its directory: a new limit answers within 1 s; an

@@ -257,3 +257,13 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A child process killed (and reaped) on drop, even when a test fails.
+pub(crate) struct Reaped(pub(crate) Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
