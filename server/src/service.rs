@@ -22,19 +22,45 @@
 //! is never admitted past a limit because of the give-back. If a give-back
 //! fails (the store went away), the units stay counted and the failure is
 //! logged.
+//!
+//! # `replaces`
+//!
+//! As in the Go service, a matched limit whose `name` is in the `replaces`
+//! of any limit matched in the same request (an `unlimited` one too) is
+//! not applied: its descriptor answers `OK` with no current limit, and it
+//! is neither counted nor reported in the statistics. An `unlimited` limit
+//! is never replaced (it answers as unlimited), nor is a per-descriptor
+//! `limit` override (it has no name).
+//!
+//! # Store failures
+//!
+//! When the store fails or does not answer within its timeout, each domain
+//! answers by its [`OnStoreError`] policy (the file's `failure_policy`,
+//! else [`ServiceOptions::on_store_error`]); see there.
+//!
+//! # Reload
+//!
+//! [`RlsService::reload`] swaps the configuration atomically: a call in
+//! flight finishes with the configuration it started with, the next one
+//! takes the new one, none waits or fails. A limit left unchanged keeps
+//! its limiter (the same storage keys: it keeps counting); the limiters of
+//! `limit` overrides are kept across reloads too. [`ConfigWatcher`](crate::reload::ConfigWatcher)
+//! reloads a directory when its files change.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 use tower_redis_ratelimit::error::{ConfigError as LimiterConfigError, StoreError};
 use tower_redis_ratelimit::settle::Reservation;
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
-use crate::config::{Config, Rule, Unit};
+use crate::config::{Config, OnStoreError, Rule, Unit};
+use crate::metrics::{Metrics, Outcome};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit, rate_limit::Unit as PbUnit,
@@ -56,6 +82,18 @@ pub struct ServiceOptions {
     /// same storage keys, so the answers are the same, only slower).
     /// Default: 1,024.
     pub max_override_limiters: usize,
+    /// What a domain without a `failure_policy` answers when the store
+    /// fails or times out ([`OnStoreError`]). Default:
+    /// [`Unavailable`](OnStoreError::Unavailable), the call fails and
+    /// Envoy's `failure_mode_deny` decides.
+    pub on_store_error: OnStoreError,
+    /// How many statistics keys that hold a request's values (a rule with
+    /// `detailed_metric` or `value_to_metric`, a `limit` override) get
+    /// their own series; past it, such a descriptor is counted under its
+    /// rule's key (an override under `<domain>.limit_override`), so a
+    /// stream of new values cannot grow the metrics without bound. A
+    /// rule's own key always has its series. Default: 10,000.
+    pub max_metric_keys: usize,
 }
 
 impl Default for ServiceOptions {
@@ -63,6 +101,8 @@ impl Default for ServiceOptions {
         Self {
             headers: true,
             max_override_limiters: 1_024,
+            on_store_error: OnStoreError::Unavailable,
+            max_metric_keys: 10_000,
         }
     }
 }
@@ -77,6 +117,18 @@ impl ServiceOptions {
     /// Sets [`max_override_limiters`](Self::max_override_limiters).
     pub fn max_override_limiters(mut self, n: usize) -> Self {
         self.max_override_limiters = n;
+        self
+    }
+
+    /// Sets [`on_store_error`](Self::on_store_error).
+    pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// Sets [`max_metric_keys`](Self::max_metric_keys).
+    pub fn max_metric_keys(mut self, n: usize) -> Self {
+        self.max_metric_keys = n;
         self
     }
 }
@@ -105,10 +157,17 @@ impl std::error::Error for BuildError {
     }
 }
 
+/// Per domain, per rule's full key: the limit and the rule it was built
+/// from (a reload keeps the limit of an unchanged rule).
+type Limits = HashMap<String, HashMap<String, (Rule, Limit)>>;
+
+/// The limiters of `limit` overrides, per domain, count and unit.
+type Overrides = Mutex<HashMap<(String, u32, Unit), Arc<RateLimiter>>>;
+
 type Make = dyn Fn(&str, Quota) -> Result<RateLimiter, LimiterConfigError> + Send + Sync;
 
 /// What a configured rule decides with.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Limit {
     /// `unlimited: true`.
     Unlimited,
@@ -120,34 +179,47 @@ enum Limit {
 
 /// The rate limit service (`envoy.service.ratelimit.v3.RateLimitService`):
 /// serve it with [`RateLimitServiceServer::new`](crate::pb::RateLimitServiceServer::new).
+///
+/// Clones share everything: the configuration (a [`reload`](Self::reload)
+/// through one is seen by all), the limiters and the [`Metrics`].
 pub struct RlsService {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl Clone for RlsService {
     fn clone(&self) -> Self {
         Self {
-            inner: self.inner.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
 
 impl std::fmt::Debug for RlsService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.shared.current.load();
         f.debug_struct("RlsService")
-            .field("domains", &self.inner.limits.len())
-            .field("options", &self.inner.options)
+            .field("domains", &inner.limits.len())
+            .field("options", &inner.options)
             .finish_non_exhaustive()
     }
 }
 
+struct Shared {
+    /// The configuration answering now.
+    current: ArcSwap<Inner>,
+    /// Held while a reload builds and swaps (reloads one at a time).
+    reloading: Mutex<()>,
+}
+
+/// One configuration and its limiters: a call decides on the one it
+/// loaded when it started.
 struct Inner {
     config: Config,
-    /// Per domain, per rule's full key.
-    limits: HashMap<String, HashMap<String, Limit>>,
-    make: Box<Make>,
-    overrides: Mutex<HashMap<(String, u32, Unit), Arc<RateLimiter>>>,
+    limits: Limits,
+    make: Arc<Make>,
+    overrides: Arc<Overrides>,
     options: ServiceOptions,
+    metrics: Arc<Metrics>,
 }
 
 impl RlsService {
@@ -155,54 +227,152 @@ impl RlsService {
     /// [`MemoryStore`](tower_redis_ratelimit::MemoryStore), a
     /// [`RedisStore`](tower_redis_ratelimit::RedisStore), ...): builds one
     /// limiter per configured limit.
+    ///
+    /// The service counts in a new [`Metrics`] (one configuration load
+    /// counted as loaded).
     pub fn new<S: Store + Clone>(
         config: Config,
         store: S,
         options: ServiceOptions,
     ) -> Result<Self, BuildError> {
-        let make: Box<Make> = Box::new(move |prefix: &str, quota: Quota| {
+        let make: Arc<Make> = Arc::new(move |prefix: &str, quota: Quota| {
             RateLimiter::builder()
                 .store(store.clone())
                 .prefix(prefix)
                 .quota(quota)
                 .build()
         });
-        let mut limits: HashMap<String, HashMap<String, Limit>> = HashMap::new();
-        for domain in config.domains() {
-            let rules = limits.entry(domain.to_owned()).or_default();
-            for rule in config.rules(domain) {
-                let limit = rule_limit(&make, domain, rule).map_err(|source| BuildError {
-                    file: rule.file.clone(),
-                    full_key: rule.full_key.clone(),
-                    source,
-                })?;
-                rules.insert(rule.full_key.clone(), limit);
-            }
-        }
+        let metrics = Arc::new(Metrics::new(options.max_metric_keys));
+        let limits = build_limits(&config, &*make, None)?;
+        metrics.config_loaded(true);
         Ok(Self {
-            inner: Arc::new(Inner {
-                config,
-                limits,
-                make,
-                overrides: Mutex::new(HashMap::new()),
-                options,
+            shared: Arc::new(Shared {
+                current: ArcSwap::from_pointee(Inner {
+                    config,
+                    limits,
+                    make,
+                    overrides: Arc::new(Mutex::new(HashMap::new())),
+                    options,
+                    metrics,
+                }),
+                reloading: Mutex::new(()),
             }),
         })
     }
 
-    /// The configuration the service answers with.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The configuration the service answers with now (a reload does not
+    /// change the one returned).
+    pub fn config(&self) -> ConfigSnapshot {
+        ConfigSnapshot(self.shared.current.load_full())
+    }
+
+    /// The service's statistics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.current.load().metrics.clone()
+    }
+
+    /// Answers with `config` from now on: builds the limiters of the
+    /// limits it adds or changes, then swaps atomically: calls in flight
+    /// finish with the old configuration, none fails. A limit whose rule
+    /// is unchanged keeps its limiter; one whose `requests_per_unit` or
+    /// `burst` changed keeps what callers used (the same storage keys, as
+    /// in the Go service: a lower limit denies at once); a new strategy or
+    /// period, or a new key path, counts anew. Counted in [`Metrics`] as a
+    /// load, or a failed load.
+    ///
+    /// # Errors
+    ///
+    /// A rule the library rejects ([`BuildError`]); the service keeps the
+    /// configuration it had.
+    pub fn reload(&self, config: Config) -> Result<(), BuildError> {
+        let _one = self
+            .shared
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = self.shared.current.load_full();
+        let limits = match build_limits(&config, &*old.make, Some(&old.limits)) {
+            Ok(l) => l,
+            Err(e) => {
+                old.metrics.config_loaded(false);
+                return Err(e);
+            }
+        };
+        self.shared.current.store(Arc::new(Inner {
+            config,
+            limits,
+            make: old.make.clone(),
+            overrides: old.overrides.clone(),
+            options: old.options,
+            metrics: old.metrics.clone(),
+        }));
+        old.metrics.config_loaded(true);
+        Ok(())
     }
 
     /// Answers one request (what the gRPC method does): a store error is
-    /// `Err`, after giving back what the request had consumed.
+    /// `Err` (after giving back what the request had consumed) when the
+    /// domain's failure policy is [`OnStoreError::Unavailable`].
     pub async fn should_rate_limit_inner(
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, StoreError> {
-        self.inner.decide(req).await
+        let inner = self.shared.current.load_full();
+        inner.decide(req).await
     }
+}
+
+/// The configuration a service answered with when
+/// [`RlsService::config`] was called (dereferences to [`Config`]).
+pub struct ConfigSnapshot(Arc<Inner>);
+
+impl std::fmt::Debug for ConfigSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.config.fmt(f)
+    }
+}
+
+impl std::ops::Deref for ConfigSnapshot {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.0.config
+    }
+}
+
+/// The limits of `config`: an unchanged rule's from `old`, the others
+/// built with `make`.
+fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Limits, BuildError> {
+    let mut limits = Limits::new();
+    for domain in config.domains() {
+        let before = old.and_then(|o| o.get(domain));
+        let rules = limits.entry(domain.to_owned()).or_default();
+        for rule in config.rules(domain) {
+            let kept = before
+                .and_then(|b| b.get(&rule.full_key))
+                .filter(|(r, _)| same_limit(r, rule))
+                .map(|(_, l)| l.clone());
+            let limit = match kept {
+                Some(l) => l,
+                None => rule_limit(make, domain, rule).map_err(|source| BuildError {
+                    file: rule.file.clone(),
+                    full_key: rule.full_key.clone(),
+                    source,
+                })?,
+            };
+            rules.insert(rule.full_key.clone(), (rule.clone(), limit));
+        }
+    }
+    Ok(limits)
+}
+
+/// Whether two rules of one full key build the same limiter.
+fn same_limit(a: &Rule, b: &Rule) -> bool {
+    a.requests_per_unit == b.requests_per_unit
+        && a.period_us == b.period_us
+        && a.unlimited == b.unlimited
+        && a.shadow_mode == b.shadow_mode
+        && a.strategy == b.strategy
+        && a.burst == b.burst
 }
 
 /// The limiter (or lack of one) of `rule`.
@@ -227,8 +397,40 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     if rule.shadow_mode {
         quota = quota.shadow(true);
     }
+    // named, the quota's storage keys do not hold its count: a reload that
+    // changes only `requests_per_unit` (or `burst`) keeps what callers
+    // used, as the Go service's keys do (a lower limit must not hand out a
+    // fresh window); a new strategy or period counts anew
+    quota = quota.name(quota_name(domain, rule));
     let limiter = make(&prefix_for("r", domain, &rule.full_key), quota)?;
     Ok(Limit::Limited(Arc::new(limiter)))
+}
+
+/// The name of a rule's quota (shown in `RateLimit-Policy`): its key
+/// without the domain (`remote_address`, `path_/login`), every byte but
+/// ASCII letters, digits, `-`, `_` and `.` as `_`, at most 64 bytes. Not
+/// the rule's `name`: renaming a rule must not reset its counts.
+fn quota_name(domain: &str, rule: &Rule) -> String {
+    let source = rule
+        .full_key
+        .strip_prefix(domain)
+        .and_then(|k| k.strip_prefix('.'))
+        .unwrap_or(&rule.full_key);
+    let mut name: String = source
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        name.push_str("limit");
+    }
+    name
 }
 
 /// A limiter prefix (ASCII letters, digits, `-`, `_`, `.`; at most 64
@@ -315,12 +517,30 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 /// One descriptor's plan, then its outcome.
-struct Slot {
+struct Slot<'a> {
     /// `None`: no limit (no match, unknown domain, unlimited).
     limit: Option<PbRateLimit>,
     unlimited: bool,
     shadow: bool,
     state: State,
+    /// The matched rule (`None` for an override or no match).
+    rule: Option<&'a Rule>,
+    /// The statistics key (`domain.key...`); `None`: not counted.
+    metric_key: Option<String>,
+    /// The descriptor's units.
+    hits: u64,
+}
+
+impl Slot<'_> {
+    /// Whether this descriptor denies the request.
+    fn over(&self) -> bool {
+        !self.shadow
+            && match &self.state {
+                State::Zero { .. } | State::Refused => true,
+                State::Decided { decision, .. } => decision.denied(),
+                _ => false,
+            }
+    }
 }
 
 enum State {
@@ -328,6 +548,8 @@ enum State {
     Free,
     /// `requests_per_unit: 0`.
     Zero { period: Duration },
+    /// Not decided, the store failed, and the domain's policy denies.
+    Refused,
     /// To decide with `limiter` for `key`, `cost` units.
     Pending {
         limiter: Arc<RateLimiter>,
@@ -372,19 +594,22 @@ impl Inner {
         Ok(limiter)
     }
 
-    fn plan(&self, domain: &str, d: &RateLimitDescriptor, request_hits: u64) -> Slot {
+    fn plan<'a>(&'a self, domain: &str, d: &RateLimitDescriptor, request_hits: u64) -> Slot<'a> {
+        let cost = d.hits_addend.unwrap_or(request_hits);
         let free = Slot {
             limit: None,
             unlimited: false,
             shadow: false,
             state: State::Free,
+            rule: None,
+            metric_key: None,
+            hits: cost,
         };
         let entries: Vec<(&str, &str)> = d
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()))
             .collect();
-        let cost = d.hits_addend.unwrap_or(request_hits);
         let Some(rules) = self.limits.get(domain) else {
             return free;
         };
@@ -399,26 +624,27 @@ impl Inner {
                 unit: pb_unit(Some(unit)) as i32,
             });
             let period = Duration::from_secs(unit.seconds());
+            let metric_key = Some(override_metric_key(domain, &entries));
             if o.requests_per_unit == 0 {
                 return Slot {
                     limit,
-                    unlimited: false,
-                    shadow: false,
                     state: State::Zero { period },
+                    metric_key,
+                    ..free
                 };
             }
             match self.override_limiter(domain, o.requests_per_unit, unit) {
                 Ok(limiter) => {
                     return Slot {
                         limit,
-                        unlimited: false,
-                        shadow: false,
                         state: State::Pending {
                             limiter,
                             key: user_key(&entries, &[]),
                             cost,
                             period,
                         },
+                        metric_key,
+                        ..free
                     };
                 }
                 Err(e) => {
@@ -430,7 +656,7 @@ impl Inner {
             return free;
         };
         let rule = m.rule;
-        let Some(limit) = rules.get(&rule.full_key) else {
+        let Some((_, limit)) = rules.get(&rule.full_key) else {
             return free;
         };
         let pb_limit = Some(PbRateLimit {
@@ -442,10 +668,10 @@ impl Inner {
         let state = match limit {
             Limit::Unlimited => {
                 return Slot {
-                    limit: None,
                     unlimited: true,
                     shadow: rule.shadow_mode,
-                    state: State::Free,
+                    rule: Some(rule),
+                    ..free
                 };
             }
             Limit::Zero => State::Zero { period },
@@ -461,10 +687,59 @@ impl Inner {
             unlimited: false,
             shadow: rule.shadow_mode,
             state,
+            rule: Some(rule),
+            metric_key: Some(m.metric_key),
+            hits: cost,
         }
     }
 
+    /// Answers `req`: plans, decides, counts, and applies the domain's
+    /// failure policy if the store failed.
     async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, StoreError> {
+        let policy = self
+            .config
+            .failure_policy(&req.domain)
+            .unwrap_or(self.options.on_store_error);
+        let (mut slots, failed) = self.run(req, policy).await;
+        count(&self.metrics, &req.domain, &slots);
+        let Some(e) = failed else {
+            let denied = slots.iter().any(Slot::over);
+            return Ok(self.respond(&slots, denied));
+        };
+        self.metrics.store_error(&req.domain);
+        match policy {
+            OnStoreError::Unavailable => return Err(e),
+            OnStoreError::Allow => {
+                tracing::warn!(domain = %req.domain, error = %e, "store error: allowing the undecided descriptors (failure_policy allow)");
+                for slot in &mut slots {
+                    if matches!(slot.state, State::Pending { .. }) {
+                        slot.limit = None;
+                        slot.state = State::Free;
+                    }
+                }
+            }
+            OnStoreError::Deny => {
+                tracing::warn!(domain = %req.domain, error = %e, "store error: denying (failure_policy deny)");
+                for slot in &mut slots {
+                    if matches!(slot.state, State::Pending { .. }) && !slot.shadow {
+                        slot.state = State::Refused;
+                    }
+                }
+            }
+        }
+        let denied = slots.iter().any(Slot::over);
+        Ok(self.respond(&slots, denied))
+    }
+
+    /// Plans each descriptor, drops the replaced limits, decides in the
+    /// store; gives back what a request consumed unless it is let through
+    /// (denied, failed with `unavailable`, or failed with `deny` on a limit
+    /// not in shadow mode).
+    async fn run<'a>(
+        &'a self,
+        req: &RateLimitRequest,
+        policy: OnStoreError,
+    ) -> (Vec<Slot<'a>>, Option<StoreError>) {
         let request_hits = match req.hits_addend {
             0 => 1,
             n => u64::from(n),
@@ -474,6 +749,7 @@ impl Inner {
             .iter()
             .map(|d| self.plan(&req.domain, d, request_hits))
             .collect();
+        apply_replaces(&mut slots);
         let mut failed = None;
         for slot in &mut slots {
             let State::Pending {
@@ -509,22 +785,20 @@ impl Inner {
                 }
             }
         }
-        let over = |s: &Slot| {
-            !s.shadow
-                && match &s.state {
-                    State::Zero { .. } => true,
-                    State::Decided { decision, .. } => decision.denied(),
-                    _ => false,
-                }
-        };
-        let denied = slots.iter().any(over);
-        if denied || failed.is_some() {
+        let denied = slots.iter().any(Slot::over);
+        // will the policy deny what the store could not decide?
+        let refused = failed.is_some()
+            && match policy {
+                OnStoreError::Allow => false,
+                OnStoreError::Deny => slots
+                    .iter()
+                    .any(|s| matches!(s.state, State::Pending { .. }) && !s.shadow),
+                OnStoreError::Unavailable => true,
+            };
+        if denied || refused {
             give_back(&mut slots).await;
         }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        Ok(self.respond(&slots, denied))
+        (slots, failed)
     }
 
     fn respond(&self, slots: &[Slot], denied: bool) -> RateLimitResponse {
@@ -544,6 +818,10 @@ impl Inner {
             }
             match &slot.state {
                 State::Free | State::Pending { .. } => {}
+                State::Refused => {
+                    status.code = Code::OverLimit as i32;
+                    retry_after = retry_after.max(Some(1));
+                }
                 State::Zero { period } => {
                     let reset = Duration::from_micros(
                         window_of(u64::try_from(period.as_micros()).unwrap_or(u64::MAX), now)
@@ -655,9 +933,91 @@ fn sf_string(s: &str) -> String {
     out
 }
 
+/// Drops the limits that another matched limit `replaces`, as the Go
+/// service does: the names come from every matched rule (an unlimited one
+/// too); a replaced descriptor answers `OK` with no limit, and is not
+/// counted. An unlimited descriptor is never replaced.
+fn apply_replaces(slots: &mut [Slot<'_>]) {
+    let mut replaced: Vec<&str> = Vec::new();
+    for slot in slots.iter() {
+        if let Some(rule) = slot.rule {
+            replaced.extend(rule.replaces.iter().map(String::as_str));
+        }
+    }
+    if replaced.is_empty() {
+        return;
+    }
+    for slot in slots.iter_mut() {
+        let Some(rule) = slot.rule else { continue };
+        if slot.unlimited || rule.name.is_empty() || !replaced.contains(&rule.name.as_str()) {
+            continue;
+        }
+        tracing::debug!(name = %rule.name, "limit replaced");
+        slot.limit = None;
+        slot.shadow = false;
+        slot.state = State::Free;
+        slot.metric_key = None;
+    }
+}
+
+/// Counts each decided descriptor in `metrics`, as the Go service counts
+/// them ([`crate::metrics`]).
+fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
+    for slot in slots {
+        let Some(key) = &slot.metric_key else {
+            continue;
+        };
+        let outcome = match &slot.state {
+            State::Zero { .. } => Outcome {
+                hits: slot.hits,
+                limit: 0,
+                before: 0,
+                over: true,
+                shadow: slot.shadow,
+            },
+            State::Decided { decision, cost, .. } => {
+                let limit = decision.limit();
+                let over = decision.denied() || decision.shadow_denied();
+                // allowed: the remaining count is after the hits; denied:
+                // nothing was taken
+                let used = limit.saturating_sub(decision.remaining());
+                Outcome {
+                    hits: *cost,
+                    limit,
+                    before: if over {
+                        used
+                    } else {
+                        used.saturating_sub(*cost)
+                    },
+                    over,
+                    shadow: slot.shadow,
+                }
+            }
+            _ => continue,
+        };
+        let (valued, fallback) = match slot.rule {
+            Some(rule) => (*key != rule.full_key, rule.full_key.clone()),
+            None => (true, format!("{domain}.limit_override")),
+        };
+        metrics.record(domain, key, valued, &fallback, outcome);
+    }
+}
+
+/// The statistics key of a `limit` override: `<domain>.limit_override`
+/// and the descriptor's keys, without their values (a client's values must
+/// not make new series).
+fn override_metric_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let mut k = format!("{domain}.limit_override");
+    for (key, _) in entries {
+        k.push('.');
+        k.push_str(key);
+    }
+    k
+}
+
 /// Gives back what each allowed descriptor of a denied (or failed)
 /// request consumed: [`RateLimiter::settle`] to 0.
-async fn give_back(slots: &mut [Slot]) {
+async fn give_back(slots: &mut [Slot<'_>]) {
     for slot in slots {
         let State::Decided {
             limiter,
@@ -690,7 +1050,8 @@ impl RateLimitService for RlsService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
-        match self.inner.decide(&req).await {
+        let inner = self.shared.current.load_full();
+        match inner.decide(&req).await {
             Ok(resp) => Ok(Response::new(resp)),
             Err(e) => {
                 tracing::error!(domain = %req.domain, error = %e, "store error");

@@ -7,7 +7,7 @@ use tower_redis_ratelimit::Rate;
 use tower_redis_ratelimit::strategy::Strategy;
 
 use super::yaml::{self, Kind, Node as Y, Scalar};
-use super::{Config, ConfigError, ConfigWarning, LoadOptions, Node, Rule, Unit};
+use super::{Config, ConfigError, ConfigWarning, LoadOptions, Node, OnStoreError, Rule, Unit};
 
 /// The keys the Go service accepts, anywhere in a file (its `validKeys`).
 const GO_KEYS: [&str; 16] = [
@@ -31,6 +31,9 @@ const GO_KEYS: [&str; 16] = [
 
 /// Our extensions, in `rate_limit` only.
 const EXT_KEYS: [&str; 4] = ["strategy", "burst", "unit_multiplier", "duration"];
+
+/// Our extensions, at the top of a file only.
+const TOP_EXT_KEYS: [&str; 1] = ["failure_policy"];
 
 struct Ctx<'a> {
     file: &'a str,
@@ -116,6 +119,7 @@ pub(super) fn load_file(
     let mut domain = String::new();
     let mut domain_line = 1;
     let mut descriptors = None;
+    let mut policy: Option<(OnStoreError, usize)> = None;
     for (k, v) in entries {
         let key = k.text().unwrap_or_default();
         match key {
@@ -124,6 +128,19 @@ pub(super) fn load_file(
                 domain_line = k.line;
             }
             "descriptors" => descriptors = Some(v),
+            "failure_policy" => {
+                let text = string(&ctx, v, "failure_policy")?;
+                let p = OnStoreError::parse(&text).ok_or_else(|| {
+                    ctx.err(
+                        "failure_policy",
+                        v.line,
+                        format!(
+                            "unknown failure policy {text:?}: one of `allow`, `deny`, `unavailable`"
+                        ),
+                    )
+                })?;
+                policy = Some((p, k.line));
+            }
             _ => misplaced(&mut ctx, key, "", k.line, "at the top of a file")?,
         }
     }
@@ -151,6 +168,25 @@ pub(super) fn load_file(
             Node::default()
         }
     };
+    if let Some((p, line)) = policy {
+        match config.policies.get(&domain) {
+            Some((other, file)) if *other != p => {
+                return Err(ctx.err(
+                    "failure_policy",
+                    line,
+                    format!(
+                        "failure policy {:?} for domain {domain:?}, but {file} gives it {:?}",
+                        p.as_str(),
+                        other.as_str()
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                config.policies.insert(domain.clone(), (p, name.to_owned()));
+            }
+        }
+    }
     let result = match descriptors {
         Some(list) => read_descriptors(
             &mut ctx,
@@ -191,7 +227,7 @@ fn validate_keys(ctx: &Ctx<'_>, node: &Y, path: &str) -> Result<(), ConfigError>
             }
         };
         let here = join(path, key);
-        if !GO_KEYS.contains(&key) && !EXT_KEYS.contains(&key) {
+        if !GO_KEYS.contains(&key) && !EXT_KEYS.contains(&key) && !TOP_EXT_KEYS.contains(&key) {
             let hint = match key {
                 "ratelimit" | "rateLimit" | "rate-limit" => " (`rate_limit`?)",
                 "requestsperunit" | "requestsPerUnit" | "requests-per-unit" => {
@@ -256,6 +292,13 @@ fn misplaced(
     let here = join(path, key);
     if EXT_KEYS.contains(&key) {
         return Err(ctx.err(&here, line, format!("`{key}` belongs in a `rate_limit`")));
+    }
+    if TOP_EXT_KEYS.contains(&key) {
+        return Err(ctx.err(
+            &here,
+            line,
+            format!("`{key}` belongs at the top of a file, beside `domain`"),
+        ));
     }
     ctx.warn(
         &here,

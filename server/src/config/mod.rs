@@ -48,6 +48,13 @@
 //!   (`unit: minute` with `unit_multiplier: 5` is five minutes).
 //! * `duration`: a period written as the library's rates write theirs
 //!   (`90s`, `500ms`, `2 hours`, `7d`), instead of `unit`.
+//!
+//! And one at the top of a file, beside `domain`:
+//!
+//! * `failure_policy`: what the domain answers when the store fails or
+//!   does not answer within its timeout ([`OnStoreError`]: `allow`,
+//!   `deny` or `unavailable`); without it the service's default. Files
+//!   merged into one domain may repeat it but not disagree.
 
 #[cfg(test)]
 mod example_tests;
@@ -130,6 +137,60 @@ impl Unit {
 }
 
 impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a domain answers when the store fails (an error, or no answer
+/// within the store's timeout) for a descriptor it had to decide: the
+/// `failure_policy` extension of a file, or the service's default
+/// ([`ServiceOptions::on_store_error`](crate::service::ServiceOptions::on_store_error)).
+///
+/// Whatever the policy, a descriptor the service could decide (a
+/// `requests_per_unit: 0` limit, or one decided before the failure) keeps
+/// its answer, and a request that consumed units before the failure gets
+/// them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnStoreError {
+    /// The undecided descriptors are allowed (`OK`, no current limit): the
+    /// request is denied only by a descriptor decided as over its limit.
+    /// The library's [`FailurePolicy::Open`](tower_redis_ratelimit::middleware::FailurePolicy::Open).
+    Allow,
+    /// The undecided descriptors are over their limit (`OVER_LIMIT`, so
+    /// the request is), except those in shadow mode.
+    Deny,
+    /// The call fails with gRPC `UNAVAILABLE`, and Envoy's own
+    /// `failure_mode_deny` decides (the default, as the Go service, whose
+    /// call fails too). The library's
+    /// [`FailurePolicy::Closed`](tower_redis_ratelimit::middleware::FailurePolicy::Closed).
+    #[default]
+    Unavailable,
+}
+
+impl OnStoreError {
+    /// The policy named `s` (`allow`, `deny`, `unavailable`, any case).
+    pub fn parse(s: &str) -> Option<OnStoreError> {
+        [
+            OnStoreError::Allow,
+            OnStoreError::Deny,
+            OnStoreError::Unavailable,
+        ]
+        .into_iter()
+        .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// The policy's name, as a file writes it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnStoreError::Allow => "allow",
+            OnStoreError::Deny => "deny",
+            OnStoreError::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for OnStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -274,6 +335,8 @@ pub struct Config {
     order: Vec<String>,
     /// The file that defined each domain first.
     files: HashMap<String, String>,
+    /// Each domain's `failure_policy`, and the file that gave it first.
+    policies: HashMap<String, (OnStoreError, String)>,
     warnings: Vec<ConfigWarning>,
 }
 
@@ -302,6 +365,18 @@ impl Config {
     /// are skipped (so a Kubernetes ConfigMap's `..data` links are read
     /// once); symbolic links are followed.
     pub fn load_dir(dir: &Path, options: LoadOptions) -> Result<Config, ConfigError> {
+        let sources = Config::read_dir(dir)?;
+        Config::from_sources(
+            sources.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+            options,
+        )
+    }
+
+    /// The files [`load_dir`](Self::load_dir) reads, as `(name, contents)`
+    /// in the order it loads them, unparsed (give them to
+    /// [`from_sources`](Self::from_sources)); a watcher compares them to
+    /// see whether anything changed.
+    pub fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
         let mut files = Vec::new();
         collect(dir, &mut files).map_err(|(path, e)| ConfigError {
             file: path.display().to_string(),
@@ -325,10 +400,7 @@ impl Config {
             })?;
             sources.push((name, text));
         }
-        Config::from_sources(
-            sources.iter().map(|(n, t)| (n.as_str(), t.as_str())),
-            options,
-        )
+        Ok(sources)
     }
 
     /// Loads files given as `(name, contents)`, in that order.
@@ -361,6 +433,11 @@ impl Config {
             walk(root, &mut out);
         }
         out
+    }
+
+    /// The `failure_policy` of `domain`, if its files give one.
+    pub fn failure_policy(&self, domain: &str) -> Option<OnStoreError> {
+        self.policies.get(domain).map(|(p, _)| *p)
     }
 
     /// What the files hold that is ignored, as the Go service ignores it.

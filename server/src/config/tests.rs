@@ -617,3 +617,57 @@ fn load_dir_reads_yaml_files_recursively_and_skips_dot_names() {
     assert_eq!(e.path, "descriptors[0].rate_limit.unit");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn failure_policy_extension() {
+    let c = one("domain: a\nfailure_policy: Deny\ndescriptors: []\n");
+    assert_eq!(c.failure_policy("a"), Some(OnStoreError::Deny));
+    assert_eq!(c.failure_policy("b"), None);
+    let c = one("domain: a\ndescriptors: []\n");
+    assert_eq!(c.failure_policy("a"), None);
+    for (text, p) in [
+        ("allow", OnStoreError::Allow),
+        ("' unavailable '", OnStoreError::Unavailable),
+    ] {
+        let c = one(&format!("domain: a\nfailure_policy: {text}\n"));
+        assert_eq!(c.failure_policy("a"), Some(p));
+    }
+    for bad in ["open", "''", "true", "1", "{}"] {
+        let e = reject(&format!("domain: a\nfailure_policy: {bad}\n"));
+        assert_eq!(
+            (e.file.as_str(), e.path.as_str()),
+            ("t.yaml", "failure_policy"),
+            "{e}"
+        );
+        assert_eq!(e.line, 2, "{e}");
+    }
+    rejects(
+        "domain: a\ndescriptors:\n  - key: k\n    failure_policy: allow\n",
+        "descriptors[0].failure_policy",
+        "belongs at the top of a file",
+    );
+    rejects(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, failure_policy: allow}\n",
+        "descriptors[0].rate_limit.failure_policy",
+        "belongs at the top of a file",
+    );
+    // merged domains may repeat it, not disagree
+    let merge = LoadOptions::default().merge_domains(true);
+    let files = [
+        ("x.yaml", "domain: a\nfailure_policy: allow\n"),
+        ("y.yaml", "domain: a\nfailure_policy: allow\n"),
+        ("z.yaml", "domain: a\n"),
+    ];
+    let c = Config::from_sources(files, merge).expect("same policy");
+    assert_eq!(c.failure_policy("a"), Some(OnStoreError::Allow));
+    let files = [
+        ("x.yaml", "domain: a\nfailure_policy: allow\n"),
+        ("y.yaml", "domain: a\nfailure_policy: deny\n"),
+    ];
+    let e = Config::from_sources(files, merge).expect_err("disagree");
+    assert_eq!(
+        (e.file.as_str(), e.path.as_str()),
+        ("y.yaml", "failure_policy")
+    );
+    assert!(e.message.contains("x.yaml"), "{e}");
+}

@@ -1,0 +1,218 @@
+//! Hot reload: [`ConfigWatcher`] reloads a service when its configuration
+//! directory changes.
+//!
+//! The watcher polls: every [`interval`](ConfigWatcher::interval) (250 ms
+//! by default) it reads the directory's files as the loader does
+//! ([`Config::read_dir`]) and compares their names and contents with the
+//! ones running. Reading a few files four times a second costs little, and
+//! it sees every way a configuration changes the same: a Kubernetes
+//! ConfigMap's `..data` link swapped to a new directory, an editor's write
+//! to a temporary file renamed over the old one, a write in place, a
+//! volume whose file system sends no change events (network, overlay and
+//! bind mounts, a container on a virtual machine) — where event-based
+//! watching has to follow links, re-arm watches on replaced directories and
+//! may miss or merge events, a comparison of contents cannot.
+//!
+//! A change is loaded once it reads the same twice, 50 ms apart (a file
+//! being written in place is not loaded half written). A valid change is
+//! swapped in with [`RlsService::reload`]; an invalid one is logged with
+//! its file and the path inside it, counted as a failed load, and the
+//! running configuration stays (it is reported once, until the files
+//! change again).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError, LoadOptions};
+use crate::service::{BuildError, RlsService};
+
+/// The files of a directory, as `(name, contents)`.
+type Sources = Vec<(String, String)>;
+
+/// What one [`check`](ConfigWatcher::check) did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reload {
+    /// The files are the running ones (or the last rejected ones, or were
+    /// still changing).
+    Unchanged,
+    /// The new files are running.
+    Reloaded,
+    /// The new files were rejected; the running configuration stays.
+    Failed(ReloadError),
+}
+
+/// Why a reload was rejected.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// A file could not be read or is not a valid configuration (the error
+    /// names the file, the path inside it and the line).
+    Config(ConfigError),
+    /// A limit the library rejects.
+    Build(BuildError),
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::Config(e) => e.fmt(f),
+            ReloadError::Build(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReloadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReloadError::Config(e) => Some(e),
+            ReloadError::Build(e) => Some(e),
+        }
+    }
+}
+
+/// Reloads an [`RlsService`] when the files of its configuration
+/// directory change: [`run`](Self::run) it on a task.
+///
+/// ```no_run
+/// # async fn f(service: tower_redis_ratelimit_server::service::RlsService) -> Result<(), Box<dyn std::error::Error>> {
+/// use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+/// use tower_redis_ratelimit_server::reload::ConfigWatcher;
+///
+/// let dir = std::path::PathBuf::from("/etc/ratelimit/config");
+/// let files = Config::read_dir(&dir)?;
+/// // ... the service built from `Config::from_sources(files...)` ...
+/// let watcher = ConfigWatcher::new(service, dir, LoadOptions::default()).loaded_from(files);
+/// tokio::spawn(watcher.run());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct ConfigWatcher {
+    service: RlsService,
+    dir: PathBuf,
+    options: LoadOptions,
+    interval: Duration,
+    /// The files running (`None`: unknown, the first check loads).
+    running: Option<Sources>,
+    /// The files last rejected, or the last read error.
+    rejected: Option<Result<Sources, String>>,
+}
+
+impl ConfigWatcher {
+    /// A watcher of `dir` for `service`, loading with `options`.
+    pub fn new(service: RlsService, dir: impl Into<PathBuf>, options: LoadOptions) -> Self {
+        Self {
+            service,
+            dir: dir.into(),
+            options,
+            interval: Duration::from_millis(250),
+            running: None,
+            rejected: None,
+        }
+    }
+
+    /// The files the service's configuration was loaded from
+    /// ([`Config::read_dir`]); without them the first check reloads
+    /// whatever the directory holds.
+    #[must_use]
+    pub fn loaded_from(mut self, files: Vec<(String, String)>) -> Self {
+        self.running = Some(files);
+        self
+    }
+
+    /// How often the directory is read (default 250 ms; at least 10 ms).
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Checks the directory every [`interval`](Self::interval), forever.
+    pub async fn run(mut self) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.check().await;
+        }
+    }
+
+    /// Reads the directory once; reloads the service if the files changed
+    /// (and read the same again 50 ms later), logging the outcome.
+    pub async fn check(&mut self) -> Reload {
+        let sources = match self.read().await {
+            Ok(s) => s,
+            Err(e) => {
+                let text = e.to_string();
+                if matches!(&self.rejected, Some(Err(t)) if *t == text) {
+                    return Reload::Unchanged;
+                }
+                tracing::error!("configuration not reloaded: {text}");
+                self.service.metrics().config_loaded(false);
+                self.rejected = Some(Err(text));
+                return Reload::Failed(ReloadError::Config(e));
+            }
+        };
+        if self.running.as_ref() == Some(&sources) {
+            // (back to the running files: a rejected change made again is
+            // reported again)
+            self.rejected = None;
+            return Reload::Unchanged;
+        }
+        if matches!(&self.rejected, Some(Ok(r)) if *r == sources) {
+            return Reload::Unchanged;
+        }
+        // still being written? wait for it to read the same twice
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        match self.read().await {
+            Ok(again) if again == sources => {}
+            _ => return Reload::Unchanged,
+        }
+        let loaded = Config::from_sources(
+            sources.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+            self.options,
+        );
+        let config = match loaded {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("configuration not reloaded, the running one stays: {e}");
+                self.service.metrics().config_loaded(false);
+                self.rejected = Some(Ok(sources));
+                return Reload::Failed(ReloadError::Config(e));
+            }
+        };
+        for w in config.warnings() {
+            tracing::warn!("{w}");
+        }
+        if sources.is_empty() {
+            tracing::warn!(dir = %self.dir.display(), "no configuration files: every request is allowed");
+        }
+        let domains = config.domains().count();
+        match self.service.reload(config) {
+            Ok(()) => {
+                tracing::info!(domains, "configuration reloaded");
+                self.running = Some(sources);
+                self.rejected = None;
+                Reload::Reloaded
+            }
+            Err(e) => {
+                tracing::error!("configuration not reloaded, the running one stays: {e}");
+                self.rejected = Some(Ok(sources));
+                Reload::Failed(ReloadError::Build(e))
+            }
+        }
+    }
+
+    async fn read(&self) -> Result<Sources, ConfigError> {
+        let dir = self.dir.clone();
+        match tokio::task::spawn_blocking(move || Config::read_dir(&dir)).await {
+            Ok(r) => r,
+            Err(e) => Err(ConfigError {
+                file: self.dir.display().to_string(),
+                path: String::new(),
+                line: 0,
+                message: format!("cannot read: {e}"),
+            }),
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The `ratelimit-server` binary end to end: its store flags and
+//! environment on a private Redis Cluster and a Redis Sentinel, its
+//! metrics endpoint, its refusal of malformed values, its stop on SIGTERM.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
+
+const CONFIG: &str =
+    "domain: bin\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n";
+
+/// A running `ratelimit-server`, stopped with SIGTERM on drop.
+struct Server {
+    child: Child,
+    grpc: u16,
+    metrics: u16,
+}
+
+impl Server {
+    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_with(dir, args, env, Stdio::null())
+    }
+
+    /// With its log (stdout) collected into the returned string.
+    fn spawn_logged(
+        dir: &Path,
+        args: &[&str],
+    ) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
+        let mut server = Server::spawn_with(dir, args, &[], Stdio::piped());
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let out = server.child.stdout.take().expect("stdout");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(mut l) = sink.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        (server, log)
+    }
+
+    fn spawn_with(dir: &Path, args: &[&str], env: &[(&str, &str)], stdout: Stdio) -> Server {
+        let grpc = free_port();
+        let metrics = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        cmd.arg("--config")
+            .arg(dir)
+            .args(["--grpc", &format!("127.0.0.1:{grpc}")])
+            .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            // (a first connection in a debug build on 2 shared cores may
+            // take more than the default 100 ms; a later flag wins)
+            .args(["--store-timeout", "3000"])
+            .args(args)
+            .env_remove("REDIS_URL")
+            .env_remove("REDIS_CA")
+            .env_remove("REDIS_CLUSTER_URLS")
+            .env_remove("REDIS_SENTINEL_URLS")
+            .env_remove("REDIS_SENTINEL_MASTER")
+            .stdout(stdout)
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("ratelimit-server");
+        assert!(wait_port(&mut child, grpc), "the server did not start");
+        assert!(wait_port(&mut child, metrics), "no metrics port");
+        Server {
+            child,
+            grpc,
+            metrics,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", self.grpc))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+        Client::new(channel)
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_dir(tag: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    std::fs::write(dir.0.join("bin.yaml"), CONFIG).expect("write");
+    dir
+}
+
+/// Waits until the server's store answers (a first connection, a TLS
+/// handshake in a debug build on 2 shared cores, may take longer than a
+/// client's own connection timeout), without consuming anything.
+async fn warm(c: &mut Client) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match try_ask(c, "bin", vec![peek(&[("k", "warm-up")])], 0).await {
+            Ok(_) => return,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("warming up: {e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the store never answered: {e:?}"),
+        }
+    }
+}
+
+/// Three of 3 per year admitted, the fourth denied.
+async fn three_then_over(server: &Server) {
+    let mut c = server.client().await;
+    warm(&mut c).await;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let r = ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0).await;
+        codes.push(overall(&r));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli on PATH");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn dbsize(port: u16) -> u64 {
+    cli(port, &["dbsize"]).parse().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_url_from_the_environment_metrics_and_sigterm() {
+    let redis = Redis::start();
+    let dir = config_dir("bin-redis");
+    let mut server = Server::spawn(&dir.0, &[], &[("REDIS_URL", &redis.url())]);
+    three_then_over(&server).await;
+    assert!(dbsize(redis.port) > 0, "nothing stored in Redis");
+    let text = scrape(std::net::SocketAddr::from(([127, 0, 0, 1], server.metrics))).await;
+    let total = "ratelimit_service_rate_limit_total_hits{domain=\"bin\",key=\"k\"}";
+    assert_eq!(sample(&text, total), 4, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "ratelimit_service_rate_limit_over_limit{domain=\"bin\",key=\"k\"}"
+        ),
+        1
+    );
+    assert_eq!(sample(&text, "ratelimit_service_config_load_success"), 1);
+    assert!(server.stop().success());
+}
+
+/// Three masters, no replicas; `--redis-cluster` with two seed nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_flag() {
+    let data = TempDir::new("cluster");
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let d = data.0.join(format!("n{i}"));
+        std::fs::create_dir_all(&d).expect("dir");
+        nodes.push(Redis::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--dir",
+            d.to_str().expect("utf-8 path"),
+        ]));
+    }
+    let mut create = Command::new("redis-cli");
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes
+        .iter()
+        .all(|n| cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster is not ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = config_dir("bin-cluster");
+    let seeds = format!("{},{}", nodes[0].url(), nodes[1].url());
+    let mut server = Server::spawn(
+        &dir.0,
+        &["--redis-cluster", &seeds, "--store-timeout", "2000"],
+        &[],
+    );
+    three_then_over(&server).await;
+    let stored: u64 = nodes.iter().map(|n| dbsize(n.port)).sum();
+    assert!(stored > 0, "nothing stored in the cluster");
+    assert!(server.stop().success());
+}
+
+/// One primary watched by one sentinel; the master's name from the
+/// environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_flag() {
+    let primary = Redis::start();
+    let data = TempDir::new("sentinel");
+    let port = free_port();
+    let conf = data.0.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor primary1 127.0.0.1 {} 1\n",
+            data.0.display(),
+            primary.port
+        ),
+    )
+    .expect("write");
+    let sentinel = Command::new("redis-server")
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel");
+    let mut sentinel = Reaped(sentinel);
+    assert!(wait_port(&mut sentinel.0, port), "no sentinel");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cli(port, &["sentinel", "get-master-addr-by-name", "primary1"])
+        .contains(&primary.port.to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel does not know the primary"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = config_dir("bin-sentinel");
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut server = Server::spawn(
+        &dir.0,
+        &["--redis-sentinel", &url, "--store-timeout", "2000"],
+        &[("REDIS_SENTINEL_MASTER", "primary1")],
+    );
+    three_then_over(&server).await;
+    assert!(dbsize(primary.port) > 0, "nothing stored in the primary");
+    assert!(server.stop().success());
+}
+
+#[test]
+fn malformed_values_exit_2_naming_the_flag() {
+    let dir = config_dir("bin-bad");
+    for (args, needle) in [
+        (
+            &["--redis-cluster", "redis://a:1,,redis://b:2"][..],
+            "URL 2 is empty",
+        ),
+        (&["--redis-sentinel", "redis://a:1"], "--sentinel-master"),
+        (&["--redis", "localhost:6379"], "--redis \"localhost:6379\""),
+        (&["--on-store-error", "maybe"], "--on-store-error \"maybe\""),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("--config")
+            .arg(&dir.0)
+            .args(args)
+            .env_remove("REDIS_URL")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(all.contains(needle), "{args:?}: {all}");
+    }
+}
+
+/// `--redis rediss://…` with `--redis-ca`, a private CA's root: two
+/// servers on one TLS Redis share its counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let certs = TempDir::new("tls");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "ratelimit-server test CA");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca, ca_key);
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("server");
+    let server_key = KeyPair::generate().expect("key");
+    let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
+    let path = |n: &str| certs.0.join(n).display().to_string();
+    std::fs::write(path("ca.crt"), ca_cert.pem()).expect("write");
+    std::fs::write(path("server.crt"), server_cert.pem()).expect("write");
+    std::fs::write(path("server.key"), server_key.serialize_pem()).expect("write");
+
+    let port = free_port();
+    let redis = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--tls-cert-file", &path("server.crt")])
+        .args(["--tls-key-file", &path("server.key")])
+        .args(["--tls-ca-cert-file", &path("ca.crt")])
+        .args(["--tls-auth-clients", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let mut redis = Reaped(redis);
+    assert!(
+        wait_port(&mut redis.0, port),
+        "redis-server without TLS support?"
+    );
+    let dir = config_dir("bin-tls");
+    let url = format!("rediss://127.0.0.1:{port}/");
+    // (a TLS handshake in a debug build on 2 shared cores: more than the
+    // default 100 ms)
+    let slow = ["--store-timeout", "3000"];
+    let a = Server::spawn(
+        &dir.0,
+        &[
+            "--redis",
+            &url,
+            "--redis-ca",
+            &path("ca.crt"),
+            slow[0],
+            slow[1],
+        ],
+        &[],
+    );
+    let b = Server::spawn(
+        &dir.0,
+        &slow,
+        &[("REDIS_URL", &url), ("REDIS_CA", &path("ca.crt"))],
+    );
+    let mut ca_client = a.client().await;
+    let mut cb = b.client().await;
+    warm(&mut ca_client).await;
+    warm(&mut cb).await;
+    let r = ask(&mut ca_client, "bin", vec![desc(&[("k", "tls")])], 2).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 1));
+    let r = ask(&mut cb, "bin", vec![desc(&[("k", "tls")])], 0).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+    let r = ask(&mut ca_client, "bin", vec![desc(&[("k", "tls")])], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    // without the CA the server's certificate is not trusted: UNAVAILABLE
+    let c = Server::spawn(&dir.0, &["--redis", &url, slow[0], slow[1]], &[]);
+    let mut cc = c.client().await;
+    let e = try_ask(&mut cc, "bin", vec![desc(&[("k", "tls")])], 0)
+        .await
+        .expect_err("untrusted");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+}
+
+/// `--redis unix:///…`: a Redis on a Unix socket only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_on_a_unix_socket() {
+    let data = TempDir::new("unix");
+    let socket = data.0.join("redis.sock");
+    let redis = Command::new("redis-server")
+        .args(["--port", "0", "--save", "", "--appendonly", "no"])
+        .arg("--unixsocket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let _redis = Reaped(redis);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = config_dir("bin-unix");
+    let url = format!("unix://{}", socket.display());
+    let mut a = Server::spawn(&dir.0, &["--redis", &url], &[]);
+    let b = Server::spawn(&dir.0, &["--redis", &url], &[]);
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    warm(&mut ca).await;
+    warm(&mut cb).await;
+    let r = ask(&mut ca, "bin", vec![desc(&[("k", "u")])], 3).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+    let r = ask(&mut cb, "bin", vec![desc(&[("k", "u")])], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert!(a.stop().success());
+}
+
+/// The binary watches its directory: a new limit answers within 1 s; an
+/// invalid file is logged with its file and the path inside it, counted,
+/// and the running limit stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_reloads_and_logs_an_invalid_change() {
+    let dir = config_dir("bin-reload");
+    let (mut server, log) = Server::spawn_logged(&dir.0, &[]);
+    let mut c = server.client().await;
+    let limit = |r: &tower_redis_ratelimit_server::pb::RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+    assert_eq!(limit(&r), Some(3));
+    let tmp = dir.0.join(".bin.yaml.tmp");
+    std::fs::write(
+        &tmp,
+        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 4"),
+    )
+    .expect("write");
+    std::fs::rename(&tmp, dir.0.join("bin.yaml")).expect("rename");
+    let written = Instant::now();
+    loop {
+        let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+        if limit(&r) == Some(4) {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(1),
+            "not reloaded in 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::write(
+        dir.0.join("bin.yaml"),
+        "domain: bin\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .expect("write");
+    let written = Instant::now();
+    let needle = "bin.yaml: descriptors[0].rate_limit.unit: ";
+    while !log.lock().map(|l| l.contains(needle)).unwrap_or(false) {
+        assert!(
+            written.elapsed() < Duration::from_secs(5),
+            "not logged: {:?}",
+            log.lock().map(|l| l.clone())
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = ask(&mut c, "bin", vec![peek(&[("k", "v")])], 0).await;
+    assert_eq!(limit(&r), Some(4));
+    let text = scrape(std::net::SocketAddr::from(([127, 0, 0, 1], server.metrics))).await;
+    assert_eq!(
+        sample(&text, "ratelimit_service_config_load_success"),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_config_load_error"),
+        1,
+        "{text}"
+    );
+    assert!(server.stop().success());
+}
