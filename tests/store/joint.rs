@@ -412,8 +412,11 @@ impl Lcg {
     }
 }
 
+/// One quota's state: allowed, remaining, reset after, retry after.
+type QuotaFacts = (bool, u64, Duration, Option<Duration>);
+
 /// What must agree between the stores: every part's state.
-fn facts(d: &JointDecision) -> (bool, Vec<Vec<(bool, u64, Duration, Option<Duration>)>>) {
+fn facts(d: &JointDecision) -> (bool, Vec<Vec<QuotaFacts>>) {
     let parts = d
         .decisions()
         .iter()

@@ -544,12 +544,12 @@ impl MemoryStore {
             verdicts.push(ok);
         }
         let all = all && apply;
-        for (p, part) in parts.iter().enumerate() {
-            for i in 0..part.quotas.len() {
+        for (p, (part, raws)) in parts.iter().zip(res.iter_mut()).enumerate() {
+            for (i, raw) in raws.iter_mut().enumerate() {
                 if all {
-                    res[p][i] = run(p, i, part.cost as i64, true);
-                } else if res[p][i].ok {
-                    res[p][i] = run(p, i, 0, false);
+                    *raw = run(p, i, part.cost as i64, true);
+                } else if raw.ok {
+                    *raw = run(p, i, 0, false);
                 }
             }
         }
