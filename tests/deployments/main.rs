@@ -14,7 +14,7 @@ mod cluster_tls;
 mod failover;
 mod faults;
 mod fixture;
-mod joint_cluster;
+mod joint;
 mod script_cache;
 mod sentinel;
 mod stale_connection;
