@@ -98,6 +98,11 @@ use super::rate_limiter::RateLimiter;
 /// [Shadow](crate::Quota::shadow) quotas never deny, and one that would
 /// deny consumes nothing.
 ///
+/// [`peek`](Self::peek) asks whether every part would be admitted now,
+/// consuming nothing (an Envoy request with a limit of 0 among its
+/// descriptors is denied whatever the others say, which still tell their
+/// state).
+///
 /// # Limiters
 ///
 /// - Every part's limiter must be on the same store: built with clones of
@@ -214,6 +219,24 @@ impl<'a> AllOrNothing<'a> {
     /// hash slots, an error after a slot was admitted gives its units back
     /// first.
     pub async fn decide(&self) -> Result<JointDecision, StoreError> {
+        self.run(true).await
+    }
+
+    /// Checks every part as [`decide`](Self::decide) would, consuming
+    /// nothing: [`allowed`](JointDecision::allowed) says whether all of them
+    /// would be admitted now, and each part's decision is its state as for
+    /// a denied joint decision (see [`AllOrNothing`]). One atomic store call
+    /// (on a Cluster, one per hash slot, each a snapshot of its own).
+    ///
+    /// # Errors
+    ///
+    /// As [`decide`](Self::decide).
+    pub async fn peek(&self) -> Result<JointDecision, StoreError> {
+        self.run(false).await
+    }
+
+    /// [`decide`](Self::decide) (`consume`), or [`peek`](Self::peek).
+    async fn run(&self, consume: bool) -> Result<JointDecision, StoreError> {
         let limiters: Vec<Cow<'_, RateLimiter>> =
             self.parts.iter().map(|p| p.limiter.in_force()).collect();
         let engines: Vec<&Engine> = limiters.iter().map(|l| l.engine()).collect();
@@ -242,15 +265,16 @@ impl<'a> AllOrNothing<'a> {
                 .collect(),
         };
         // a part that never fits denies it all: the others are only checked
-        let apply = joint
+        let fits = joint
             .decisions
             .iter()
             .all(|d| d.as_ref().is_none_or(Decision::allowed));
+        let apply = consume && fits;
         let pending: Vec<usize> = (0..self.parts.len())
             .filter(|&i| joint.decisions[i].is_none())
             .collect();
         let Some(&first) = pending.first() else {
-            return Ok(joint.finish(apply, true));
+            return Ok(joint.finish(fits, true));
         };
         let store = &engines[first].store;
         // the parts by hash slot (one group but on a Cluster), in order
@@ -261,6 +285,15 @@ impl<'a> AllOrNothing<'a> {
                 Some((_, members)) => members.push(i),
                 None => groups.push((slot, vec![i])),
             }
+        }
+        if !consume {
+            for (_, members) in &groups {
+                let (_, outcomes) = joint.call(members, false).await?;
+                joint.fill(members, outcomes);
+            }
+            // (every part admitted on its own, with the parts before it)
+            let all = joint.decisions.iter().flatten().all(Decision::allowed);
+            return Ok(joint.finish(all, groups.len() == 1));
         }
         if let [(_, members)] = groups.as_slice() {
             let (all, outcomes) = joint.call(members, apply).await?;

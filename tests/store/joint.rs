@@ -484,3 +484,26 @@ async fn memory_and_redis_agree_on_random_joint_decisions_under_a_manual_clock()
         assert!(seen[0] > 30 && seen[1] > 30, "seed {seed}: {seen:?}");
     }
 }
+
+#[tokio::test]
+async fn a_joint_peek_tells_whether_all_would_fit_and_consumes_nothing() {
+    for (store, server) in stores() {
+        let a = store.one("p-a", Quota::gcra(Rate::per_hour(5)));
+        let b = store.one("p-b", Quota::sliding_window_counter(Rate::per_hour(3)));
+        let joint = |cost_b| AllOrNothing::new().part(&a, "k", 2).part(&b, "k", cost_b);
+        let d = joint(3).peek().await.unwrap();
+        assert!(d.allowed() && d.atomic());
+        assert_eq!(d.decisions()[0].remaining(), 5, "the state, nothing taken");
+        let d = joint(4).peek().await.unwrap();
+        assert!(d.denied());
+        assert!(d.decisions()[0].allowed() && d.decisions()[1].denied());
+        assert_eq!(left(&a, "k").await, [5]);
+        assert_eq!(left(&b, "k").await, [3]);
+        if let Some(server) = &server {
+            assert_eq!(server.dbsize().await, 0, "a peek writes nothing");
+        }
+        assert!(joint(3).decide().await.unwrap().allowed());
+        assert!(joint(1).peek().await.unwrap().denied());
+        assert_eq!(left(&a, "k").await, [3]);
+    }
+}
