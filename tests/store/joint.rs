@@ -168,9 +168,13 @@ async fn racing_joint_decisions_admit_exactly_the_limit_and_consume_nothing_when
                     tokio::spawn(async move {
                         // two joint decisions over the shared key of `a`
                         let (second, counter) = if n % 2 == 0 { (&*b, &ab) } else { (&*c, &ac) };
-                        let d = RateLimiter::check_all([(&*a, "hot", 1), (second, "k", 1)])
-                            .await
-                            .unwrap();
+                        // (in either order: the memory store locks shards in
+                        // its own order, whatever the parts')
+                        let mut parts = vec![(&*a, "hot", 1), (second, "k", 1)];
+                        if n % 4 >= 2 {
+                            parts.reverse();
+                        }
+                        let d = RateLimiter::check_all(parts).await.unwrap();
                         if d.allowed() {
                             counter.fetch_add(1, Ordering::Relaxed);
                         }
@@ -506,4 +510,98 @@ async fn a_joint_peek_tells_whether_all_would_fit_and_consumes_nothing() {
         assert!(joint(1).peek().await.unwrap().denied());
         assert_eq!(left(&a, "k").await, [3]);
     }
+}
+
+#[tokio::test]
+async fn a_flushed_script_is_loaded_again_and_parts_may_run_on_different_clocks() {
+    let server = RedisServer::start();
+    let store = Store::redis(&server);
+    let clock = ManualClock::new(Duration::from_secs(1_000));
+    // one part on Redis's clock, one on a manual clock, one on the caller's
+    let on_redis = store.one("c-redis", Quota::sliding_window_counter(Rate::per_hour(3)));
+    let manual = store.limiter(
+        "c-manual",
+        vec![Quota::fixed_window(Rate::per_hour(2))],
+        Some(&clock),
+    );
+    let caller = match &store {
+        Store::Redis(s) => RateLimiter::builder()
+            .store(s.clone())
+            .prefix("c-caller")
+            .quota(Quota::gcra(Rate::per_hour(3)))
+            .clock(tower_redis_ratelimit::clock::Clock::Caller)
+            .build()
+            .unwrap(),
+        Store::Memory(_) => unreachable!(),
+    };
+    let parts = || [(&on_redis, "k", 1), (&manual, "k", 1), (&caller, "k", 1)];
+    assert!(RateLimiter::check_all(parts()).await.unwrap().allowed());
+    let mut conn = server.conn().await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(RateLimiter::check_all(parts()).await.unwrap().allowed());
+    // the manual clock's window is full: nothing more anywhere
+    let d = RateLimiter::check_all(parts()).await.unwrap();
+    assert!(d.denied() && d.decisions()[1].denied());
+    assert_eq!(left(&on_redis, "k").await, [1]);
+    assert_eq!(left(&caller, "k").await, [1]);
+    // the manual window ends in manual time alone
+    clock.advance(Duration::from_secs(3_600));
+    let d = RateLimiter::check_all(parts()).await.unwrap();
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(left(&manual, "k").await, [1]);
+    assert_eq!(left(&on_redis, "k").await, [0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joint_decisions_across_memory_shards_in_any_order_neither_deadlock_nor_overshoot() {
+    let store = Store::Memory(MemoryStore::with_shards(4));
+    let limiters: Arc<Vec<RateLimiter>> = Arc::new(
+        (0..3)
+            .map(|i| store.one(&format!("sh{i}"), Quota::fixed_window(Rate::per_hour(20))))
+            .collect(),
+    );
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..4_000u64)
+        .map(|n| {
+            let (limiters, admitted) = (limiters.clone(), admitted.clone());
+            tokio::spawn(async move {
+                // three parts over eight keys, in an order of their own
+                let mut parts: Vec<(&RateLimiter, String, u64)> = (0..3u64)
+                    .map(|i| {
+                        (
+                            &limiters[i as usize],
+                            format!("k{}", (n * 7 + i * 3) % 8),
+                            1,
+                        )
+                    })
+                    .collect();
+                parts.rotate_left((n % 3) as usize);
+                let d = RateLimiter::check_all(parts).await.unwrap();
+                if d.allowed() {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let all = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("no deadlock");
+    // every admitted decision took one unit of each limiter, on some key
+    let mut used = 0;
+    for l in limiters.iter() {
+        for k in 0..8 {
+            used += 20 - left(l, &format!("k{k}")).await[0];
+        }
+    }
+    assert_eq!(used as usize, 3 * admitted.load(Ordering::Relaxed));
+    assert!(admitted.load(Ordering::Relaxed) > 0);
 }
