@@ -605,3 +605,41 @@ async fn joint_decisions_across_memory_shards_in_any_order_neither_deadlock_nor_
     assert_eq!(used as usize, 3 * admitted.load(Ordering::Relaxed));
     assert!(admitted.load(Ordering::Relaxed) > 0);
 }
+
+#[tokio::test]
+async fn a_limiter_with_runtime_limits_takes_part_with_the_limits_in_force() {
+    for (store, _server) in stores() {
+        let b = RateLimiter::builder()
+            .prefix("rt")
+            .quota(Quota::fixed_window(Rate::per_hour(2)).name("hour"))
+            .runtime_limits();
+        let runtime = match &store {
+            Store::Memory(s) => b.store(s.clone()).build().unwrap(),
+            Store::Redis(s) => b.store(s.clone()).build().unwrap(),
+        };
+        let other = store.one("rt-other", Quota::gcra(Rate::per_hour(10)));
+        for _ in 0..2 {
+            let d = RateLimiter::check_all([(&other, "k", 1), (&runtime, "k", 1)])
+                .await
+                .unwrap();
+            assert!(d.allowed());
+        }
+        assert!(
+            RateLimiter::check_all([(&other, "k", 1), (&runtime, "k", 1)])
+                .await
+                .unwrap()
+                .denied()
+        );
+        runtime
+            .limits()
+            .unwrap()
+            .set_quotas([Quota::fixed_window(Rate::per_hour(3)).name("hour")])
+            .unwrap();
+        let d = RateLimiter::check_all([(&other, "k", 1), (&runtime, "k", 1)])
+            .await
+            .unwrap();
+        assert!(d.allowed(), "raised: admitted at once");
+        assert_eq!(d.decisions()[1].limit(), 3);
+        assert_eq!(left(&other, "k").await, [7]);
+    }
+}
