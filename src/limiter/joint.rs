@@ -120,7 +120,10 @@ use super::rate_limiter::RateLimiter;
 /// - Local budgets are not spent from: a joint decision asks the store (the
 ///   units local budgets hold stay counted there). The middleware's deny
 ///   cache is neither read nor written.
-/// - A joint decision is never batched with other calls.
+/// - A joint decision is never batched with other calls, and is bounded by
+///   the store's timeout; as for any call, one that times out may have been
+///   applied (still all or nothing: the script is atomic) and is never
+///   replayed.
 #[derive(Debug, Default)]
 pub struct AllOrNothing<'a> {
     parts: Vec<JointPart<'a>>,
