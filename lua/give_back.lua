@@ -2,7 +2,9 @@
 -- quota of the limiter, each as its strategy allows. KEYS: one per quota.
 -- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
 -- NOW), then per quota: strategy id, count, period, burst, interval, then per
--- quota: fin, the take's time plus that quota's reset_after in its reply.
+-- quota: fin, the take's time plus that quota's reset_after in its reply,
+-- or -1 for a quota the take did not consume (a shadow quota that would have
+-- denied, src/limiter/joint.rs), which is left as it is.
 -- Each G[<id>] block reads key, n, period, burst, interval, units, at, fin
 -- and now, and never raises what is left above the limit, never makes a
 -- count negative, never touches a window later than the take's, and keeps
@@ -33,7 +35,7 @@ for i = 1, nq do
       f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
         tonumber(ARGV[o + 5]), last)
     end
-  elseif f then
+  elseif f and not (at and last < 0) then
     local u = units
     if not at then
       -- an adjust moves a quota by at most what its rate repays in 2^50 us

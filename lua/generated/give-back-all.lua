@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA 86cdb58289af7ebb39b50899adf2d6cc72df949b).
+-- (SCRIPT LOAD, then EVALSHA 43c9d3766d8a15717f72eb508ef137e702b4658b).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -662,7 +662,9 @@ end
 -- quota of the limiter, each as its strategy allows. KEYS: one per quota.
 -- ARGV: now ('T' = Redis's clock), units, at (the take's time: its script's
 -- NOW), then per quota: strategy id, count, period, burst, interval, then per
--- quota: fin, the take's time plus that quota's reset_after in its reply.
+-- quota: fin, the take's time plus that quota's reset_after in its reply,
+-- or -1 for a quota the take did not consume (a shadow quota that would have
+-- denied, src/limiter/joint.rs), which is left as it is.
 -- Each G[<id>] block reads key, n, period, burst, interval, units, at, fin
 -- and now, and never raises what is left above the limit, never makes a
 -- count negative, never touches a window later than the take's, and keeps
@@ -693,7 +695,7 @@ for i = 1, nq do
       f(KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]),
         tonumber(ARGV[o + 5]), last)
     end
-  elseif f then
+  elseif f and not (at and last < 0) then
     local u = units
     if not at then
       -- an adjust moves a quota by at most what its rate repays in 2^50 us

@@ -116,9 +116,29 @@ impl Engine {
         quotas.iter().all(|q| cost > q.capacity()).then_some(true)
     }
 
+    /// The decision of a cost that never fits (see
+    /// [`never_fits`](Self::never_fits)): made without a store call, so a
+    /// huge cost costs nothing (and every cost a store sees is at most a
+    /// capacity, exact in its arithmetic). `None`: the store must decide.
+    pub(super) fn unfit(&self, cost: u64) -> Option<Decision> {
+        let allowed = self.never_fits(cost)?;
+        let parts = self.quotas.iter().map(|q| Part {
+            allowed: cost <= q.capacity(),
+            remaining: 0,
+            reset_us: 0,
+            retry_us: NEVER,
+        });
+        Some(self.decision(allowed, parts.collect(), 0, None))
+    }
+
+    /// Whether a quota hands out leases (a concurrency quota).
+    pub(super) fn holds_leases(&self) -> bool {
+        self.holds_leases
+    }
+
     /// Whether every quota is [shadow](crate::Quota::shadow): the limiter
     /// then allows every request, as a shadow layer.
-    fn all_shadow(&self) -> bool {
+    pub(super) fn all_shadow(&self) -> bool {
         self.quotas.iter().all(|q| q.shadow)
     }
 
@@ -132,16 +152,8 @@ impl Engine {
     /// [`MemoryStore`](crate::MemoryStore) (which never fails), or the cost can never fit.
     /// `None`: the store must be asked.
     pub(super) fn decide_sync(&self, key: &[u8], cost: u64) -> Option<Decision> {
-        if let Some(allowed) = self.never_fits(cost) {
-            // Never fits: no store call, so a huge cost costs nothing (and every
-            // cost a store sees is at most a capacity, exact in its arithmetic).
-            let parts = self.quotas.iter().map(|q| Part {
-                allowed: cost <= q.capacity(),
-                remaining: 0,
-                reset_us: 0,
-                retry_us: NEVER,
-            });
-            return Some(self.decision(allowed, parts.collect(), 0, None));
+        if let Some(decision) = self.unfit(cost) {
+            return Some(decision);
         }
         let Bound::Memory(store, scopes) = &self.store else {
             return None;

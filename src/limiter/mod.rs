@@ -14,7 +14,8 @@
 //! `check.rs` (the [`Check`] future), `admin.rs` (peek, reset, release,
 //! verify, …), `builder.rs` ([`RateLimiterBuilder`], its validation and
 //! the one constructor of a limiter's state), `keys.rs` (storage-key
-//! encoding).
+//! encoding), `joint.rs` ([`AllOrNothing`]: several limiters decided
+//! together, all or nothing).
 
 // `RateLimiter` is public at the crate root only (one path per item): its
 // module is crate-visible, and `lib.rs` re-exports it.
@@ -25,11 +26,13 @@ mod builder;
 mod check;
 pub(crate) mod deny_cache;
 mod engine;
+mod joint;
 mod keys;
 mod local_budget;
 
 pub use self::builder::{MAX_PREFIX_LEN, RateLimiterBuilder};
 pub use self::check::Check;
 pub(crate) use self::check::boxed_in_place;
+pub use self::joint::{AllOrNothing, JointDecision};
 pub use self::keys::MAX_VERBATIM_KEY_LEN;
 pub(crate) use self::rate_limiter::{RateLimiter, RuntimeLimits};

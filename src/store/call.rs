@@ -99,3 +99,28 @@ pub(crate) struct GiveBackCall<'a> {
     /// Per quota, the take's time plus its `reset_after`.
     pub(crate) fins: &'a [i64],
 }
+
+/// One part of a joint decision (`src/limiter/joint.rs`): one limiter's
+/// quotas on one user key, with its own cost and clock.
+pub(crate) struct JointCall<'a> {
+    /// The user key as stored (what the memory store keys its state by).
+    pub(crate) user: &'a [u8],
+    /// One storage key per quota, in the order of `quotas`.
+    pub(crate) keys: &'a [String],
+    /// The limiter's quotas.
+    pub(crate) quotas: &'a [QuotaSpec],
+    /// The memory store's scope of each quota (empty for Redis).
+    pub(crate) scopes: &'a [u32],
+    pub(crate) cost: u64,
+    /// Manual or caller clock reading; `None`: the store's clock.
+    pub(crate) now_us: Option<u64>,
+}
+
+/// A store's answer to one part of a joint decision: its quotas' outcomes
+/// (`allowed`: every enforced quota allows it), and the time it was
+/// decided at (what a give-back needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JointOutcome {
+    pub(crate) outcome: Outcome,
+    pub(crate) now: i64,
+}

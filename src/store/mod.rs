@@ -27,7 +27,9 @@ pub(crate) mod redis;
 
 use std::sync::Arc;
 
-pub(crate) use self::call::{Adjustment, Call, GiveBackCall, Outcome, QuotaOutcome};
+pub(crate) use self::call::{
+    Adjustment, Call, GiveBackCall, JointCall, JointOutcome, Outcome, QuotaOutcome,
+};
 pub(crate) use self::memory::MemoryStore;
 #[cfg(feature = "cluster")]
 pub(crate) use self::redis::cluster::RedisClusterStore;
@@ -235,6 +237,52 @@ impl Bound {
                 r.verify(&all, time).await
             }
             Bound::Memory(..) => Ok(()),
+        }
+    }
+}
+
+/// The store side of joint decisions (`src/limiter/joint.rs`): several
+/// limiters of one store, all or nothing.
+impl Bound {
+    /// Whether `other` is bound to the same store (clones of one store
+    /// value): a joint decision's parts must be.
+    pub(crate) fn same_store(&self, other: &Bound) -> bool {
+        match (self, other) {
+            (Bound::Redis(a, _), Bound::Redis(b, _)) => a.same(b),
+            (Bound::Memory(a, _), Bound::Memory(b, _)) => a.same(b),
+            _ => false,
+        }
+    }
+
+    /// The memory store's scopes of this limiter's quotas (empty for Redis).
+    pub(crate) fn scopes(&self) -> &[u32] {
+        match self {
+            Bound::Redis(..) => &[],
+            Bound::Memory(_, scopes) => scopes,
+        }
+    }
+
+    /// The hash slot of a storage key, where one call may only touch one
+    /// slot (Redis Cluster); `None` on any other store.
+    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+        match self {
+            Bound::Redis(r, _) => r.slot_of(key),
+            Bound::Memory(..) => None,
+        }
+    }
+
+    /// The joint decision of `parts` (each bound to this same store; on a
+    /// Cluster, all in one slot), in one atomic call; consumed only if
+    /// `apply` and every part is admitted. Whether all were, and each
+    /// part's outcome.
+    pub(crate) async fn joint(
+        &self,
+        parts: &[JointCall<'_>],
+        apply: bool,
+    ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
+        match self {
+            Bound::Redis(r, _) => r.joint(parts, apply).await,
+            Bound::Memory(s, _) => Ok(s.decide_joint(parts, apply)),
         }
     }
 }

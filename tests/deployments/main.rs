@@ -14,6 +14,7 @@ mod cluster_tls;
 mod failover;
 mod faults;
 mod fixture;
+mod joint;
 mod script_cache;
 mod sentinel;
 mod stale_connection;

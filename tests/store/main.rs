@@ -3,6 +3,7 @@
 //!
 //! - `suite`: one suite of store semantics run on every store (`store_suite!`);
 //! - `differential`: the memory store against a real Redis, case by case;
+//! - `joint`: several limiters decided together, all or nothing (`AllOrNothing`);
 //! - `reference_models`: each strategy against a plain model of its rule;
 //! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
 //! - `local_budgets`, `lease_undo`: hot-key local budgets and undoing a lease;
@@ -17,6 +18,7 @@ mod common;
 mod batching;
 mod clock_skew;
 mod differential;
+mod joint;
 mod lease_undo;
 mod local_budgets;
 mod manual_clock_redis;

@@ -28,7 +28,7 @@ use self::scopes::Scopes;
 use self::table::{Padded, Shard, lock};
 use crate::decision::Lease;
 use crate::quota::QuotaSpec;
-use crate::store::call::{Adjustment, Call};
+use crate::store::call::{Adjustment, Call, JointCall, JointOutcome, Outcome, QuotaOutcome};
 use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
@@ -180,11 +180,23 @@ impl MemoryStore {
 impl MemoryStore {
     /// The hash of a user key (a tag's rest) and the shard it lives in.
     fn locate(&self, rest: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
+        let (hash, i) = self.shard_of(rest);
+        (hash, lock(&self.inner.shards[i]))
+    }
+
+    /// The hash of a user key and the index of its shard.
+    #[inline(always)]
+    fn shard_of(&self, rest: &[u8]) -> (u64, usize) {
         let hash = self.inner.hasher.hash_one(rest);
         // the high half picks the shard; the table hash mixes all of it
         let n = self.inner.shards.len() as u64;
         let i = ((hash >> 32) * n) >> 32;
-        (hash, lock(&self.inner.shards[i as usize]))
+        (hash, i as usize)
+    }
+
+    /// Whether `other` is this store (a clone of it).
+    pub(crate) fn same(&self, other: &MemoryStore) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Decides `call`, writing each quota's answer into `out` (one per
@@ -209,6 +221,10 @@ impl MemoryStore {
         let hasher = &self.inner.hasher;
         let (hash, mut shard) = self.locate(rest);
         for (i, fin) in fins.iter().enumerate().take(call.quotas.len()) {
+            // (a quota the take did not consume: see `lua/give_back.lua`)
+            if *fin < 0 {
+                continue;
+            }
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 let q = &call.quotas[i];
                 let twin = q.spec().give_back.twin();
@@ -448,6 +464,108 @@ impl MemoryStore {
             }
         }
         (all, now)
+    }
+
+    /// A joint decision (`src/limiter/joint.rs`), the twin of
+    /// `lua/joint.lua`: every part's quotas checked, a key several parts
+    /// count in with what the parts before take of it added; then, all
+    /// admitted and `apply`, every part decided again in order and applied.
+    /// Returns whether all were admitted and consumed, and each part's
+    /// outcome (its `allowed`: every enforced quota allows it).
+    ///
+    /// Atomic across shards: the shards of every part are locked together,
+    /// in ascending order (no other path holds two shard locks, so no
+    /// deadlock), for the whole decision.
+    pub(crate) fn decide_joint(
+        &self,
+        parts: &[JointCall<'_>],
+        apply: bool,
+    ) -> (bool, Vec<JointOutcome>) {
+        let hasher = &self.inner.hasher;
+        // (the clocks are read before the locks)
+        let times: Vec<i64> = parts.iter().map(|p| self.time_of(p.now_us)).collect();
+        let located: Vec<(u64, usize)> = parts.iter().map(|p| self.shard_of(p.user)).collect();
+        let mut order: Vec<usize> = located.iter().map(|&(_, i)| i).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let at: Vec<usize> = located
+            .iter()
+            .map(|&(_, i)| order.binary_search(&i).unwrap_or(0))
+            .collect();
+        let nows: Vec<i64> = parts
+            .iter()
+            .enumerate()
+            .map(|(p, part)| guards[at[p]].time(times[p], part.now_us.is_some()))
+            .collect();
+        let mut run = |p: usize, i: usize, cost: i64, apply: bool| -> Raw {
+            let part = &parts[p];
+            let q = &part.quotas[i];
+            guards[at[p]].with_entry(hasher, located[p].0, part.scopes[i], part.user, |slot| {
+                eval::run(
+                    slot,
+                    q.spec().algorithm,
+                    &q.params,
+                    nows[p],
+                    cost,
+                    "",
+                    apply,
+                )
+            })
+        };
+        // what the parts before take of each key (its scope and user key)
+        let mut taken: HashMap<(u32, &[u8]), i64> = HashMap::new();
+        let mut all = true;
+        let mut res: Vec<Vec<Raw>> = Vec::with_capacity(parts.len());
+        let mut verdicts = Vec::with_capacity(parts.len());
+        for (p, part) in parts.iter().enumerate() {
+            let cost = part.cost as i64;
+            let mut ok = true;
+            let mut r = Vec::with_capacity(part.quotas.len());
+            for (i, q) in part.quotas.iter().enumerate() {
+                let before = taken.get(&(part.scopes[i], part.user)).copied();
+                let cap = q.capacity() as i64;
+                let c = cost.saturating_add(before.unwrap_or(0)).min(cap + 1);
+                let raw = run(p, i, c, false);
+                ok &= raw.ok || q.shadow;
+                r.push(raw);
+            }
+            if cost > 0 {
+                for (i, raw) in r.iter().enumerate() {
+                    if raw.ok {
+                        let t = taken.entry((part.scopes[i], part.user)).or_insert(0);
+                        *t = t.saturating_add(cost);
+                    }
+                }
+            }
+            all &= ok;
+            res.push(r);
+            verdicts.push(ok);
+        }
+        let all = all && apply;
+        for (p, (part, raws)) in parts.iter().zip(res.iter_mut()).enumerate() {
+            for (i, raw) in raws.iter_mut().enumerate() {
+                if all {
+                    *raw = run(p, i, part.cost as i64, true);
+                } else if raw.ok {
+                    *raw = run(p, i, 0, false);
+                }
+            }
+        }
+        let outcomes = res
+            .into_iter()
+            .zip(verdicts)
+            .zip(nows)
+            .map(|((raws, allowed), now)| JointOutcome {
+                outcome: Outcome {
+                    allowed,
+                    quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
+                },
+                now,
+            })
+            .collect();
+        (all, outcomes)
     }
 
     pub(crate) fn release(&self, lease: &Lease, bound: &[u32]) {

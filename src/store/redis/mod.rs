@@ -32,6 +32,7 @@ pub(crate) mod cluster;
 pub(crate) mod conn;
 mod document;
 mod error;
+pub(crate) mod joint;
 pub(crate) mod options;
 pub(crate) mod protocol;
 pub(crate) mod reserve;
@@ -49,7 +50,7 @@ use self::conn::{Connections, Pooled, pool_error};
 use self::options::{Common, bad_url};
 use crate::decision::Lease;
 use crate::error::{ConfigError, StoreError};
-use crate::store::call::{Adjustment, Call, GiveBackCall, Outcome};
+use crate::store::call::{Adjustment, Call, GiveBackCall, JointCall, JointOutcome, Outcome};
 
 /// A Redis store's connections, whichever their kind: what a limiter's
 /// store calls go through. Each operation is written once here for every
@@ -177,6 +178,34 @@ impl RedisConns {
         now_us: Option<u64>,
     ) -> Result<(), StoreError> {
         each_kind!(self, c => reserve::block(c, block_key, us, now_us).await)
+    }
+
+    /// See [`joint::decide`].
+    pub(crate) async fn joint(
+        &self,
+        parts: &[JointCall<'_>],
+        apply: bool,
+    ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
+        each_kind!(self, c => joint::decide(c, parts, apply).await)
+    }
+
+    /// See [`joint::slot_of`].
+    pub(crate) fn slot_of(&self, key: &str) -> Option<u16> {
+        each_kind!(self, c => joint::slot_of(c, key))
+    }
+
+    /// Whether `other` holds the same connections (a clone of the same
+    /// store value).
+    pub(crate) fn same(&self, other: &RedisConns) -> bool {
+        match (self, other) {
+            (RedisConns::Single(a), RedisConns::Single(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "cluster")]
+            (RedisConns::Cluster(a), RedisConns::Cluster(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "sentinel")]
+            (RedisConns::Sentinel(a), RedisConns::Sentinel(b)) => Arc::ptr_eq(a, b),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
     }
 
     /// See [`document::get`].

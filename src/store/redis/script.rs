@@ -37,6 +37,8 @@ const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
 const ZSET: &str = include_str!("../../../lua/zset.lua");
 const SINGLE: &str = include_str!("../../../lua/single.lua");
 const MULTI: &str = include_str!("../../../lua/multi.lua");
+/// Several limiters' decisions, all or nothing (`src/limiter/joint.rs`).
+const JOINT: &str = include_str!("../../../lua/joint.lua");
 /// Where `single.lua` takes its strategy's block.
 const SPLICE: &str = "--@STRATEGY\n";
 const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
@@ -122,6 +124,20 @@ fn push_block(source: &mut String, body: &[&str]) {
     source.push_str("end\n");
 }
 
+/// A strategy's block wrapped as the function `S[<id>]` (the scripts of
+/// several quotas, `lua/multi.lua`, and the joint script, `lua/joint.lua`).
+fn push_function(source: &mut String, s: Kind) {
+    source.push_str(&format!(
+        "S[{}] = function(key, n, period, burst, interval, cost, nonce, apply)\n\
+         local now = NOW\nlocal ok, rem, reset, retry, delay\ndo\n",
+        s.id()
+    ));
+    for part in s.spec().lua.body {
+        source.push_str(part);
+    }
+    source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
+}
+
 /// The line a fast-path script starts with: the quota's numbers, written in.
 fn fast_numbers(limit: u64, window_ms: u64) -> String {
     format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n")
@@ -143,6 +159,24 @@ impl LimiterScript {
     /// and ends its reply with the decision's `NOW` (a take has no fast path).
     pub(crate) fn for_take(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
         Self::assemble(strategies, shadow, true, block)
+    }
+
+    /// The script of a joint decision over several limiters
+    /// (`src/limiter/joint.rs`): the prelude, every strategy's function
+    /// `S[<id>]` but the lease-holding ones' (a joint decision takes no
+    /// lease), then `lua/joint.lua`. One script for every joint decision.
+    pub(crate) fn for_joint() -> Self {
+        let mut source = String::new();
+        flag(&mut source, "READS_TIME", true);
+        source.push_str(PRELUDE);
+        source.push_str("local S = {}\n");
+        for s in Kind::ALL {
+            if !s.spec().holds_leases {
+                push_function(&mut source, s);
+            }
+        }
+        source.push_str(JOINT);
+        LimiterScript::new(source)
     }
 
     /// The give-back (settle) script of a limiter: each used strategy's
@@ -298,18 +332,9 @@ impl LimiterScript {
         } else {
             source.push_str("local S = {}\n");
             for s in Kind::ALL {
-                if !strategies.contains(&s) {
-                    continue;
+                if strategies.contains(&s) {
+                    push_function(&mut source, s);
                 }
-                source.push_str(&format!(
-                    "S[{}] = function(key, n, period, burst, interval, cost, nonce, apply)\n\
-                     local now = NOW\nlocal ok, rem, reset, retry, delay\ndo\n",
-                    s.id()
-                ));
-                for part in s.spec().lua.body {
-                    source.push_str(part);
-                }
-                source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
             }
             let multi = if shadow.contains(&true) {
                 let flags: Vec<&str> = shadow
@@ -512,6 +537,14 @@ mod tests {
             vec![Strategy::Gcra.into(), Strategy::FixedWindow.into()],
         ));
         out.push((
+            "joint".to_owned(),
+            "any quotas, several limiters and keys decided together, all or nothing\n\
+             -- (limiter::AllOrNothing): every strategy's function but concurrency's, then\n\
+             -- lua/joint.lua; one script for every joint decision"
+                .to_owned(),
+            Kind::ALL.to_vec(),
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow.into(); 2],
@@ -543,7 +576,9 @@ mod tests {
         let mut expected = std::collections::BTreeSet::new();
         let mut stale = Vec::new();
         for (stem, what, strategies) in generated() {
-            let script = if stem == "batch-fixed-window-fast" {
+            let script = if stem == "joint" {
+                LimiterScript::for_joint()
+            } else if stem == "batch-fixed-window-fast" {
                 LimiterScript::batch_fast(strategies[0], 100, 60_000).unwrap()
             } else if stem == "batch-multi" {
                 LimiterScript::batch(&LimiterScript::for_quotas(&strategies, &[], None))
