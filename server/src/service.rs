@@ -9,19 +9,32 @@
 //! # All or nothing
 //!
 //! A request whose answer is `OVER_LIMIT` consumes nothing in any of its
-//! descriptors. Each descriptor is decided in its own atomic store call
-//! ([`RateLimiter::reserve_n`]); when one of them is over its limit, the
-//! units the allowed ones took are given back with
-//! [`RateLimiter::settle`] to 0, which returns exactly those units into
-//! the window (or bucket state) that counted them while it still counts.
-//! The guarantee: once the answer is sent, the denied request's units are
-//! gone from every counter. The bound: between a descriptor's decision and
-//! its give-back (one store round trip per descriptor decided after it,
-//! plus the give-back itself), a concurrent request on the same descriptor
-//! sees up to those units as used, and may be denied because of them. It
-//! is never admitted past a limit because of the give-back. If a give-back
-//! fails (the store went away), the units stay counted and the failure is
-//! logged.
+//! descriptors: every limited descriptor is decided together, in one
+//! [`AllOrNothing`] decision of the library. On the memory store, one Redis
+//! and Sentinel that is one atomic store call (one script): every
+//! descriptor is checked, and only if all are within their limits is each
+//! consumed. On a Redis Cluster, descriptors whose keys share a hash slot
+//! are one atomic call; across slots they are decided slot by slot and,
+//! when one is over, what the slots before it took is given back: between
+//! a slot's call and that give-back (the round trips of the slots after it,
+//! plus the give-back's) a concurrent request may see those units as used
+//! and be denied because of them, never admitted past a limit. A
+//! descriptor of a denied request reports its limit's current state (its
+//! `limit_remaining` is what is left, untouched by the request). A request
+//! denied whatever the store says (a limit of 0) only reads the others'
+//! states. A store error consumes nothing.
+//!
+//! # `quota_mode`
+//!
+//! As in the Go service, a descriptor of a `quota_mode` limit that is over
+//! denies the request only when every `quota_mode` descriptor of the
+//! request is over; it is reported `OVER_LIMIT` either way. It is decided
+//! as a shadow quota (it takes nothing when it would deny), and when the
+//! request has one, the descriptors' states are read first: when every
+//! quota-mode descriptor is over, the request is denied without consuming
+//! anything; otherwise all are decided together as above (a quota-mode
+//! descriptor that went over in between lets the request through, as it
+//! would have a moment before).
 //!
 //! # `replaces`
 //!
@@ -55,7 +68,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 use tower_redis_ratelimit::error::{ConfigError as LimiterConfigError, StoreError};
-use tower_redis_ratelimit::settle::Reservation;
+use tower_redis_ratelimit::limiter::{AllOrNothing, JointDecision};
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
@@ -371,6 +384,7 @@ fn same_limit(a: &Rule, b: &Rule) -> bool {
         && a.period_us == b.period_us
         && a.unlimited == b.unlimited
         && a.shadow_mode == b.shadow_mode
+        && a.quota_mode == b.quota_mode
         && a.strategy == b.strategy
         && a.burst == b.burst
 }
@@ -394,7 +408,10 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     if let Some(burst) = rule.burst {
         quota = quota.burst(burst);
     }
-    if rule.shadow_mode {
+    // a quota-mode limit denies only with every quota-mode limit of the
+    // request (see `Inner::denies`): decided as a shadow quota, it never
+    // denies the joint decision and takes nothing when it would
+    if rule.shadow_mode || rule.quota_mode {
         quota = quota.shadow(true);
     }
     // named, the quota's storage keys do not hold its count: a reload that
@@ -522,6 +539,9 @@ struct Slot<'a> {
     limit: Option<PbRateLimit>,
     unlimited: bool,
     shadow: bool,
+    /// `quota_mode`: over its limit, it denies the request only if every
+    /// quota-mode descriptor of the request is over (as in the Go service).
+    quota: bool,
     state: State,
     /// The matched rule (`None` for an override or no match).
     rule: Option<&'a Rule>,
@@ -532,15 +552,28 @@ struct Slot<'a> {
 }
 
 impl Slot<'_> {
-    /// Whether this descriptor denies the request.
+    /// Whether this descriptor is over its limit and not in shadow mode
+    /// (a quota-mode one decided as a shadow quota is over when it would
+    /// deny).
     fn over(&self) -> bool {
         !self.shadow
             && match &self.state {
                 State::Zero { .. } | State::Refused => true,
-                State::Decided { decision, .. } => decision.denied(),
+                State::Decided { decision, .. } => {
+                    decision.denied() || (self.quota && decision.shadow_denied())
+                }
                 _ => false,
             }
     }
+}
+
+/// Whether `slots` deny their request: a descriptor over its limit, or,
+/// when the request has quota-mode descriptors, every one of them over.
+fn denies(slots: &[Slot<'_>]) -> bool {
+    let limited = |s: &&Slot<'_>| s.quota && !s.shadow && !matches!(s.state, State::Free);
+    slots.iter().any(|s| !s.quota && s.over())
+        || (slots.iter().filter(limited).count() > 0
+            && slots.iter().filter(limited).all(Slot::over))
 }
 
 enum State {
@@ -557,11 +590,12 @@ enum State {
         cost: u64,
         period: Duration,
     },
-    /// Decided.
+    /// Decided; `consumed`: its units were taken (the request was
+    /// admitted and the cost is above 0).
     Decided {
         limiter: Arc<RateLimiter>,
         decision: Decision,
-        reservation: Option<Box<Reservation>>,
+        consumed: bool,
         cost: u64,
         period: Duration,
     },
@@ -600,6 +634,7 @@ impl Inner {
             limit: None,
             unlimited: false,
             shadow: false,
+            quota: false,
             state: State::Free,
             rule: None,
             metric_key: None,
@@ -686,6 +721,7 @@ impl Inner {
             limit: pb_limit,
             unlimited: false,
             shadow: rule.shadow_mode,
+            quota: rule.quota_mode,
             state,
             rule: Some(rule),
             metric_key: Some(m.metric_key),
@@ -700,10 +736,10 @@ impl Inner {
             .config
             .failure_policy(&req.domain)
             .unwrap_or(self.options.on_store_error);
-        let (mut slots, failed) = self.run(req, policy).await;
+        let (mut slots, failed) = self.run(req).await;
         count(&self.metrics, &req.domain, &slots);
         let Some(e) = failed else {
-            let denied = slots.iter().any(Slot::over);
+            let denied = denies(&slots);
             return Ok(self.respond(&slots, denied));
         };
         self.metrics.store_error(&req.domain);
@@ -727,19 +763,18 @@ impl Inner {
                 }
             }
         }
-        let denied = slots.iter().any(Slot::over);
+        let denied = denies(&slots);
         Ok(self.respond(&slots, denied))
     }
 
-    /// Plans each descriptor, drops the replaced limits, decides in the
-    /// store; gives back what a request consumed unless it is let through
-    /// (denied, failed with `unavailable`, or failed with `deny` on a limit
-    /// not in shadow mode).
-    async fn run<'a>(
-        &'a self,
-        req: &RateLimitRequest,
-        policy: OnStoreError,
-    ) -> (Vec<Slot<'a>>, Option<StoreError>) {
+    /// Plans each descriptor, drops the replaced limits, and decides every
+    /// limited descriptor together, all or nothing ([`AllOrNothing`]: one
+    /// atomic store call), unless the request is denied whatever the store
+    /// says (a limit of 0), or every quota-mode descriptor is over: then the
+    /// store is only asked for the descriptors' states ([`AllOrNothing::peek`]),
+    /// and nothing is consumed. A store error leaves the descriptors
+    /// `Pending` (undecided; nothing was consumed).
+    async fn run<'a>(&'a self, req: &RateLimitRequest) -> (Vec<Slot<'a>>, Option<StoreError>) {
         let request_hits = match req.hits_addend {
             0 => 1,
             n => u64::from(n),
@@ -750,55 +785,54 @@ impl Inner {
             .map(|d| self.plan(&req.domain, d, request_hits))
             .collect();
         apply_replaces(&mut slots);
-        let mut failed = None;
-        for slot in &mut slots {
-            let State::Pending {
-                limiter,
-                key,
-                cost,
-                period,
+        let mut parts = Vec::new();
+        let mut asks = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            if let State::Pending {
+                limiter, key, cost, ..
             } = &slot.state
-            else {
-                continue;
-            };
-            let result = if *cost == 0 {
-                limiter.check_n(key.as_bytes(), 0).await.map(|d| (d, None))
-            } else {
-                limiter
-                    .reserve_n(key.as_bytes(), *cost)
-                    .await
-                    .map(|r| (r.decision().clone(), Some(Box::new(r))))
-            };
-            match result {
-                Ok((decision, reservation)) => {
-                    slot.state = State::Decided {
-                        limiter: limiter.clone(),
-                        decision,
-                        reservation,
-                        cost: *cost,
-                        period: *period,
-                    };
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+            {
+                asks.push((limiter.clone(), key.clone(), *cost));
+                parts.push(i);
             }
         }
-        let denied = slots.iter().any(Slot::over);
-        // will the policy deny what the store could not decide?
-        let refused = failed.is_some()
-            && match policy {
-                OnStoreError::Allow => false,
-                OnStoreError::Deny => slots
-                    .iter()
-                    .any(|s| matches!(s.state, State::Pending { .. }) && !s.shadow),
-                OnStoreError::Unavailable => true,
-            };
-        if denied || refused {
-            give_back(&mut slots).await;
+        if parts.is_empty() {
+            return (slots, None);
         }
-        (slots, failed)
+        let mut joint = AllOrNothing::new();
+        for (limiter, key, cost) in &asks {
+            joint.push(limiter, key.as_bytes(), *cost);
+        }
+        let result = if denies(&slots) {
+            // denied already (a limit of 0): the others' states, untouched
+            joint.peek().await.map(|d| (d, false))
+        } else if slots.iter().any(|s| s.quota && !s.shadow) {
+            // quota mode: every quota-mode descriptor over denies the
+            // request, so look before taking anything
+            match joint.peek().await {
+                Ok(peeked) => {
+                    let mut looked = Vec::new();
+                    decided(&mut slots, &parts, &peeked, false, &mut looked);
+                    if denies(&slots) {
+                        Ok((peeked, false))
+                    } else {
+                        undo(&mut slots, looked);
+                        joint.decide().await.map(|d| (d, true))
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            joint.decide().await.map(|d| (d, true))
+        };
+        match result {
+            Ok((joint, taking)) => {
+                let consumed = taking && joint.allowed();
+                decided(&mut slots, &parts, &joint, consumed, &mut Vec::new());
+                (slots, None)
+            }
+            Err(e) => (slots, Some(e)),
+        }
     }
 
     fn respond(&self, slots: &[Slot], denied: bool) -> RateLimitResponse {
@@ -836,16 +870,12 @@ impl Inner {
                 State::Decided {
                     limiter,
                     decision,
-                    reservation,
-                    cost,
                     period,
+                    ..
                 } => {
                     let limit = decision.limit();
-                    let mut remaining = decision.remaining();
-                    // given back: what is left after the give-back
-                    if denied && decision.allowed() && reservation.is_some() {
-                        remaining = remaining.saturating_add(*cost).min(limit);
-                    }
+                    // (a denied request's descriptors: their state, untouched)
+                    let remaining = decision.remaining();
                     let mut reset = decision.reset_after();
                     if reset.is_zero() {
                         // (a cost that can never fit: no state was read)
@@ -856,7 +886,9 @@ impl Inner {
                     }
                     status.limit_remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
                     status.duration_until_reset = Some(duration(reset));
-                    let over = decision.denied() && !slot.shadow;
+                    // (a quota-mode descriptor over its limit is reported over,
+                    // even when the request is let through)
+                    let over = slot.over();
                     if over {
                         status.code = Code::OverLimit as i32;
                         let wait = decision.retry_after().unwrap_or(reset);
@@ -933,6 +965,52 @@ fn sf_string(s: &str) -> String {
     out
 }
 
+/// Records each part's decision of `joint` in its slot (`parts[i]` is the
+/// slot of part `i`); `consumed`: the joint decision took its units.
+/// `looked` gets each slot's state before, for [`undo`].
+fn decided(
+    slots: &mut [Slot<'_>],
+    parts: &[usize],
+    joint: &JointDecision,
+    consumed: bool,
+    looked: &mut Vec<(usize, State)>,
+) {
+    for (&i, decision) in parts.iter().zip(joint.decisions()) {
+        let slot = &mut slots[i];
+        let (State::Pending {
+            limiter,
+            cost,
+            period,
+            ..
+        }
+        | State::Decided {
+            limiter,
+            cost,
+            period,
+            ..
+        }) = &slot.state
+        else {
+            continue;
+        };
+        let state = State::Decided {
+            limiter: limiter.clone(),
+            decision: decision.clone(),
+            // (a shadow quota that would deny takes nothing)
+            consumed: consumed && *cost > 0 && !decision.shadow_denied(),
+            cost: *cost,
+            period: *period,
+        };
+        looked.push((i, std::mem::replace(&mut slot.state, state)));
+    }
+}
+
+/// Puts back the states [`decided`] replaced.
+fn undo(slots: &mut [Slot<'_>], looked: Vec<(usize, State)>) {
+    for (i, state) in looked {
+        slots[i].state = state;
+    }
+}
+
 /// Drops the limits that another matched limit `replaces`, as the Go
 /// service does: the names come from every matched rule (an unlimited one
 /// too); a replaced descriptor answers `OK` with no limit, and is not
@@ -975,19 +1053,24 @@ fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 over: true,
                 shadow: slot.shadow,
             },
-            State::Decided { decision, cost, .. } => {
+            State::Decided {
+                decision,
+                cost,
+                consumed,
+                ..
+            } => {
                 let limit = decision.limit();
                 let over = decision.denied() || decision.shadow_denied();
-                // allowed: the remaining count is after the hits; denied:
+                // consumed: the remaining count is after the hits; else
                 // nothing was taken
                 let used = limit.saturating_sub(decision.remaining());
                 Outcome {
                     hits: *cost,
                     limit,
-                    before: if over {
-                        used
-                    } else {
+                    before: if *consumed {
                         used.saturating_sub(*cost)
+                    } else {
+                        used
                     },
                     over,
                     shadow: slot.shadow,
@@ -1013,34 +1096,6 @@ fn override_metric_key(domain: &str, entries: &[(&str, &str)]) -> String {
         k.push_str(key);
     }
     k
-}
-
-/// Gives back what each allowed descriptor of a denied (or failed)
-/// request consumed: [`RateLimiter::settle`] to 0.
-async fn give_back(slots: &mut [Slot<'_>]) {
-    for slot in slots {
-        let State::Decided {
-            limiter,
-            decision,
-            reservation,
-            ..
-        } = &mut slot.state
-        else {
-            continue;
-        };
-        // a shadow quota that would deny consumed nothing
-        if !decision.allowed() || decision.shadow_denied() {
-            *reservation = None;
-            continue;
-        }
-        let Some(r) = reservation.as_ref() else {
-            continue;
-        };
-        if let Err(e) = limiter.settle(r, 0).await {
-            tracing::warn!(error = %e, "could not give back the units of a denied request");
-            *reservation = None;
-        }
-    }
 }
 
 #[tonic::async_trait]
