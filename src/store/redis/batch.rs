@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::args::{SERVER_CLOCK, clock_arg, decision_cmd, fast_cmd};
-use super::conn::{Connections, Pooled, Request};
+use super::conn::{Connections, NotSent, Pooled, Request};
 use super::script::LimiterScript;
 use crate::error::StoreError;
 
@@ -343,26 +343,37 @@ impl Lane {
     /// bounded by the store's timeout as any call is; each decision's caller
     /// stops waiting at its own deadline.
     async fn send_slot<P: Pooled>(&self, conns: &Connections<P>, batch: Vec<Pending>) {
-        // the budget of the oldest decision: none is sent after its caller
-        // stopped waiting
+        // Sent only within the oldest decision's budget: none goes out after
+        // its caller stopped waiting. Ran out waiting for a connection:
+        // the decisions with time left go back to the queue, for the next
+        // batch this task sends.
         let Some(oldest) = batch.iter().map(|p| p.queued).min() else {
             return;
         };
         if let [only] = &batch[..] {
             let cmd = self.single_cmd(&only.decision);
-            let reply = conns
+            match conns
                 .query_since::<redis::Value>(oldest, Request::Cmd(&cmd), Some(&self.single))
-                .await;
-            if let Some(pending) = batch.into_iter().next() {
-                let _ = pending.reply.send(reply);
+                .await
+            {
+                Ok(reply) => {
+                    if let Some(pending) = batch.into_iter().next() {
+                        let _ = pending.reply.send(reply);
+                    }
+                }
+                Err(NotSent) => self.requeue(batch, conns.timeout),
             }
             return;
         }
         let cmd = self.batch_cmd(&batch);
-        match conns
+        let result = match conns
             .query_since::<redis::Value>(oldest, Request::Cmd(&cmd), Some(&self.batch))
             .await
         {
+            Ok(result) => result,
+            Err(NotSent) => return self.requeue(batch, conns.timeout),
+        };
+        match result {
             Ok(redis::Value::Array(replies)) if replies.len() == batch.len() => {
                 for (pending, reply) in batch.into_iter().zip(replies) {
                     let _ = pending.reply.send(decision_reply(reply));
@@ -384,6 +395,30 @@ impl Lane {
                 }
             }
         }
+    }
+
+    /// Puts the decisions of an unsent `batch` back at the head of the
+    /// queue, in their order, but those whose time is up (they fail with a
+    /// timeout) or whose callers went away.
+    fn requeue(&self, batch: Vec<Pending>, timeout: Duration) {
+        let now = Instant::now();
+        let mut young = Vec::with_capacity(batch.len());
+        for pending in batch {
+            if pending.reply.is_closed() {
+                continue;
+            }
+            if now.saturating_duration_since(pending.queued) >= timeout {
+                let _ = pending.reply.send(Err(StoreError::Timeout(timeout)));
+                continue;
+            }
+            young.push(pending);
+        }
+        if young.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        let later = std::mem::replace(&mut state.queue, young);
+        state.queue.extend(later);
     }
 
     /// What a decision's batch needs alike in all its decisions (one batch

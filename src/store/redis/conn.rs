@@ -145,6 +145,11 @@ impl Owned {
     }
 }
 
+/// A queued call's budget ran out before its request went out
+/// ([`Connections::query_since`]): nothing was sent.
+#[derive(Debug)]
+pub(crate) struct NotSent;
+
 /// The connection a call's request went out on, filled in by
 /// [`Connections::query`] (opaque outside this module).
 pub(crate) struct SentOn<P: Pooled>(Option<Arc<Held<P>>>);
@@ -491,32 +496,42 @@ impl<P: Pooled> Connections<P> {
         script: Option<&LimiterScript>,
         sent_on: Option<&mut SentOn<P>>,
     ) -> Result<T, StoreError> {
-        self.query_from(Instant::now(), false, req, script, sent_on)
+        self.query_from(Instant::now(), None, req, script, sent_on)
             .await
     }
 
     /// As [`query`](Self::query), for a call whose budget began at `started`,
     /// before it was sent (a batch of decisions, the oldest queued then):
-    /// nothing is sent once that budget has run out, and the call ends
-    /// within what is left of it, so no decision reaches Redis after its
-    /// caller stopped waiting. Running out of a budget partly spent in a
-    /// queue says nothing about the connection, which is kept.
+    /// nothing is sent once that budget has run out, so no decision reaches
+    /// Redis after its caller stopped waiting. [`NotSent`] when the budget
+    /// ran out before the request went out (waiting for a connection);
+    /// once sent, the call is bounded as any call is, from its sending.
     pub(crate) async fn query_since<T: redis::FromRedisValue>(
         &self,
         started: Instant,
         req: Request<'_>,
         script: Option<&LimiterScript>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<Result<T, StoreError>, NotSent> {
         if started.elapsed() >= self.timeout {
-            return Err(StoreError::Timeout(self.timeout));
+            return Err(NotSent);
         }
-        self.query_from(started, true, req, script, None).await
+        let mut sent = false;
+        match self
+            .query_from(started, Some(&mut sent), req, script, None)
+            .await
+        {
+            Err(StoreError::Timeout(_)) if !sent => Err(NotSent),
+            result => Ok(result),
+        }
     }
 
+    /// `sent`, for a call queued since `started` ([`query_since`](Self::query_since)):
+    /// set just before the request goes out, and the call then bounded from
+    /// that moment.
     async fn query_from<T: redis::FromRedisValue>(
         &self,
         started: Instant,
-        queued: bool,
+        sent: Option<&mut bool>,
         req: Request<'_>,
         script: Option<&LimiterScript>,
         sent_on: Option<&mut SentOn<P>>,
@@ -541,9 +556,16 @@ impl<P: Pooled> Connections<P> {
             sent_on.0 = Some(held.clone());
         }
         let mut conn = held.conn.clone();
-        let result = if queued {
-            Box::pin(self.within(started, async { Ok(req.run::<T, _>(&mut conn).await) })).await?
-        } else if fresh || !P::SELF_TIMED {
+        // a queued call's budget, spent waiting for the connection, ends
+        // here: from now on it is bounded as a call of its own
+        let started = match sent {
+            Some(sent) => {
+                *sent = true;
+                Instant::now()
+            }
+            None => started,
+        };
+        let result = if fresh || !P::SELF_TIMED {
             Box::pin(self.within_on(&held, started, async {
                 Ok(req.run::<T, _>(&mut conn).await)
             }))
