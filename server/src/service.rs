@@ -805,29 +805,30 @@ impl Inner {
         }
         let result = if denies(&slots) {
             // denied already (a limit of 0): the others' states, untouched
-            joint.peek().await.map(|d| (d, false))
+            joint.peek().await.map(|d| (Joint::from(d), false))
         } else if slots.iter().any(|s| s.quota && !s.shadow) {
             // quota mode: every quota-mode descriptor over denies the
             // request, so look before taking anything
             match joint.peek().await {
                 Ok(peeked) => {
+                    let peeked = Joint::from(peeked);
                     let mut looked = Vec::new();
                     decided(&mut slots, &parts, &peeked, false, &mut looked);
                     if denies(&slots) {
                         Ok((peeked, false))
                     } else {
                         undo(&mut slots, looked);
-                        joint.decide().await.map(|d| (d, true))
+                        take(&joint, &asks).await.map(|d| (d, true))
                     }
                 }
                 Err(e) => Err(e),
             }
         } else {
-            joint.decide().await.map(|d| (d, true))
+            take(&joint, &asks).await.map(|d| (d, true))
         };
         match result {
             Ok((joint, taking)) => {
-                let consumed = taking && joint.allowed();
+                let consumed = taking && joint.allowed;
                 decided(&mut slots, &parts, &joint, consumed, &mut Vec::new());
                 (slots, None)
             }
@@ -965,17 +966,51 @@ fn sf_string(s: &str) -> String {
     out
 }
 
+/// A joint decision's answer: whether all parts were admitted, and each
+/// part's decision.
+struct Joint {
+    allowed: bool,
+    decisions: Vec<Decision>,
+}
+
+impl From<JointDecision> for Joint {
+    fn from(d: JointDecision) -> Self {
+        Joint {
+            allowed: d.allowed(),
+            decisions: d.into_decisions(),
+        }
+    }
+}
+
+/// Decides `joint` (the parts `asks`), consuming if all fit. One part is
+/// its limiter's own decision ([`RateLimiter::check_n`]: all or nothing
+/// alone, and batched with concurrent calls on Redis, which a joint call
+/// never is).
+async fn take(
+    joint: &AllOrNothing<'_>,
+    asks: &[(Arc<RateLimiter>, String, u64)],
+) -> Result<Joint, StoreError> {
+    if let [(limiter, key, cost)] = asks {
+        let decision = limiter.check_n(key.as_bytes(), *cost).await?;
+        return Ok(Joint {
+            allowed: decision.allowed(),
+            decisions: vec![decision],
+        });
+    }
+    joint.decide().await.map(Joint::from)
+}
+
 /// Records each part's decision of `joint` in its slot (`parts[i]` is the
 /// slot of part `i`); `consumed`: the joint decision took its units.
 /// `looked` gets each slot's state before, for [`undo`].
 fn decided(
     slots: &mut [Slot<'_>],
     parts: &[usize],
-    joint: &JointDecision,
+    joint: &Joint,
     consumed: bool,
     looked: &mut Vec<(usize, State)>,
 ) {
-    for (&i, decision) in parts.iter().zip(joint.decisions()) {
+    for (&i, decision) in parts.iter().zip(&joint.decisions) {
         let slot = &mut slots[i];
         let (State::Pending {
             limiter,
