@@ -10,7 +10,9 @@
 //!
 //! A request whose answer is `OVER_LIMIT` consumes nothing in any of its
 //! descriptors: every limited descriptor is decided together, in one
-//! [`AllOrNothing`] decision of the library. On the memory store, one Redis
+//! [`AllOrNothing`] decision of the library (a request with one limited
+//! descriptor: its limiter's own decision, which on Redis is batched with
+//! concurrent ones; a joint call never is). On the memory store, one Redis
 //! and Sentinel that is one atomic store call (one script): every
 //! descriptor is checked, and only if all are within their limits is each
 //! consumed. On a Redis Cluster, descriptors whose keys share a hash slot
