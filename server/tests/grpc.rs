@@ -2,20 +2,18 @@
 //! servers on free loopback ports, on the memory store and on a private
 //! `redis-server`.
 
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::*;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tower_redis_ratelimit::{MemoryStore, RedisStore};
 use tower_redis_ratelimit_server::config::{Config, LoadOptions};
-use tower_redis_ratelimit_server::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
-use tower_redis_ratelimit_server::pb::rate_limit_response::{Code, DescriptorStatus};
-use tower_redis_ratelimit_server::pb::{
-    RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
-    RateLimitServiceServer,
-};
+use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
+use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
+use tower_redis_ratelimit_server::pb::{RateLimitRequest, RateLimitServiceServer};
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
 const CONFIG: &str = r#"
@@ -62,77 +60,8 @@ fn config() -> Config {
     Config::from_sources([("api.yaml", CONFIG)], LoadOptions::default()).expect("config")
 }
 
-async fn serve(service: RlsService) -> RateLimitServiceClient<Channel> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<RateLimitServiceServer<RlsService>>()
-        .await;
-    tokio::spawn(async move {
-        let _keep = reporter;
-        tonic::transport::Server::builder()
-            .add_service(health)
-            .add_service(RateLimitServiceServer::new(service))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    RateLimitServiceClient::new(channel)
-}
-
 fn memory(options: ServiceOptions) -> RlsService {
     RlsService::new(config(), MemoryStore::new(), options).expect("service")
-}
-
-fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        limit: None,
-        hits_addend: None,
-    }
-}
-
-async fn ask(
-    client: &mut RateLimitServiceClient<Channel>,
-    domain: &str,
-    descriptors: Vec<RateLimitDescriptor>,
-    hits: u32,
-) -> RateLimitResponse {
-    client
-        .should_rate_limit(RateLimitRequest {
-            domain: domain.into(),
-            descriptors,
-            hits_addend: hits,
-        })
-        .await
-        .expect("call")
-        .into_inner()
-}
-
-fn code(s: &DescriptorStatus) -> Code {
-    Code::try_from(s.code).expect("code")
-}
-
-fn overall(r: &RateLimitResponse) -> Code {
-    Code::try_from(r.overall_code).expect("code")
-}
-
-fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
-    r.response_headers_to_add
-        .iter()
-        .find(|h| h.key.eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
 }
 
 #[tokio::test]
@@ -352,62 +281,6 @@ async fn health_is_serving() {
             .expect("check")
             .into_inner();
         assert_eq!(r.status, ServingStatus::Serving as i32, "{name:?}");
-    }
-}
-
-/// A private `redis-server` on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        for _ in 0..20 {
-            let port = StdListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let mut child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server on PATH (apt-get install redis-server)");
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok() {
-                    return Redis { child, port };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("could not start redis-server");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

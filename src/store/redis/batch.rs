@@ -89,6 +89,22 @@ struct Pending {
     reply: oneshot::Sender<Result<redis::Value, StoreError>>,
 }
 
+impl Pending {
+    /// The decision, if its caller still waits for it at `now`: not if the
+    /// caller went away, nor if its time is up (it then fails with a
+    /// timeout, unsent).
+    fn still_waiting(self, now: Instant, timeout: Duration) -> Option<Pending> {
+        if self.reply.is_closed() {
+            return None;
+        }
+        if now.saturating_duration_since(self.queued) >= timeout {
+            let _ = self.reply.send(Err(StoreError::Timeout(timeout)));
+            return None;
+        }
+        Some(self)
+    }
+}
+
 /// The decisions of one script of one limiter, and the calls they go out in.
 pub(crate) struct Lane {
     layout: Layout,
@@ -254,16 +270,12 @@ impl Lane {
         let now = Instant::now();
         while batch.len() < MAX_BATCH && !state.queue.is_empty() {
             let take = (MAX_BATCH - batch.len()).min(state.queue.len());
-            for pending in state.queue.drain(..take) {
-                if pending.reply.is_closed() {
-                    continue;
-                }
-                if now.saturating_duration_since(pending.queued) >= timeout {
-                    let _ = pending.reply.send(Err(StoreError::Timeout(timeout)));
-                    continue;
-                }
-                batch.push(pending);
-            }
+            batch.extend(
+                state
+                    .queue
+                    .drain(..take)
+                    .filter_map(|p| p.still_waiting(now, timeout)),
+            );
         }
         batch
     }
@@ -402,17 +414,10 @@ impl Lane {
     /// timeout) or whose callers went away.
     fn requeue(&self, batch: Vec<Pending>, timeout: Duration) {
         let now = Instant::now();
-        let mut young = Vec::with_capacity(batch.len());
-        for pending in batch {
-            if pending.reply.is_closed() {
-                continue;
-            }
-            if now.saturating_duration_since(pending.queued) >= timeout {
-                let _ = pending.reply.send(Err(StoreError::Timeout(timeout)));
-                continue;
-            }
-            young.push(pending);
-        }
+        let young: Vec<Pending> = batch
+            .into_iter()
+            .filter_map(|p| p.still_waiting(now, timeout))
+            .collect();
         if young.is_empty() {
             return;
         }
