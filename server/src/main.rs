@@ -267,7 +267,10 @@ fn parse(
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt().with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
     let args = match parse(std::env::args_os().skip(1), |name| std::env::var(name).ok()) {
         Ok(Some(args)) => args,
         Ok(None) => {

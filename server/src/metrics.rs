@@ -186,6 +186,13 @@ impl Metrics {
     /// series for such keys are all taken.
     pub(crate) fn record(&self, domain: &str, key: &str, valued: bool, fallback: &str, o: Outcome) {
         let c = self.counters(domain, key, valued, fallback);
+        // a descriptor's hits counted at most 2^32 - 1 (the request's own
+        // `hits_addend` bound), so that no counter wraps (which Prometheus
+        // would read as a reset)
+        let o = Outcome {
+            hits: o.hits.min(u64::from(u32::MAX)),
+            ..o
+        };
         c.total.increment(o.hits);
         let limit = o.limit;
         // (as the Go service: the threshold in f32, floored)

@@ -24,7 +24,9 @@
 //! descriptor of a denied request reports its limit's current state (its
 //! `limit_remaining` is what is left, untouched by the request). A request
 //! denied whatever the store says (a limit of 0) only reads the others'
-//! states. A store error consumes nothing.
+//! states. A store error consumes nothing, except that a call which timed
+//! out may still be applied by Redis once it answers (as for any call of
+//! the library: its script was sent).
 //!
 //! # `quota_mode`
 //!
@@ -32,11 +34,16 @@
 //! denies the request only when every `quota_mode` descriptor of the
 //! request is over; it is reported `OVER_LIMIT` either way. It is decided
 //! as a shadow quota (it takes nothing when it would deny), and when the
-//! request has one, the descriptors' states are read first: when every
+//! request has several, the descriptors' states are read first: when every
 //! quota-mode descriptor is over, the request is denied without consuming
-//! anything; otherwise all are decided together as above (a quota-mode
-//! descriptor that went over in between lets the request through, as it
-//! would have a moment before).
+//! anything; otherwise all are decided together as above. (A request's only
+//! quota-mode descriptor denies exactly when it is over: it is decided as
+//! any limit, all or nothing in one call.) In a race, every
+//! quota-mode descriptor may go over between that look and the decision:
+//! the request is then denied, and the units its other descriptors took
+//! stay taken (stricter than all or nothing, never past a limit: quota
+//! mode's rule depends on the others' states, which one script call per
+//! descriptor set does not decide).
 //!
 //! # `replaces`
 //!
@@ -176,8 +183,8 @@ impl std::error::Error for BuildError {
 /// from (a reload keeps the limit of an unchanged rule).
 type Limits = HashMap<String, HashMap<String, (Rule, Limit)>>;
 
-/// The limiters of `limit` overrides, per domain, count and unit.
-type Overrides = Mutex<HashMap<(String, u32, Unit), Arc<RateLimiter>>>;
+/// The limiters of `limit` overrides, by prefix, quota name, count and unit.
+type Overrides = Mutex<HashMap<(String, String, u32, Unit), Arc<RateLimiter>>>;
 
 type Make = dyn Fn(&str, Quota) -> Result<RateLimiter, LimiterConfigError> + Send + Sync;
 
@@ -188,8 +195,10 @@ enum Limit {
     Unlimited,
     /// `requests_per_unit: 0`: every request is over.
     Zero,
-    /// A limiter of one quota.
-    Limited(Arc<RateLimiter>),
+    /// A limiter of one quota; for a `quota_mode` limit, also its strict
+    /// twin (the same quota, not in shadow mode: the same storage keys),
+    /// which decides when it is the request's only quota-mode limit.
+    Limited(Arc<RateLimiter>, Option<Arc<RateLimiter>>),
 }
 
 /// The rate limit service (`envoy.service.ratelimit.v3.RateLimitService`):
@@ -413,16 +422,22 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     // a quota-mode limit denies only with every quota-mode limit of the
     // request (see `Inner::denies`): decided as a shadow quota, it never
     // denies the joint decision and takes nothing when it would
-    if rule.shadow_mode || rule.quota_mode {
-        quota = quota.shadow(true);
-    }
     // named, the quota's storage keys do not hold its count: a reload that
     // changes only `requests_per_unit` (or `burst`) keeps what callers
     // used, as the Go service's keys do (a lower limit must not hand out a
     // fresh window); a new strategy or period counts anew
     quota = quota.name(quota_name(domain, rule));
-    let limiter = make(&prefix_for("r", domain, &rule.full_key), quota)?;
-    Ok(Limit::Limited(Arc::new(limiter)))
+    let prefix = prefix_for("r", domain, &rule.full_key);
+    let strict = if rule.quota_mode && !rule.shadow_mode {
+        Some(Arc::new(make(&prefix, quota.clone())?))
+    } else {
+        None
+    };
+    if rule.shadow_mode || rule.quota_mode {
+        quota = quota.shadow(true);
+    }
+    let limiter = make(&prefix, quota)?;
+    Ok(Limit::Limited(Arc::new(limiter), strict))
 }
 
 /// The name of a rule's quota (shown in `RateLimit-Policy`): its key
@@ -544,6 +559,8 @@ struct Slot<'a> {
     /// `quota_mode`: over its limit, it denies the request only if every
     /// quota-mode descriptor of the request is over (as in the Go service).
     quota: bool,
+    /// A quota-mode limit's strict twin ([`Limit::Limited`]).
+    strict: Option<Arc<RateLimiter>>,
     state: State,
     /// The matched rule (`None` for an override or no match).
     rule: Option<&'a Rule>,
@@ -560,7 +577,9 @@ impl Slot<'_> {
     fn over(&self) -> bool {
         !self.shadow
             && match &self.state {
-                State::Zero { .. } | State::Refused => true,
+                // (a look, `hits_addend: 0`, fits even a limit of 0)
+                State::Zero { .. } => self.hits > 0,
+                State::Refused => true,
                 State::Decided { decision, .. } => {
                     decision.denied() || (self.quota && decision.shadow_denied())
                 }
@@ -606,11 +625,12 @@ enum State {
 impl Inner {
     fn override_limiter(
         &self,
-        domain: &str,
+        prefix: String,
+        name: String,
         requests_per_unit: u32,
         unit: Unit,
     ) -> Result<Arc<RateLimiter>, LimiterConfigError> {
-        let id = (domain.to_owned(), requests_per_unit, unit);
+        let id = (prefix, name, requests_per_unit, unit);
         if let Ok(map) = self.overrides.lock()
             && let Some(l) = map.get(&id)
         {
@@ -620,8 +640,8 @@ impl Inner {
             u64::from(requests_per_unit),
             Duration::from_secs(unit.seconds()),
         );
-        let quota = Quota::fixed_window(rate).aligned();
-        let limiter = Arc::new((self.make)(&prefix_for("o", domain, domain), quota)?);
+        let quota = Quota::fixed_window(rate).aligned().name(id.1.as_str());
+        let limiter = Arc::new((self.make)(&id.0, quota)?);
         if let Ok(mut map) = self.overrides.lock()
             && map.len() < self.options.max_override_limiters
         {
@@ -637,6 +657,7 @@ impl Inner {
             unlimited: false,
             shadow: false,
             quota: false,
+            strict: None,
             state: State::Free,
             rule: None,
             metric_key: None,
@@ -650,6 +671,7 @@ impl Inner {
         let Some(rules) = self.limits.get(domain) else {
             return free;
         };
+        let matched = self.config.lookup_match(domain, &entries);
         // an override replaces the limit (matched or not), as in the Go
         // service: an aligned fixed window, never in shadow mode
         if let Some(o) = &d.limit
@@ -670,13 +692,37 @@ impl Inner {
                     ..free
                 };
             }
-            match self.override_limiter(domain, o.requests_per_unit, unit) {
+            // Counted where the matched limit counts, as the Go service's
+            // key (domain, entries, window) does: under the rule's prefix
+            // and quota name when the rule is a fixed window aligned to the
+            // epoch (the count is not in the key, so whatever the override
+            // says, and with or without it, one counter per window length);
+            // else apart, by the descriptor's entries.
+            let (prefix, name, key) = match &matched {
+                Some(m)
+                    if m.rule.strategy.is_none()
+                        && !m.rule.unlimited
+                        && m.rule.requests_per_unit > 0 =>
+                {
+                    (
+                        prefix_for("r", domain, &m.rule.full_key),
+                        quota_name(domain, m.rule),
+                        user_key(&entries, &m.shared_values),
+                    )
+                }
+                _ => (
+                    prefix_for("o", domain, domain),
+                    "override".to_owned(),
+                    user_key(&entries, &[]),
+                ),
+            };
+            match self.override_limiter(prefix, name, o.requests_per_unit, unit) {
                 Ok(limiter) => {
                     return Slot {
                         limit,
                         state: State::Pending {
                             limiter,
-                            key: user_key(&entries, &[]),
+                            key,
                             cost,
                             period,
                         },
@@ -689,7 +735,7 @@ impl Inner {
                 }
             }
         }
-        let Some(m) = self.config.lookup_match(domain, &entries) else {
+        let Some(m) = matched else {
             return free;
         };
         let rule = m.rule;
@@ -712,18 +758,23 @@ impl Inner {
                 };
             }
             Limit::Zero => State::Zero { period },
-            Limit::Limited(limiter) => State::Pending {
+            Limit::Limited(limiter, _) => State::Pending {
                 limiter: limiter.clone(),
                 key: user_key(&entries, &m.shared_values),
                 cost,
                 period,
             },
         };
+        let strict = match limit {
+            Limit::Limited(_, strict) => strict.clone(),
+            _ => None,
+        };
         Slot {
             limit: pb_limit,
             unlimited: false,
             shadow: rule.shadow_mode,
             quota: rule.quota_mode,
+            strict,
             state,
             rule: Some(rule),
             metric_key: Some(m.metric_key),
@@ -738,7 +789,7 @@ impl Inner {
             .config
             .failure_policy(&req.domain)
             .unwrap_or(self.options.on_store_error);
-        let (mut slots, failed) = self.run(req).await;
+        let Ran { mut slots, failed } = self.run(req).await;
         count(&self.metrics, &req.domain, &slots);
         let Some(e) = failed else {
             let denied = denies(&slots);
@@ -776,7 +827,7 @@ impl Inner {
     /// store is only asked for the descriptors' states ([`AllOrNothing::peek`]),
     /// and nothing is consumed. A store error leaves the descriptors
     /// `Pending` (undecided; nothing was consumed).
-    async fn run<'a>(&'a self, req: &RateLimitRequest) -> (Vec<Slot<'a>>, Option<StoreError>) {
+    async fn run<'a>(&'a self, req: &RateLimitRequest) -> Ran<'a> {
         let request_hits = match req.hits_addend {
             0 => 1,
             n => u64::from(n),
@@ -787,19 +838,63 @@ impl Inner {
             .map(|d| self.plan(&req.domain, d, request_hits))
             .collect();
         apply_replaces(&mut slots);
-        let mut parts = Vec::new();
-        let mut asks = Vec::new();
+        // A request's only quota-mode limit denies exactly when it is over:
+        // decided by its strict twin, as any limit (all or nothing, in one
+        // call), with no look first.
+        let quota_limits = slots
+            .iter()
+            .filter(|s| s.quota && !s.shadow && !matches!(s.state, State::Free))
+            .count();
+        if quota_limits == 1
+            && let Some(slot) = slots
+                .iter_mut()
+                .find(|s| s.quota && !s.shadow && !matches!(s.state, State::Free))
+            && let (Some(strict), State::Pending { limiter, .. }) = (&slot.strict, &mut slot.state)
+        {
+            *limiter = strict.clone();
+            slot.quota = false;
+        }
+        // One part per storage key: descriptors that count in one key (the
+        // same descriptor twice, an override beside its rule, two
+        // overrides) are one part of their summed cost, decided by the
+        // tightest of their limiters (a shadow or quota-mode one only if
+        // all are), as the Go service adds them in one counter.
+        let mut parts: Vec<(usize, usize)> = Vec::new();
+        let mut asks: Vec<(Arc<RateLimiter>, String, u64)> = Vec::new();
+        let mut ranks: Vec<(bool, u64)> = Vec::new();
+        let mut by_key: HashMap<String, usize> = HashMap::new();
         for (i, slot) in slots.iter().enumerate() {
-            if let State::Pending {
+            let State::Pending {
                 limiter, key, cost, ..
             } = &slot.state
-            {
-                asks.push((limiter.clone(), key.clone(), *cost));
-                parts.push(i);
+            else {
+                continue;
+            };
+            let rank = (
+                slot.shadow || slot.quota,
+                limiter.quotas().first().map_or(0, |q| q.rate().count()),
+            );
+            let storage = limiter
+                .storage_keys(key)
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            match by_key.get(&storage) {
+                Some(&p) => {
+                    asks[p].2 = asks[p].2.saturating_add(*cost);
+                    if rank < ranks[p] {
+                        asks[p].0 = limiter.clone();
+                        ranks[p] = rank;
+                    }
+                    parts.push((i, p));
+                }
+                None => {
+                    by_key.insert(storage, asks.len());
+                    parts.push((i, asks.len()));
+                    asks.push((limiter.clone(), key.clone(), *cost));
+                    ranks.push(rank);
+                }
             }
-        }
-        if parts.is_empty() {
-            return (slots, None);
         }
         let mut joint = AllOrNothing::new();
         for (limiter, key, cost) in &asks {
@@ -830,11 +925,17 @@ impl Inner {
         };
         match result {
             Ok((joint, taking)) => {
-                let consumed = taking && joint.allowed;
-                decided(&mut slots, &parts, &joint, consumed, &mut Vec::new());
-                (slots, None)
+                let taken = taking && joint.allowed;
+                decided(&mut slots, &parts, &joint, taken, &mut Vec::new());
+                Ran {
+                    slots,
+                    failed: None,
+                }
             }
-            Err(e) => (slots, Some(e)),
+            Err(e) => Ran {
+                slots,
+                failed: Some(e),
+            },
         }
     }
 
@@ -865,7 +966,7 @@ impl Inner {
                             .reset_after_us,
                     );
                     status.duration_until_reset = Some(duration(reset));
-                    if !slot.shadow {
+                    if slot.over() {
                         status.code = Code::OverLimit as i32;
                         retry_after = retry_after.max(Some(ceil_secs(reset).max(1)));
                     }
@@ -968,6 +1069,13 @@ fn sf_string(s: &str) -> String {
     out
 }
 
+/// What [`Inner::run`] did: each descriptor's slot, and the store's error
+/// if it failed (the undecided descriptors stay `Pending`).
+struct Ran<'a> {
+    slots: Vec<Slot<'a>>,
+    failed: Option<StoreError>,
+}
+
 /// A joint decision's answer: whether all parts were admitted, and each
 /// part's decision.
 struct Joint {
@@ -1002,17 +1110,20 @@ async fn take(
     joint.decide().await.map(Joint::from)
 }
 
-/// Records each part's decision of `joint` in its slot (`parts[i]` is the
-/// slot of part `i`); `consumed`: the joint decision took its units.
+/// Records each part's decision of `joint` in its slots (`parts` pairs a
+/// slot with its part); `consumed`: the joint decision took its units.
 /// `looked` gets each slot's state before, for [`undo`].
 fn decided(
     slots: &mut [Slot<'_>],
-    parts: &[usize],
+    parts: &[(usize, usize)],
     joint: &Joint,
     consumed: bool,
     looked: &mut Vec<(usize, State)>,
 ) {
-    for (&i, decision) in parts.iter().zip(&joint.decisions) {
+    for &(i, part) in parts {
+        let Some(decision) = joint.decisions.get(part) else {
+            continue;
+        };
         let slot = &mut slots[i];
         let (State::Pending {
             limiter,
@@ -1087,7 +1198,7 @@ fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 hits: slot.hits,
                 limit: 0,
                 before: 0,
-                over: true,
+                over: slot.hits > 0,
                 shadow: slot.shadow,
             },
             State::Decided {

@@ -26,14 +26,14 @@ impl Server {
         Server::spawn_with(dir, args, env, Stdio::null())
     }
 
-    /// With its log (stdout) collected into the returned string.
+    /// With its log (standard error) collected into the returned string.
     fn spawn_logged(
         dir: &Path,
         args: &[&str],
     ) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
         let mut server = Server::spawn_with(dir, args, &[], Stdio::piped());
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let out = server.child.stdout.take().expect("stdout");
+        let out = server.child.stderr.take().expect("stderr");
         let sink = log.clone();
         std::thread::spawn(move || {
             use std::io::BufRead;
@@ -48,7 +48,7 @@ impl Server {
         (server, log)
     }
 
-    fn spawn_with(dir: &Path, args: &[&str], env: &[(&str, &str)], stdout: Stdio) -> Server {
+    fn spawn_with(dir: &Path, args: &[&str], env: &[(&str, &str)], log: Stdio) -> Server {
         let grpc = free_port();
         let metrics = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
@@ -65,8 +65,8 @@ impl Server {
             .env_remove("REDIS_CLUSTER_URLS")
             .env_remove("REDIS_SENTINEL_URLS")
             .env_remove("REDIS_SENTINEL_MASTER")
-            .stdout(stdout)
-            .stderr(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(log);
         for (k, v) in env {
             cmd.env(k, v);
         }
