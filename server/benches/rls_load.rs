@@ -91,7 +91,7 @@ fn positive(flag: &str, v: &str) -> Result<usize, String> {
 
 fn seconds(flag: &str, v: &str) -> Result<Duration, String> {
     let s: f64 = number(flag, v)?;
-    if s.is_finite() && s >= 0.0 && s < 86_400.0 {
+    if (0.0..86_400.0).contains(&s) {
         Ok(Duration::from_secs_f64(s))
     } else {
         Err(format!("{flag} {v:?}: seconds between 0 and 86400"))
@@ -219,7 +219,13 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&self, r: &Result<tonic::Response<tower_redis_ratelimit_server::pb::RateLimitResponse>, tonic::Status>) {
+    fn add(
+        &self,
+        r: &Result<
+            tonic::Response<tower_redis_ratelimit_server::pb::RateLimitResponse>,
+            tonic::Status,
+        >,
+    ) {
         let counter = match r {
             Ok(resp) => match Code::try_from(resp.get_ref().overall_code) {
                 Ok(Code::Ok) => &self.ok,
@@ -378,7 +384,11 @@ async fn throughput(args: Args) -> Result<(), String> {
         cpu,
         load
     );
-    if let Some(e) = first_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+    if let Some(e) = first_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+    {
         println!("  first error: {e}");
     }
     Ok(())
@@ -449,7 +459,11 @@ async fn admit(args: Args) -> Result<(), String> {
         let ok = t.ok.load(Ordering::Relaxed);
         per.push(ok.to_string());
         total.ok.fetch_add(ok, Ordering::Relaxed);
-        for (to, from) in [(&total.over, &t.over), (&total.other, &t.other), (&total.errors, &t.errors)] {
+        for (to, from) in [
+            (&total.over, &t.over),
+            (&total.other, &t.other),
+            (&total.errors, &t.errors),
+        ] {
             to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
@@ -474,7 +488,11 @@ async fn admit(args: Args) -> Result<(), String> {
         elapsed.as_secs_f64(),
         loadavg()
     );
-    if let Some(e) = first_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+    if let Some(e) = first_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+    {
         println!("  first error: {e}");
     }
     Ok(())
@@ -500,7 +518,10 @@ fn ports(n: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let mut raw: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut raw: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let result = if raw.first().map(String::as_str) == Some("ports") {
         ports(raw.get(1).map(String::as_str).unwrap_or("1"))
     } else {
