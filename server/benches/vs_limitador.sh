@@ -23,7 +23,10 @@
 # CONCURRENCY (64), CHANNELS (HTTP/2 connections per target, 2), KEYS
 # (10000), STORES ("redis memory"), MODES ("many hot"), ADMIT (1: run the
 # admit test; 0: skip it), OURS_FLAGS (default "--no-headers": limitador
-# sends no rate limit headers unless told, so neither does ours).
+# sends no rate limit headers unless told, so neither does ours),
+# OURS_ADMIT_FLAGS (ours in the admit test; default OURS_FLAGS: add
+# "--store-timeout 1000" to count what a loaded machine's 100 ms store
+# timeouts would otherwise turn into errors).
 # Every result line starts with RESULT; they are printed again at the end.
 set -euo pipefail
 
@@ -52,6 +55,7 @@ STORES=${STORES:-redis memory}
 MODES=${MODES:-many hot}
 ADMIT=${ADMIT:-1}
 OURS_FLAGS=${OURS_FLAGS:---no-headers}
+OURS_ADMIT_FLAGS=${OURS_ADMIT_FLAGS:-$OURS_FLAGS}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here/../.."
@@ -59,7 +63,8 @@ cd "$here/../.."
 echo "== building ratelimit-server (release) and the load generator" >&2
 cargo build --release -p tower-redis-ratelimit-server --bin ratelimit-server >&2
 LOAD=$(cargo bench -p tower-redis-ratelimit-server --bench rls_load --no-run --message-format=json |
-    grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+    grep '"kind":\["bench"\]' | grep '"name":"rls_load"' | grep -o '"executable":"[^"]*"' |
+    tail -n 1 | cut -d'"' -f4)
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
 OURS="$TARGET_DIR/release/ratelimit-server"
 [[ -x "$LOAD" ]] || die "cannot find the rls_load bench executable"
@@ -239,7 +244,7 @@ if [[ "$ADMIT" == 1 ]]; then
             targets=()
             started=()
             for i in 0 1 2 3; do
-                start "$server" "$store" "${ports[$i]}" "${ports[$((i + 4))]}"
+                OURS_FLAGS=$OURS_ADMIT_FLAGS start "$server" "$store" "${ports[$i]}" "${ports[$((i + 4))]}"
                 started+=("$STARTED")
                 targets+=(--target "127.0.0.1:${ports[$i]}")
             done
