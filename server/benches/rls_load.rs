@@ -184,15 +184,32 @@ async fn connect(args: &Args) -> Result<Vec<Vec<Channel>>, String> {
         let ep = endpoint(target)?;
         let mut chans = Vec::new();
         for _ in 0..args.channels {
-            chans.push(
-                ep.connect()
-                    .await
-                    .map_err(|e| format!("cannot connect to {target}: {e}"))?,
-            );
+            chans.push(connect_one(&ep, target).await?);
         }
         all.push(chans);
     }
     Ok(all)
+}
+
+/// A server that has just started may accept a connection before it
+/// answers HTTP/2: retry for 10 s.
+async fn connect_one(ep: &Endpoint, target: &str) -> Result<Channel, String> {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ep.connect().await {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() >= give_up => {
+                let mut msg = format!("cannot connect to {target}: {e}");
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    msg.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                return Err(msg);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 fn request(domain: &str, key: &str, value: String) -> RateLimitRequest {
