@@ -516,19 +516,34 @@ async fn admit(args: Args) -> Result<(), String> {
 }
 
 /// `ports N`: N free loopback ports, held open together so they differ.
+///
+/// They are taken below 32768, out of Linux's ephemeral range: a probe
+/// connecting to a port nobody listens on yet can, from the ephemeral
+/// range, pick that very port as its source and connect to itself (TCP
+/// simultaneous open), which looks like a listener and steals the port.
 fn ports(n: &str) -> Result<(), String> {
     let n = positive("ports", n)?;
     let mut held = Vec::with_capacity(n);
     let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-        out.push(
-            l.local_addr()
-                .map_err(|e| format!("local_addr: {e}"))?
-                .port()
-                .to_string(),
-        );
-        held.push(l);
+    // xorshift seeded by the clock and the pid: no dependency for this
+    let mut x = (fresh_tag() as u64) ^ (u64::from(std::process::id()) << 32) | 1;
+    let mut tries = 0;
+    while out.len() < n {
+        tries += 1;
+        if tries > 10_000 {
+            return Err("no free port found between 10000 and 32767".into());
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 10_000 + (x % 22_768) as u16;
+        if port == 6379 {
+            continue;
+        }
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            out.push(port.to_string());
+            held.push(l);
+        }
     }
     println!("{}", out.join(" "));
     Ok(())

@@ -21,7 +21,8 @@
 #
 # Knobs (environment): ROUNDS, DURATION (s, default 10), WARMUP (s, 2),
 # CONCURRENCY (64), CHANNELS (HTTP/2 connections per target, 2), KEYS
-# (10000), STORES ("redis memory"), MODES ("many hot"), ADMIT (1: run the
+# (10000), STORES ("redis memory"; "" skips the throughput runs), MODES
+# ("many hot"), ADMIT (1: run the
 # admit test; 0: skip it), OURS_FLAGS (default "--no-headers": limitador
 # sends no rate limit headers unless told, so neither does ours),
 # OURS_ADMIT_FLAGS (ours in the admit test; default OURS_FLAGS: add
@@ -51,8 +52,8 @@ WARMUP=${WARMUP:-2}
 CONCURRENCY=${CONCURRENCY:-64}
 CHANNELS=${CHANNELS:-2}
 KEYS=${KEYS:-10000}
-STORES=${STORES:-redis memory}
-MODES=${MODES:-many hot}
+STORES=${STORES-redis memory}
+MODES=${MODES-many hot}
 ADMIT=${ADMIT:-1}
 OURS_FLAGS=${OURS_FLAGS:---no-headers}
 OURS_ADMIT_FLAGS=${OURS_ADMIT_FLAGS:-$OURS_FLAGS}
@@ -161,6 +162,7 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
 wait_port "$REDIS_PORT" "$REDIS_PID"
+redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server on $REDIS_PORT does not answer PING"
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 echo "== redis-server on $REDIS_PORT (pid $REDIS_PID)" >&2
 
