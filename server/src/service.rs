@@ -896,6 +896,14 @@ impl Inner {
                 }
             }
         }
+        if asks.is_empty() {
+            // nothing for the store: no match, unlimited, replaced, a limit
+            // of 0
+            return Ran {
+                slots,
+                failed: None,
+            };
+        }
         let mut joint = AllOrNothing::new();
         for (limiter, key, cost) in &asks {
             joint.push(limiter, key.as_bytes(), *cost);
