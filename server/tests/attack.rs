@@ -1045,61 +1045,6 @@ async fn a_rejected_reload_keeps_the_running_limits() {
 
 // ---- a Redis Cluster: descriptors across hash slots -----------------------------
 
-/// A three-primary cluster of private `redis-server`s (killed on drop).
-fn cluster() -> (TempDir, Vec<Redis>) {
-    use std::process::{Command, Stdio};
-    let data = TempDir::new("attack-cluster");
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        let d = data.0.join(format!("n{i}"));
-        std::fs::create_dir_all(&d).expect("dir");
-        nodes.push(Redis::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-            "--dir",
-            d.to_str().expect("utf-8 path"),
-        ]));
-    }
-    let mut create = Command::new("redis-cli");
-    create.args(["--cluster", "create"]);
-    for n in &nodes {
-        create.arg(format!("127.0.0.1:{}", n.port));
-    }
-    let out = create
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let ok = nodes.iter().all(|n| {
-            let out = Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "cluster", "info"])
-                .output()
-                .expect("redis-cli");
-            String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok")
-        });
-        if ok {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the cluster is not ok"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (data, nodes)
-}
-
 /// On a cluster, `[big=k]` and `[five=k]` (two user keys: two hash slots,
 /// decided slot by slot with a give-back): 200 racing requests admit
 /// exactly 5, and once every give-back is done `big` counts exactly the
@@ -1108,7 +1053,7 @@ fn cluster() -> (TempDir, Vec<Redis>) {
 /// decided as any limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_hash_slots_racing_requests_admit_the_tightest_and_give_back() {
-    let (_data, nodes) = cluster();
+    let (_data, nodes) = cluster("attack-cluster");
     let store = tower_redis_ratelimit::RedisClusterStore::from_urls(nodes.iter().map(|n| n.url()))
         .expect("cluster store")
         .timeout(Duration::from_secs(10));

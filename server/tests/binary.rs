@@ -185,45 +185,7 @@ async fn redis_url_from_the_environment_metrics_and_sigterm() {
 /// Three masters, no replicas; `--redis-cluster` with two seed nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_flag() {
-    let data = TempDir::new("cluster");
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        let d = data.0.join(format!("n{i}"));
-        std::fs::create_dir_all(&d).expect("dir");
-        nodes.push(Redis::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-            "--dir",
-            d.to_str().expect("utf-8 path"),
-        ]));
-    }
-    let mut create = Command::new("redis-cli");
-    create.args(["--cluster", "create"]);
-    for n in &nodes {
-        create.arg(format!("127.0.0.1:{}", n.port));
-    }
-    let out = create
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !nodes
-        .iter()
-        .all(|n| cli(n.port, &["cluster", "info"]).contains("cluster_state:ok"))
-    {
-        assert!(Instant::now() < deadline, "the cluster is not ok");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_data, nodes) = cluster("cluster");
     let dir = config_dir("bin-cluster");
     let seeds = format!("{},{}", nodes[0].url(), nodes[1].url());
     let mut server = Server::spawn(

@@ -267,3 +267,51 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// A three-primary Redis Cluster of private `redis-server`s (no replicas;
+/// each killed on drop), its data under a temporary directory of `tag`,
+/// once every node says `cluster_state:ok`.
+pub(crate) fn cluster(tag: &str) -> (TempDir, Vec<Redis>) {
+    let data = TempDir::new(tag);
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let d = data.0.join(format!("n{i}"));
+        std::fs::create_dir_all(&d).expect("dir");
+        nodes.push(Redis::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--dir",
+            d.to_str().expect("utf-8 path"),
+        ]));
+    }
+    let mut create = Command::new("redis-cli");
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes.iter().all(|n| {
+        Command::new("redis-cli")
+            .args(["-p", &n.port.to_string(), "cluster", "info"])
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok"))
+    }) {
+        assert!(Instant::now() < deadline, "the cluster is not ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (data, nodes)
+}
