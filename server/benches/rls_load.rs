@@ -218,7 +218,7 @@ fn request(domain: &str, key: &str, value: String) -> RateLimitRequest {
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
                 key: key.to_owned(),
-                value,
+                value: value.into_bytes(),
             }],
             limit: None,
             hits_addend: None,

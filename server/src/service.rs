@@ -69,6 +69,7 @@
 //! `limit` overrides are kept across reloads too. [`ConfigWatcher`](crate::reload::ConfigWatcher)
 //! reloads a directory when its files change.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -489,6 +490,24 @@ fn prefix_for(kind: &str, domain: &str, name: &str) -> String {
     p
 }
 
+/// A descriptor value as text: itself when it is UTF-8 (as Envoy sends a
+/// proto `string`); else each byte that is not part of a UTF-8 character as
+/// `\xNN`, so that distinct values stay distinct (a value that reads as
+/// such an escape shares its counter: never more admitted).
+fn value_text(value: &[u8]) -> Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(value) {
+        return Cow::Borrowed(text);
+    }
+    let mut text = String::with_capacity(value.len() + 8);
+    for chunk in value.utf8_chunks() {
+        text.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(text, "\\x{b:02x}");
+        }
+    }
+    Cow::Owned(text)
+}
+
 /// The user key of a descriptor: each entry as `key=<len>:value`, joined
 /// with `&` (the length makes it unambiguous whatever the values hold);
 /// a value matched by a `share_threshold` wildcard is the wildcard.
@@ -663,10 +682,12 @@ impl Inner {
             metric_key: None,
             hits: cost,
         };
+        let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
         let entries: Vec<(&str, &str)> = d
             .entries
             .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .zip(&values)
+            .map(|(e, v)| (e.key.as_str(), v.as_ref()))
             .collect();
         let Some(rules) = self.limits.get(domain) else {
             return free;
@@ -1290,6 +1311,15 @@ mod tests {
         }
         let long = prefix_for("r", "d", &"x".repeat(500));
         assert!(long.len() <= 64);
+    }
+
+    #[test]
+    fn values_that_are_not_utf8_stay_apart_as_text() {
+        assert_eq!(value_text(b"plain"), "plain");
+        assert_eq!(value_text("é".as_bytes()), "é");
+        assert_eq!(value_text(b"k-\xff"), "k-\\xff");
+        assert_eq!(value_text(b"\xc3(\xfe"), "\\xc3(\\xfe");
+        assert_ne!(value_text(b"k-\xff"), value_text(b"k-\xfe"));
     }
 
     #[test]

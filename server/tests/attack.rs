@@ -1103,3 +1103,29 @@ async fn across_hash_slots_racing_requests_admit_the_tightest_and_give_back() {
     );
     quota_race(&[client], "qc").await;
 }
+
+/// A descriptor value that is not UTF-8 (a header's obs-text bytes, which
+/// Envoy forwards): read and limited, not an error that Envoy's
+/// `failure_mode_deny: false` would let through; two such values count
+/// apart.
+#[tokio::test]
+async fn a_value_that_is_not_utf8_is_limited_not_an_error() {
+    use tower_redis_ratelimit_server::pb::rate_limit_descriptor::Entry;
+    let mut c = serve(service(MemoryStore::new())).await;
+    let raw = |value: &[u8]| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "five".into(),
+            value: value.to_vec(),
+        }],
+        limit: None,
+        hits_addend: None,
+    };
+    for i in 0..5 {
+        let r = ask(&mut c, "api", vec![raw(b"key-\xff")], 0).await;
+        assert_eq!(overall(&r), Code::Ok, "{i}");
+    }
+    let r = ask(&mut c, "api", vec![raw(b"key-\xff")], 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    let r = ask(&mut c, "api", vec![raw(b"key-\xfe")], 0).await;
+    assert_eq!(overall(&r), Code::Ok, "another value counts apart");
+}

@@ -173,7 +173,7 @@ fn request(descriptors: &[Vec<(String, String)>]) -> RateLimitRequest {
                     .iter()
                     .map(|(key, value)| Entry {
                         key: key.clone(),
-                        value: value.clone(),
+                        value: value.clone().into_bytes(),
                     })
                     .collect(),
                 ..Default::default()
