@@ -4,14 +4,13 @@
 //! Never batched; `NOSCRIPT` reloads the script as for any call.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use super::args::clock_arg;
 use super::conn::{Connections, Pooled, Request};
-use super::protocol::script_numbers;
+use super::protocol::{quota_outcome, script_numbers};
 use super::script::LimiterScript;
 use crate::error::StoreError;
-use crate::store::call::{JointCall, JointOutcome, Outcome, QuotaOutcome};
+use crate::store::call::{JointCall, JointOutcome, Outcome};
 
 /// The joint script, built once.
 pub(crate) fn script() -> &'static LimiterScript {
@@ -83,7 +82,6 @@ fn parse_joint(
             .and_then(|s| s.parse::<i64>().ok())
     });
     let mut next = || numbers.next().flatten().ok_or_else(bad);
-    let us = |v: i64| Duration::from_micros(v.max(0) as u64);
     let all = next()? == 1;
     let mut out = Vec::with_capacity(parts.len());
     for p in parts {
@@ -91,18 +89,7 @@ fn parse_joint(
         let now = next()?;
         let mut quotas = Vec::with_capacity(p.quotas.len());
         for _ in p.quotas {
-            let ok = next()? == 1;
-            let remaining = next()?;
-            let reset = next()?;
-            let retry = next()?;
-            let delay = next()?;
-            quotas.push(QuotaOutcome {
-                allowed: ok,
-                remaining: remaining.max(0) as u64,
-                reset_after: us(reset),
-                retry_after: (retry >= 0 && !ok).then(|| us(retry)),
-                delay: us(delay),
-            });
+            quotas.push(quota_outcome(&mut next)?);
         }
         out.push(JointOutcome {
             outcome: Outcome { allowed, quotas },
@@ -119,6 +106,7 @@ fn parse_joint(
 mod tests {
     use super::*;
     use crate::{Quota, Rate};
+    use std::time::Duration;
 
     #[test]
     fn joint_replies_parse_per_part_and_malformed_ones_are_protocol_errors() {

@@ -629,6 +629,27 @@ fn check_version(reply: &redis::Value) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// One quota's five numbers of a script's reply (allowed, remaining, reset
+/// after, retry after with -1 for never, delay; times in microseconds),
+/// read with `next`.
+pub(super) fn quota_outcome(
+    next: &mut impl FnMut() -> Result<i64, StoreError>,
+) -> Result<QuotaOutcome, StoreError> {
+    let us = |v: i64| Duration::from_micros(v.max(0) as u64);
+    let ok = next()? == 1;
+    let remaining = next()?;
+    let reset = next()?;
+    let retry = next()?;
+    let delay = next()?;
+    Ok(QuotaOutcome {
+        allowed: ok,
+        remaining: remaining.max(0) as u64,
+        reset_after: us(reset),
+        retry_after: (retry >= 0 && !ok).then(|| us(retry)),
+        delay: us(delay),
+    })
+}
+
 /// Turns the script's reply, a string of space-separated integers (all
 /// allowed, then per quota: allowed, remaining, reset after, retry after
 /// with -1 for never, delay; times in microseconds), into an [`Outcome`].
@@ -646,22 +667,10 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
             .and_then(|s| s.parse::<i64>().ok())
     });
     let mut next = || numbers.next().flatten().ok_or_else(bad);
-    let us = |v: i64| Duration::from_micros(v.max(0) as u64);
     let allowed = next()? == 1;
     let mut out = Vec::with_capacity(quotas);
     for _ in 0..quotas {
-        let ok = next()? == 1;
-        let remaining = next()?;
-        let reset = next()?;
-        let retry = next()?;
-        let delay = next()?;
-        out.push(QuotaOutcome {
-            allowed: ok,
-            remaining: remaining.max(0) as u64,
-            reset_after: us(reset),
-            retry_after: (retry >= 0 && !ok).then(|| us(retry)),
-            delay: us(delay),
-        });
+        out.push(quota_outcome(&mut next)?);
     }
     if numbers.next().is_some() {
         return Err(bad());
