@@ -884,6 +884,12 @@ impl Inner {
         let mut asks: Vec<(Arc<RateLimiter>, String, u64)> = Vec::new();
         let mut ranks: Vec<(bool, u64)> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
+        // (a lone descriptor shares its key with nothing: no key to build)
+        let several = slots
+            .iter()
+            .filter(|s| matches!(s.state, State::Pending { .. }))
+            .nth(1)
+            .is_some();
         for (i, slot) in slots.iter().enumerate() {
             let State::Pending {
                 limiter, key, cost, ..
@@ -895,11 +901,15 @@ impl Inner {
                 slot.shadow || slot.quota,
                 limiter.quotas().first().map_or(0, |q| q.rate().count()),
             );
-            let storage = limiter
-                .storage_keys(key)
-                .into_iter()
-                .next()
-                .unwrap_or_default();
+            let storage = if several {
+                limiter
+                    .storage_keys(key)
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
             match by_key.get(&storage) {
                 Some(&p) => {
                     asks[p].2 = asks[p].2.saturating_add(*cost);
