@@ -77,7 +77,8 @@ struct KeyCounters {
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    keys: RwLock<HashMap<(String, String), Arc<KeyCounters>>>,
+    /// Per domain, per key (read without allocating on every call).
+    keys: RwLock<HashMap<String, HashMap<String, Arc<KeyCounters>>>>,
     /// How many keys holding a request's values have a series.
     valued: AtomicUsize,
     max_valued: usize,
@@ -225,30 +226,31 @@ impl Metrics {
     fn counters(&self, domain: &str, key: &str, valued: bool, fallback: &str) -> Arc<KeyCounters> {
         {
             let map = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(c) = map.get(&(domain.to_owned(), key.to_owned())) {
+            if let Some(c) = map.get(domain).and_then(|keys| keys.get(key)) {
                 return c.clone();
             }
         }
         let mut map = self.keys.write().unwrap_or_else(PoisonError::into_inner);
-        let mut id = (domain.to_owned(), key.to_owned());
-        if let Some(c) = map.get(&id) {
+        let keys = map.entry(domain.to_owned()).or_default();
+        if let Some(c) = keys.get(key) {
             return c.clone();
         }
+        let mut key = key;
         if valued {
             // a series for a new key with values, while some are left
             // (counted under the lock: two callers of one new key take one)
             if self.valued.load(Ordering::Relaxed) < self.max_valued {
                 self.valued.fetch_add(1, Ordering::Relaxed);
             } else {
-                id.1 = fallback.to_owned();
+                key = fallback;
             }
         }
-        let label =
-            id.1.strip_prefix(domain)
-                .and_then(|k| k.strip_prefix('.'))
-                .unwrap_or(&id.1)
-                .to_owned();
-        let c = map.entry(id).or_insert_with(|| {
+        let label = key
+            .strip_prefix(domain)
+            .and_then(|k| k.strip_prefix('.'))
+            .unwrap_or(key)
+            .to_owned();
+        let c = keys.entry(key.to_owned()).or_insert_with(|| {
             let make = |name: &'static str| {
                 let labels = vec![
                     Label::new("domain", domain.to_owned()),
