@@ -398,7 +398,12 @@ fn memory_and_redis_agree_when_the_clock_steps_back() {
         let rate = Rate::new(n, Duration::from_secs(10));
         let q = match s {
             Some(s) => Quota::new(s, rate),
-            None => Quota::fixed_window(rate).aligned(),
+            // The clock starts at 1 700 000 000 s, the very start of an
+            // aligned window of 10 s: the first step back would end it,
+            // and expire its state (kept a grace period longer by Redis
+            // under a manual clock). A window of 60 s holds the start 20 s
+            // in, and every step (at most 9 s back, 7.5 s forward) inside.
+            None => Quota::fixed_window(Rate::new(n, Duration::from_secs(60))).aligned(),
         };
         rt.block_on(run_case(&server, vec![q], ops))?;
     });
