@@ -196,6 +196,7 @@ fn parse(
             }
             Some("--merge-domains") => load = load.merge_domains(true),
             Some("--no-headers") => options = options.headers(false),
+            Some("--headers") => options = options.headers(true),
             Some("-h" | "--help") => return Ok(None),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
@@ -304,7 +305,7 @@ fn main() -> ExitCode {
 
 /// The service over `config` on the chosen store.
 fn service(args: &Args, config: Config) -> Result<RlsService, Box<dyn std::error::Error>> {
-    let options = args.options;
+    let options = args.options.clone();
     Ok(match &args.store {
         StoreChoice::Memory => {
             tracing::info!("store: memory");

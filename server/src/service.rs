@@ -92,13 +92,25 @@ use crate::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLi
 use crate::window::window_of;
 
 /// How the service answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServiceOptions {
-    /// Whether responses carry `RateLimit-Policy` and `RateLimit` headers
-    /// (and `Retry-After` on `OVER_LIMIT`) in `response_headers_to_add`.
-    /// Default: on.
+    /// Whether responses carry the IETF `RateLimit-Policy` and `RateLimit`
+    /// headers (and `Retry-After` on `OVER_LIMIT`) in
+    /// `response_headers_to_add`. Default: off, as envoyproxy/ratelimit
+    /// adds none unless asked (a switch must not change what end users
+    /// see).
     pub headers: bool,
+    /// envoyproxy/ratelimit's own response headers
+    /// (`LIMIT_RESPONSE_HEADERS_ENABLED`): the limit, the remaining count
+    /// and the seconds until reset of the request's tightest descriptor,
+    /// under these names. Default: none.
+    pub go_headers: Option<GoHeaders>,
+    /// Every configured limit in shadow mode (envoyproxy/ratelimit's
+    /// `SHADOW_MODE`): decided and counted, never denying; a request's
+    /// `limit` override is still enforced, as in the Go service.
+    /// Default: off.
+    pub shadow_mode: bool,
     /// How many limiters for per-descriptor `limit` overrides are kept
     /// (one per distinct domain, count and unit). Past it, an override's
     /// limiter is built for the call and dropped after it (it counts in the
@@ -117,15 +129,87 @@ pub struct ServiceOptions {
     /// stream of new values cannot grow the metrics without bound. A
     /// rule's own key always has its series. Default: 10,000.
     pub max_metric_keys: usize,
+    /// The share of a limit past which hits count as near it in the
+    /// statistics (envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`), in `(0, 1]`.
+    /// Default: 0.8.
+    pub near_limit_ratio: NearLimitRatio,
+    /// The most descriptors a request may carry; a request with more is
+    /// answered `INVALID_ARGUMENT` before the store is asked. Envoy sends
+    /// one per matching rate limit action (a handful). Default: 64.
+    pub max_descriptors: usize,
+    /// The most entries one descriptor may carry; past it, the request is
+    /// answered `INVALID_ARGUMENT` before the store is asked. Default: 32.
+    pub max_entries: usize,
+}
+
+/// The names of envoyproxy/ratelimit's response headers
+/// ([`ServiceOptions::go_headers`]): `LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoHeaders {
+    /// The limit's header. Go's default: `RateLimit-Limit`.
+    pub limit: String,
+    /// The remaining count's header. Go's default: `RateLimit-Remaining`.
+    pub remaining: String,
+    /// The seconds until reset's header. Go's default: `RateLimit-Reset`.
+    pub reset: String,
+}
+
+impl Default for GoHeaders {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".to_owned(),
+            remaining: "RateLimit-Remaining".to_owned(),
+            reset: "RateLimit-Reset".to_owned(),
+        }
+    }
+}
+
+/// A share of a limit in `(0, 1]`, in millionths ([`ServiceOptions::near_limit_ratio`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearLimitRatio(u32);
+
+impl NearLimitRatio {
+    /// `ratio` when it is in `(0, 1]` (and a number).
+    pub fn new(ratio: f64) -> Option<Self> {
+        if ratio > 0.0 && ratio <= 1.0 {
+            // (in range: the product fits)
+            Some(Self((ratio * 1e6).round() as u32))
+        } else {
+            None
+        }
+    }
+
+    /// The ratio.
+    pub fn get(self) -> f64 {
+        f64::from(self.0) / 1e6
+    }
+
+    /// `floor(limit × ratio)`, as the Go service computes its near-limit
+    /// threshold.
+    pub fn of(self, limit: u64) -> u64 {
+        u64::try_from(u128::from(limit) * u128::from(self.0) / 1_000_000).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for NearLimitRatio {
+    fn default() -> Self {
+        Self(800_000)
+    }
 }
 
 impl Default for ServiceOptions {
     fn default() -> Self {
         Self {
-            headers: true,
+            headers: false,
+            go_headers: None,
+            shadow_mode: false,
             max_override_limiters: 1_024,
             on_store_error: OnStoreError::Unavailable,
             max_metric_keys: 10_000,
+            near_limit_ratio: NearLimitRatio::default(),
+            max_descriptors: 64,
+            max_entries: 32,
         }
     }
 }
@@ -134,6 +218,18 @@ impl ServiceOptions {
     /// Sets [`headers`](Self::headers).
     pub fn headers(mut self, on: bool) -> Self {
         self.headers = on;
+        self
+    }
+
+    /// Sets [`go_headers`](Self::go_headers).
+    pub fn go_headers(mut self, names: Option<GoHeaders>) -> Self {
+        self.go_headers = names;
+        self
+    }
+
+    /// Sets [`shadow_mode`](Self::shadow_mode).
+    pub fn shadow_mode(mut self, on: bool) -> Self {
+        self.shadow_mode = on;
         self
     }
 
@@ -152,6 +248,24 @@ impl ServiceOptions {
     /// Sets [`max_metric_keys`](Self::max_metric_keys).
     pub fn max_metric_keys(mut self, n: usize) -> Self {
         self.max_metric_keys = n;
+        self
+    }
+
+    /// Sets [`near_limit_ratio`](Self::near_limit_ratio).
+    pub fn near_limit_ratio(mut self, ratio: NearLimitRatio) -> Self {
+        self.near_limit_ratio = ratio;
+        self
+    }
+
+    /// Sets [`max_descriptors`](Self::max_descriptors) (at least 1).
+    pub fn max_descriptors(mut self, n: usize) -> Self {
+        self.max_descriptors = n.max(1);
+        self
+    }
+
+    /// Sets [`max_entries`](Self::max_entries) (at least 1).
+    pub fn max_entries(mut self, n: usize) -> Self {
+        self.max_entries = n.max(1);
         self
     }
 }
@@ -328,7 +442,7 @@ impl RlsService {
             limits,
             make: old.make.clone(),
             overrides: old.overrides.clone(),
-            options: old.options,
+            options: old.options.clone(),
             metrics: old.metrics.clone(),
         }));
         old.metrics.config_loaded(true);
