@@ -359,6 +359,18 @@ struct Inner {
     overrides: Arc<Overrides>,
     options: ServiceOptions,
     metrics: Arc<Metrics>,
+    logs: Arc<Logs>,
+}
+
+/// The throttles of the lines a client or an outage can repeat.
+#[derive(Debug, Default)]
+struct Logs {
+    /// Store errors answered `UNAVAILABLE`.
+    failed: LogThrottle,
+    /// Store errors answered by an `allow` or `deny` policy.
+    policy: LogThrottle,
+    /// Requests refused as past a bound.
+    refused: LogThrottle,
 }
 
 impl RlsService {
@@ -393,6 +405,7 @@ impl RlsService {
                     overrides: Arc::new(Mutex::new(HashMap::new())),
                     options,
                     metrics,
+                    logs: Arc::default(),
                 }),
                 reloading: Mutex::new(()),
             }),
@@ -444,20 +457,99 @@ impl RlsService {
             overrides: old.overrides.clone(),
             options: old.options.clone(),
             metrics: old.metrics.clone(),
+            logs: old.logs.clone(),
         }));
         old.metrics.config_loaded(true);
         Ok(())
     }
 
-    /// Answers one request (what the gRPC method does): a store error is
-    /// `Err` (after giving back what the request had consumed) when the
-    /// domain's failure policy is [`OnStoreError::Unavailable`].
+    /// Answers one request (what the gRPC method does).
+    ///
+    /// # Errors
+    ///
+    /// A request past [`ServiceOptions::max_descriptors`] or
+    /// [`ServiceOptions::max_entries`] ([`CallError::Invalid`], before the
+    /// store is asked); a store error ([`CallError::Store`]) when the
+    /// domain's failure policy is [`OnStoreError::Unavailable`] (nothing
+    /// was consumed).
     pub async fn should_rate_limit_inner(
         &self,
         req: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, StoreError> {
+    ) -> Result<RateLimitResponse, CallError> {
         let inner = self.shared.current.load_full();
-        inner.decide(req).await
+        inner.check_bounds(req)?;
+        inner.decide(req).await.map_err(CallError::Store)
+    }
+}
+
+/// Why a call was not answered with a [`RateLimitResponse`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The request is past a bound of [`ServiceOptions`] (answered
+    /// `INVALID_ARGUMENT`; the store was not asked).
+    Invalid(String),
+    /// The store failed or timed out, and the domain's failure policy is
+    /// [`OnStoreError::Unavailable`] (answered `UNAVAILABLE`).
+    Store(StoreError),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Invalid(why) => f.write_str(why),
+            CallError::Store(e) => write!(f, "rate limit store: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CallError::Invalid(_) => None,
+            CallError::Store(e) => Some(e),
+        }
+    }
+}
+
+impl From<CallError> for Status {
+    fn from(e: CallError) -> Self {
+        match &e {
+            CallError::Invalid(_) => Status::invalid_argument(e.to_string()),
+            CallError::Store(_) => Status::unavailable(e.to_string()),
+        }
+    }
+}
+
+/// Logs one line per interval at most, saying how many it held back (a
+/// store outage must not write a line per call).
+#[derive(Debug, Default)]
+struct LogThrottle {
+    /// When a line was last logged (µs since the epoch; 0: never).
+    last_us: std::sync::atomic::AtomicU64,
+    /// Lines held back since.
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl LogThrottle {
+    /// One line a second.
+    const INTERVAL_US: u64 = 1_000_000;
+
+    /// `Some(held back)` when a line may be logged now.
+    fn to_log(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = now_us();
+        let last = self.last_us.load(Relaxed);
+        if last != 0 && now.saturating_sub(last) < Self::INTERVAL_US
+            || self
+                .last_us
+                .compare_exchange(last, now.max(1), Relaxed, Relaxed)
+                .is_err()
+        {
+            self.held.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(self.held.swap(0, Relaxed))
     }
 }
 
@@ -755,7 +847,41 @@ enum State {
     },
 }
 
+/// At most the first 64 bytes of `s` (a client's string in a log line).
+fn shown(s: &str) -> &str {
+    let mut end = s.len().min(64);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 impl Inner {
+    /// Refuses a request past [`ServiceOptions::max_descriptors`] or
+    /// [`ServiceOptions::max_entries`], before anything is planned.
+    fn check_bounds(&self, req: &RateLimitRequest) -> Result<(), CallError> {
+        let max = self.options.max_descriptors;
+        if req.descriptors.len() > max {
+            return Err(CallError::Invalid(format!(
+                "{} descriptors in one request: at most {max} (--max-descriptors)",
+                req.descriptors.len()
+            )));
+        }
+        let max = self.options.max_entries;
+        if let Some((i, d)) = req
+            .descriptors
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.entries.len() > max)
+        {
+            return Err(CallError::Invalid(format!(
+                "descriptor {i} has {} entries: at most {max} (--max-entries)",
+                d.entries.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn override_limiter(
         &self,
         prefix: String,
@@ -934,7 +1060,9 @@ impl Inner {
         match policy {
             OnStoreError::Unavailable => return Err(e),
             OnStoreError::Allow => {
-                tracing::warn!(domain = %req.domain, error = %e, "store error: allowing the undecided descriptors (failure_policy allow)");
+                if let Some(held) = self.logs.policy.to_log() {
+                    tracing::warn!(domain = shown(&req.domain), error = %e, held_back = held, "store error: allowing the undecided descriptors (failure_policy allow)");
+                }
                 for slot in &mut slots {
                     if matches!(slot.state, State::Pending { .. }) {
                         slot.limit = None;
@@ -943,7 +1071,9 @@ impl Inner {
                 }
             }
             OnStoreError::Deny => {
-                tracing::warn!(domain = %req.domain, error = %e, "store error: denying (failure_policy deny)");
+                if let Some(held) = self.logs.policy.to_log() {
+                    tracing::warn!(domain = shown(&req.domain), error = %e, held_back = held, "store error: denying (failure_policy deny)");
+                }
                 for slot in &mut slots {
                     if matches!(slot.state, State::Pending { .. }) && !slot.shadow {
                         slot.state = State::Refused;
@@ -1407,11 +1537,19 @@ impl RateLimitService for RlsService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
         let inner = self.shared.current.load_full();
+        if let Err(e) = inner.check_bounds(&req) {
+            if let Some(held) = inner.logs.refused.to_log() {
+                tracing::warn!(domain = shown(&req.domain), held_back = held, "request refused: {e}");
+            }
+            return Err(e.into());
+        }
         match inner.decide(&req).await {
             Ok(resp) => Ok(Response::new(resp)),
             Err(e) => {
-                tracing::error!(domain = %req.domain, error = %e, "store error");
-                Err(Status::unavailable(format!("rate limit store: {e}")))
+                if let Some(held) = inner.logs.failed.to_log() {
+                    tracing::error!(domain = shown(&req.domain), error = %e, held_back = held, "store error (one line a second at most)");
+                }
+                Err(CallError::Store(e).into())
             }
         }
     }
