@@ -106,11 +106,15 @@ pub struct ServiceOptions {
     /// and the seconds until reset of the request's tightest descriptor,
     /// under these names. Default: none.
     pub go_headers: Option<GoHeaders>,
-    /// Every configured limit in shadow mode (envoyproxy/ratelimit's
-    /// `SHADOW_MODE`): decided and counted, never denying; a request's
-    /// `limit` override is still enforced, as in the Go service.
-    /// Default: off.
+    /// Every limit in shadow mode, `limit` overrides too
+    /// (envoyproxy/ratelimit's `SHADOW_MODE`, whose answer is then always
+    /// `OK`): decided and counted as a rule's `shadow_mode` is, never
+    /// denying. Default: off.
     pub shadow_mode: bool,
+    /// Every configured limit in `quota_mode` (envoyproxy/ratelimit's
+    /// `QUOTA_MODE`): a request is denied only when every limited
+    /// descriptor is over. Default: off.
+    pub quota_mode: bool,
     /// How many limiters for per-descriptor `limit` overrides are kept
     /// (one per distinct domain, count and unit). Past it, an override's
     /// limiter is built for the call and dropped after it (it counts in the
@@ -204,6 +208,7 @@ impl Default for ServiceOptions {
             headers: false,
             go_headers: None,
             shadow_mode: false,
+            quota_mode: false,
             max_override_limiters: 1_024,
             on_store_error: OnStoreError::Unavailable,
             max_metric_keys: 10_000,
@@ -230,6 +235,12 @@ impl ServiceOptions {
     /// Sets [`shadow_mode`](Self::shadow_mode).
     pub fn shadow_mode(mut self, on: bool) -> Self {
         self.shadow_mode = on;
+        self
+    }
+
+    /// Sets [`quota_mode`](Self::quota_mode).
+    pub fn quota_mode(mut self, on: bool) -> Self {
+        self.quota_mode = on;
         self
     }
 
@@ -394,7 +405,7 @@ impl RlsService {
                 .build()
         });
         let metrics = Arc::new(Metrics::new(options.max_metric_keys));
-        let limits = build_limits(&config, &*make, None)?;
+        let limits = build_limits(&config, &*make, None, Modes::from(&options))?;
         metrics.config_loaded(true);
         Ok(Self {
             shared: Arc::new(Shared {
@@ -443,7 +454,12 @@ impl RlsService {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.shared.current.load_full();
-        let limits = match build_limits(&config, &*old.make, Some(&old.limits)) {
+        let limits = match build_limits(
+            &config,
+            &*old.make,
+            Some(&old.limits),
+            Modes::from(&old.options),
+        ) {
             Ok(l) => l,
             Err(e) => {
                 old.metrics.config_loaded(false);
@@ -572,7 +588,12 @@ impl std::ops::Deref for ConfigSnapshot {
 
 /// The limits of `config`: an unchanged rule's from `old`, the others
 /// built with `make`.
-fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Limits, BuildError> {
+fn build_limits(
+    config: &Config,
+    make: &Make,
+    old: Option<&Limits>,
+    modes: Modes,
+) -> Result<Limits, BuildError> {
     let mut limits = Limits::new();
     for domain in config.domains() {
         let before = old.and_then(|o| o.get(domain));
@@ -584,7 +605,7 @@ fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Li
                 .map(|(_, l)| l.clone());
             let limit = match kept {
                 Some(l) => l,
-                None => rule_limit(make, domain, rule).map_err(|source| BuildError {
+                None => rule_limit(make, domain, rule, modes).map_err(|source| BuildError {
                     file: rule.file.clone(),
                     full_key: rule.full_key.clone(),
                     source,
@@ -594,6 +615,23 @@ fn build_limits(config: &Config, make: &Make, old: Option<&Limits>) -> Result<Li
         }
     }
     Ok(limits)
+}
+
+/// The service-wide modes ([`ServiceOptions::shadow_mode`],
+/// [`ServiceOptions::quota_mode`]) every rule is built with.
+#[derive(Debug, Clone, Copy)]
+struct Modes {
+    shadow: bool,
+    quota: bool,
+}
+
+impl From<&ServiceOptions> for Modes {
+    fn from(o: &ServiceOptions) -> Self {
+        Modes {
+            shadow: o.shadow_mode,
+            quota: o.quota_mode,
+        }
+    }
 }
 
 /// Whether two rules of one full key build the same limiter.
@@ -608,7 +646,14 @@ fn same_limit(a: &Rule, b: &Rule) -> bool {
 }
 
 /// The limiter (or lack of one) of `rule`.
-fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterConfigError> {
+fn rule_limit(
+    make: &Make,
+    domain: &str,
+    rule: &Rule,
+    modes: Modes,
+) -> Result<Limit, LimiterConfigError> {
+    let shadow_mode = rule.shadow_mode || modes.shadow;
+    let quota_mode = rule.quota_mode || modes.quota;
     if rule.unlimited {
         return Ok(Limit::Unlimited);
     }
@@ -635,12 +680,12 @@ fn rule_limit(make: &Make, domain: &str, rule: &Rule) -> Result<Limit, LimiterCo
     // fresh window); a new strategy or period counts anew
     quota = quota.name(quota_name(domain, rule));
     let prefix = prefix_for("r", domain, &rule.full_key);
-    let strict = if rule.quota_mode && !rule.shadow_mode {
+    let strict = if quota_mode && !shadow_mode {
         Some(Arc::new(make(&prefix, quota.clone())?))
     } else {
         None
     };
-    if rule.shadow_mode || rule.quota_mode {
+    if shadow_mode || quota_mode {
         quota = quota.shadow(true);
     }
     let limiter = make(&prefix, quota)?;
@@ -714,9 +759,12 @@ fn value_text(value: &[u8]) -> Cow<'_, str> {
     Cow::Owned(text)
 }
 
-/// The user key of a descriptor: each entry as `key=<len>:value`, joined
-/// with `&` (the length makes it unambiguous whatever the values hold);
-/// a value matched by a `share_threshold` wildcard is the wildcard.
+/// The user key of a descriptor: each entry as the Go service matches and
+/// counts it, `key_value`, with its length
+/// before it, joined with `&` (the lengths keep entries apart whatever
+/// they hold; within one entry `(a, b_c)` and `(a_b, c)` are one key, as
+/// they match one rule and share one counter in the Go service); a value
+/// matched by a `share_threshold` wildcard is the wildcard.
 fn user_key(entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
     let mut k = String::new();
     for (i, (key, value)) in entries.iter().enumerate() {
@@ -724,7 +772,7 @@ fn user_key(entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
         if i > 0 {
             k.push('&');
         }
-        let _ = write!(k, "{}:{key}={}:{value}", key.len(), value.len());
+        let _ = write!(k, "{}:{key}_{value}", key.len() + 1 + value.len());
     }
     k
 }
@@ -742,6 +790,37 @@ fn pb_unit(unit: Option<Unit>) -> PbUnit {
     }
 }
 
+/// The `current_limit` of `count` per `period_us` as Envoy's protocol
+/// writes a limit, a count per [`Unit`]: the count itself when the period
+/// is one unit; else the rate rounded down in the longest unit not longer
+/// than the period (100 per 5 minutes is 20 per minute, 100 per 90 s is 66
+/// per minute); when that rounds to 0 or no unit is that short, the count
+/// per the shortest unit not shorter than the period (1 per 2 hours is 1
+/// per day, 10 per 500 ms is 10 per second). Never more than the limit
+/// admits, in the reported window or the real one.
+fn reported_rate(count: u32, period_us: u64) -> (u32, Unit) {
+    let unit_us = |u: Unit| u.seconds() * 1_000_000;
+    if let Some(u) = Unit::ALL.into_iter().find(|&u| unit_us(u) == period_us) {
+        return (count, u);
+    }
+    let shorter = Unit::ALL
+        .into_iter()
+        .rev()
+        .find(|&u| unit_us(u) < period_us)
+        .map(|u| {
+            let per = u128::from(count) * u128::from(unit_us(u)) / u128::from(period_us.max(1));
+            (u32::try_from(per).unwrap_or(u32::MAX), u)
+        })
+        .filter(|&(per, _)| per > 0 || count == 0);
+    shorter.unwrap_or_else(|| {
+        let longer = Unit::ALL
+            .into_iter()
+            .find(|&u| unit_us(u) >= period_us)
+            .unwrap_or(Unit::Year);
+        (count, longer)
+    })
+}
+
 /// `envoy.type.v3.RateLimitUnit` (an override's unit) as a [`Unit`].
 fn override_unit(unit: i32) -> Option<Unit> {
     // SECOND = 1, MINUTE, HOUR, DAY, MONTH = 5, YEAR = 6, WEEK = 7
@@ -757,10 +836,13 @@ fn override_unit(unit: i32) -> Option<Unit> {
     })
 }
 
+/// `d` in whole seconds, rounded up, as a `duration_until_reset`: Envoy
+/// builds `X-RateLimit-Reset` from its seconds alone (as
+/// envoyproxy/ratelimit sends them), so 0.66 s must read 1, not 0.
 fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+        seconds: i64::try_from(ceil_secs(d)).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
 
@@ -793,6 +875,10 @@ struct Slot<'a> {
     metric_key: Option<String>,
     /// The descriptor's units.
     hits: u64,
+    /// More units than the limit holds (and not in shadow mode): over
+    /// whatever the store says, with no time after which it would fit;
+    /// only its state is read.
+    never_fits: bool,
 }
 
 impl Slot<'_> {
@@ -801,7 +887,8 @@ impl Slot<'_> {
     /// deny).
     fn over(&self) -> bool {
         !self.shadow
-            && match &self.state {
+            && (self.never_fits && !matches!(self.state, State::Free)
+                || match &self.state {
                 // (a look, `hits_addend: 0`, fits even a limit of 0)
                 State::Zero { .. } => self.hits > 0,
                 State::Refused => true,
@@ -809,7 +896,7 @@ impl Slot<'_> {
                     decision.denied() || (self.quota && decision.shadow_denied())
                 }
                 _ => false,
-            }
+            })
     }
 }
 
@@ -899,7 +986,10 @@ impl Inner {
             u64::from(requests_per_unit),
             Duration::from_secs(unit.seconds()),
         );
-        let quota = Quota::fixed_window(rate).aligned().name(id.1.as_str());
+        let quota = Quota::fixed_window(rate)
+            .aligned()
+            .name(id.1.as_str())
+            .shadow(self.options.shadow_mode);
         let limiter = Arc::new((self.make)(&id.0, quota)?);
         if let Ok(mut map) = self.overrides.lock()
             && map.len() < self.options.max_override_limiters
@@ -921,6 +1011,7 @@ impl Inner {
             rule: None,
             metric_key: None,
             hits: cost,
+            never_fits: false,
         };
         let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
         let entries: Vec<(&str, &str)> = d
@@ -950,6 +1041,7 @@ impl Inner {
                     limit,
                     state: State::Zero { period },
                     metric_key,
+                    shadow: self.options.shadow_mode,
                     ..free
                 };
             }
@@ -988,11 +1080,16 @@ impl Inner {
                             period,
                         },
                         metric_key,
+                        shadow: self.options.shadow_mode,
+                        never_fits: !self.options.shadow_mode
+                            && cost > u64::from(o.requests_per_unit),
                         ..free
                     };
                 }
                 Err(e) => {
-                    tracing::warn!(domain, error = %e, "limit override ignored");
+                    if let Some(held) = self.logs.refused.to_log() {
+                        tracing::warn!(domain = shown(domain), error = %e, held_back = held, "limit override ignored");
+                    }
                 }
             }
         }
@@ -1003,17 +1100,18 @@ impl Inner {
         let Some((_, limit)) = rules.get(&rule.full_key) else {
             return free;
         };
+        let (requests_per_unit, unit) = reported_rate(rule.requests_per_unit, rule.period_us);
         let pb_limit = Some(PbRateLimit {
             name: rule.name.clone(),
-            requests_per_unit: rule.requests_per_unit,
-            unit: pb_unit(rule.unit) as i32,
+            requests_per_unit,
+            unit: pb_unit(Some(unit)) as i32,
         });
         let period = Duration::from_micros(rule.period_us);
         let state = match limit {
             Limit::Unlimited => {
                 return Slot {
                     unlimited: true,
-                    shadow: rule.shadow_mode,
+                    shadow: rule.shadow_mode || self.options.shadow_mode,
                     rule: Some(rule),
                     ..free
                 };
@@ -1030,12 +1128,16 @@ impl Inner {
             Limit::Limited(_, strict) => strict.clone(),
             _ => None,
         };
+        let shadow = rule.shadow_mode || self.options.shadow_mode;
+        // (the capacity: the burst of a strategy that takes one, else the count)
+        let capacity = rule.burst.unwrap_or(u64::from(rule.requests_per_unit));
         Slot {
             limit: pb_limit,
             unlimited: false,
-            shadow: rule.shadow_mode,
-            quota: rule.quota_mode,
+            shadow,
+            quota: rule.quota_mode || self.options.quota_mode,
             strict,
+            never_fits: !shadow && matches!(state, State::Pending { .. }) && cost > capacity,
             state,
             rule: Some(rule),
             metric_key: Some(m.metric_key),
@@ -1156,7 +1258,9 @@ impl Inner {
             };
             match by_key.get(&storage) {
                 Some(&p) => {
-                    asks[p].2 = asks[p].2.saturating_add(*cost);
+                    if !slot.never_fits {
+                        asks[p].2 = asks[p].2.saturating_add(*cost);
+                    }
                     if rank < ranks[p] {
                         asks[p].0 = limiter.clone();
                         ranks[p] = rank;
@@ -1166,7 +1270,10 @@ impl Inner {
                 None => {
                     by_key.insert(storage, asks.len());
                     parts.push((i, asks.len()));
-                    asks.push((limiter.clone(), key.clone(), *cost));
+                    // (a part that never fits is only looked at: the
+                    // request is denied, and its state is what is left)
+                    let cost = if slot.never_fits { 0 } else { *cost };
+                    asks.push((limiter.clone(), key.clone(), cost));
                     ranks.push(rank);
                 }
             }
@@ -1276,10 +1383,17 @@ impl Inner {
                     // (a quota-mode descriptor over its limit is reported over,
                     // even when the request is let through)
                     let over = slot.over();
+                    // (no wait admits a request that never fits: no Retry-After)
+                    let wait = if slot.never_fits {
+                        None
+                    } else {
+                        Some(decision.retry_after().unwrap_or(reset))
+                    };
                     if over {
                         status.code = Code::OverLimit as i32;
-                        let wait = decision.retry_after().unwrap_or(reset);
-                        retry_after = retry_after.max(Some(ceil_secs(wait).max(1)));
+                        if let Some(wait) = wait {
+                            retry_after = retry_after.max(Some(ceil_secs(wait).max(1)));
+                        }
                     }
                     if self.options.headers && !slot.shadow {
                         let name = limiter
@@ -1295,10 +1409,9 @@ impl Inner {
                         if !ratelimit.is_empty() {
                             ratelimit.push_str(", ");
                         }
-                        let t = if over {
-                            ceil_secs(decision.retry_after().unwrap_or(reset)).max(1)
-                        } else {
-                            ceil_secs(reset)
+                        let t = match wait {
+                            Some(wait) if over => ceil_secs(wait).max(1),
+                            _ => ceil_secs(reset),
                         };
                         let _ = write!(ratelimit, "{};r={remaining};t={t}", sf_string(&name));
                     }
@@ -1307,6 +1420,9 @@ impl Inner {
             statuses.push(status);
         }
         let mut headers = Vec::new();
+        if let Some(names) = &self.options.go_headers {
+            go_headers(names, slots, &statuses, &mut headers);
+        }
         if self.options.headers {
             if !policy.is_empty() {
                 headers.push(header("RateLimit-Policy", policy));
@@ -1323,6 +1439,45 @@ impl Inner {
             ..Default::default()
         }
     }
+}
+
+/// envoyproxy/ratelimit's response headers ([`ServiceOptions::go_headers`]):
+/// those of the descriptor closest to its limit (the fewest remaining of
+/// those with a limit; a descriptor over its limit, not in quota mode,
+/// wins, the last such one), as that service picks it.
+fn go_headers(
+    names: &GoHeaders,
+    slots: &[Slot<'_>],
+    statuses: &[DescriptorStatus],
+    headers: &mut Vec<HeaderValue>,
+) {
+    let mut tightest: Option<&DescriptorStatus> = None;
+    let mut fewest = u32::MAX;
+    for (slot, status) in slots.iter().zip(statuses) {
+        let Some(_) = &status.current_limit else {
+            continue;
+        };
+        if status.limit_remaining < fewest {
+            tightest = Some(status);
+            fewest = status.limit_remaining;
+        }
+        if status.code == Code::OverLimit as i32 && !slot.quota {
+            tightest = Some(status);
+            fewest = 0;
+        }
+    }
+    let Some(status) = tightest else { return };
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds.max(0));
+    headers.push(header(&names.limit, limit.to_string()));
+    headers.push(header(&names.remaining, status.limit_remaining.to_string()));
+    headers.push(header(&names.reset, reset.to_string()));
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
@@ -1491,7 +1646,7 @@ fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 ..
             } => {
                 let limit = decision.limit();
-                let over = decision.denied() || decision.shadow_denied();
+                let over = decision.denied() || decision.shadow_denied() || slot.never_fits;
                 // consumed: the remaining count is after the hits; else
                 // nothing was taken
                 let used = limit.saturating_sub(decision.remaining());
@@ -1586,10 +1741,12 @@ mod tests {
 
     #[test]
     fn user_keys_are_unambiguous() {
-        let a = user_key(&[("a", "b&1:c=d")], &[]);
+        let a = user_key(&[("a", "b&3:c_d")], &[]);
         let b = user_key(&[("a", "b"), ("c", "d")], &[]);
         assert_ne!(a, b);
+        // one entry is counted as the Go service matches it, `key_value`
+        assert_eq!(user_key(&[("a", "b_c")], &[]), user_key(&[("a_b", "c")], &[]));
         let shared = user_key(&[("p", "/v1/x")], &[Some("/v1/*".to_owned())]);
-        assert_eq!(shared, "1:p=5:/v1/*");
+        assert_eq!(shared, "7:p_/v1/*");
     }
 }
