@@ -889,14 +889,14 @@ impl Slot<'_> {
         !self.shadow
             && (self.never_fits && !matches!(self.state, State::Free)
                 || match &self.state {
-                // (a look, `hits_addend: 0`, fits even a limit of 0)
-                State::Zero { .. } => self.hits > 0,
-                State::Refused => true,
-                State::Decided { decision, .. } => {
-                    decision.denied() || (self.quota && decision.shadow_denied())
-                }
-                _ => false,
-            })
+                    // (a look, `hits_addend: 0`, fits even a limit of 0)
+                    State::Zero { .. } => self.hits > 0,
+                    State::Refused => true,
+                    State::Decided { decision, .. } => {
+                        decision.denied() || (self.quota && decision.shadow_denied())
+                    }
+                    _ => false,
+                })
     }
 }
 
@@ -1694,7 +1694,11 @@ impl RateLimitService for RlsService {
         let inner = self.shared.current.load_full();
         if let Err(e) = inner.check_bounds(&req) {
             if let Some(held) = inner.logs.refused.to_log() {
-                tracing::warn!(domain = shown(&req.domain), held_back = held, "request refused: {e}");
+                tracing::warn!(
+                    domain = shown(&req.domain),
+                    held_back = held,
+                    "request refused: {e}"
+                );
             }
             return Err(e.into());
         }
@@ -1740,12 +1744,41 @@ mod tests {
     }
 
     #[test]
+    fn every_period_is_reported_as_a_rate_no_higher_than_it_admits() {
+        let s = 1_000_000;
+        for (count, period_us, expected) in [
+            (100, 60 * s, (100, Unit::Minute)),
+            (100, 300 * s, (20, Unit::Minute)),
+            (100, 90 * s, (66, Unit::Minute)),
+            (100, 7_200 * s, (50, Unit::Hour)),
+            (1, 7_200 * s, (1, Unit::Day)),
+            (10, s / 2, (10, Unit::Second)),
+            (0, 60 * s, (0, Unit::Minute)),
+            (0, 90 * s, (0, Unit::Minute)),
+            (u32::MAX, 2 * s, (u32::MAX / 2, Unit::Second)),
+        ] {
+            let (per, unit) = reported_rate(count, period_us);
+            assert_eq!((per, unit), expected, "{count} per {period_us} µs");
+            // never more than the limit admits in either window
+            let unit_us = u128::from(unit.seconds()) * 1_000_000;
+            assert!(
+                u128::from(per) * u128::from(period_us) <= u128::from(count) * unit_us
+                    || unit_us < u128::from(period_us),
+                "{count} per {period_us} µs"
+            );
+        }
+    }
+
+    #[test]
     fn user_keys_are_unambiguous() {
         let a = user_key(&[("a", "b&3:c_d")], &[]);
         let b = user_key(&[("a", "b"), ("c", "d")], &[]);
         assert_ne!(a, b);
         // one entry is counted as the Go service matches it, `key_value`
-        assert_eq!(user_key(&[("a", "b_c")], &[]), user_key(&[("a_b", "c")], &[]));
+        assert_eq!(
+            user_key(&[("a", "b_c")], &[]),
+            user_key(&[("a_b", "c")], &[])
+        );
         let shared = user_key(&[("p", "/v1/x")], &[Some("/v1/*".to_owned())]);
         assert_eq!(shared, "7:p_/v1/*");
     }

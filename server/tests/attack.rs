@@ -36,7 +36,12 @@ fn config(text: &str) -> Config {
 }
 
 fn service<S: Store + Clone>(store: S) -> RlsService {
-    RlsService::new(config(CONFIG), store, ServiceOptions::default()).expect("service")
+    RlsService::new(
+        config(CONFIG),
+        store,
+        ServiceOptions::default().headers(true),
+    )
+    .expect("service")
 }
 
 fn redis_store(redis: &Redis) -> RedisStore {
@@ -364,10 +369,15 @@ async fn odd_requests_get_answers_not_panics() {
     assert_eq!(remaining(&mut c, &[("big", "z")]).await, 1000);
 }
 
-/// 2,000 descriptors in one request: answered (no hang), all or nothing.
+/// 2,000 descriptors in one request, where an operator allows that many:
+/// answered (no hang), all or nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_descriptors_in_one_request() {
     let redis = Redis::start();
+    fn service<S: Store + Clone>(store: S) -> RlsService {
+        let options = ServiceOptions::default().max_descriptors(3000);
+        RlsService::new(config(CONFIG), store, options).expect("service")
+    }
     for mut c in [
         serve(service(MemoryStore::new())).await,
         serve(service(redis_store(&redis))).await,
@@ -642,7 +652,7 @@ fn example_server() -> (Reaped, u16) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
         .arg("--config")
         .arg(dir)
-        .args(["--grpc", &format!("127.0.0.1:{grpc}")])
+        .args(["--grpc", &format!("127.0.0.1:{grpc}"), "--headers"])
         .env_remove("REDIS_URL")
         .env_remove("REDIS_CLUSTER_URLS")
         .env_remove("REDIS_SENTINEL_URLS")
@@ -957,8 +967,12 @@ async fn the_guides_duration_examples_load() {
         let text = format!(
             "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {{duration: {d}, requests_per_unit: 1}}\n"
         );
-        let svc = RlsService::new(config(&text), MemoryStore::new(), ServiceOptions::default())
-            .expect("service");
+        let svc = RlsService::new(
+            config(&text),
+            MemoryStore::new(),
+            ServiceOptions::default().headers(true),
+        )
+        .expect("service");
         let mut c = serve(svc).await;
         let r = ask(&mut c, "api", vec![desc(&[("k", "v")])], 0).await;
         assert_eq!(overall(&r), Code::Ok, "{d}");

@@ -226,7 +226,7 @@ async fn a_denied_request_consumes_nothing_anywhere() {
 
 #[tokio::test]
 async fn headers_on_off() {
-    let mut c = serve(memory(ServiceOptions::default())).await;
+    let mut c = serve(memory(ServiceOptions::default().headers(true))).await;
     let r = ask(&mut c, "api", vec![desc(&[("path", "/login")])], 0).await;
     let policy = header(&r, "ratelimit-policy").expect("policy");
     assert!(policy.contains(";q=2;w=60"), "{policy}");

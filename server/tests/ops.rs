@@ -562,7 +562,9 @@ fn policy_service(redis: &Redis, default: OnStoreError) -> RlsService {
     RlsService::new(
         config,
         store,
-        ServiceOptions::default().on_store_error(default),
+        ServiceOptions::default()
+            .headers(true)
+            .on_store_error(default),
     )
     .expect("service")
 }
@@ -733,7 +735,7 @@ async fn reload_keeps_the_count_across_a_new_limit() {
     let service = RlsService::new(
         load(5, "year"),
         MemoryStore::new(),
-        ServiceOptions::default(),
+        ServiceOptions::default().headers(true),
     )
     .expect("service");
     let mut c = serve(service.clone()).await;
