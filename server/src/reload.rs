@@ -18,9 +18,12 @@
 //! swapped in with [`RlsService::reload`]; an invalid one is logged with
 //! its file and the path inside it, counted as a failed load, and the
 //! running configuration stays (it is reported once, until the files
-//! change again).
+//! change again). A directory that cannot be read for a reason of the
+//! machine ([`ConfigError::transient`]: too many open files, say) is no
+//! failed load: the running configuration stays, the problem is logged as a
+//! warning (once, until it changes) and the next check reads again.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::{Config, ConfigError, LoadOptions};
@@ -40,6 +43,10 @@ pub enum Reload {
     Reloaded,
     /// The new files were rejected; the running configuration stays.
     Failed(ReloadError),
+    /// The directory could not be read for a reason of the machine
+    /// ([`ConfigError::transient`]); nothing changed, no failed load is
+    /// counted, and the next check reads again.
+    Unreadable(ConfigError),
 }
 
 /// Why a reload was rejected.
@@ -96,6 +103,10 @@ pub struct ConfigWatcher {
     running: Option<Sources>,
     /// The files last rejected, or the last read error.
     rejected: Option<Result<Sources, String>>,
+    /// The last transient read error, as logged.
+    unreadable: Option<String>,
+    /// Reads the directory ([`Config::read_dir`]; another in tests).
+    read_dir: fn(&Path) -> Result<Sources, ConfigError>,
 }
 
 impl ConfigWatcher {
@@ -108,6 +119,8 @@ impl ConfigWatcher {
             interval: Duration::from_millis(250),
             running: None,
             rejected: None,
+            unreadable: None,
+            read_dir: Config::read_dir,
         }
     }
 
@@ -141,7 +154,22 @@ impl ConfigWatcher {
     /// (and read the same again 50 ms later), logging the outcome.
     pub async fn check(&mut self) -> Reload {
         let sources = match self.read().await {
-            Ok(s) => s,
+            Ok(s) => {
+                self.unreadable = None;
+                s
+            }
+            Err(e) if e.transient => {
+                let text = e.to_string();
+                if self.unreadable.as_ref() != Some(&text) {
+                    tracing::warn!(
+                        "configuration directory not read (a problem of the machine, not of the \
+                         files; the running configuration stays, read again in {:?}): {text}",
+                        self.interval
+                    );
+                    self.unreadable = Some(text);
+                }
+                return Reload::Unreadable(e);
+            }
             Err(e) => {
                 let text = e.to_string();
                 if matches!(&self.rejected, Some(Err(t)) if *t == text) {
@@ -186,6 +214,8 @@ impl ConfigWatcher {
         }
         if sources.is_empty() {
             tracing::warn!(dir = %self.dir.display(), "no configuration files: every request is allowed");
+        } else if config.is_empty() {
+            tracing::warn!(dir = %self.dir.display(), "no rule in the configuration files: every request is allowed");
         }
         let domains = config.domains().count();
         match self.service.reload(config) {
@@ -205,13 +235,15 @@ impl ConfigWatcher {
 
     async fn read(&self) -> Result<Sources, ConfigError> {
         let dir = self.dir.clone();
-        match tokio::task::spawn_blocking(move || Config::read_dir(&dir)).await {
+        let read_dir = self.read_dir;
+        match tokio::task::spawn_blocking(move || read_dir(&dir)).await {
             Ok(r) => r,
             Err(e) => Err(ConfigError {
                 file: self.dir.display().to_string(),
                 path: String::new(),
                 line: 0,
                 message: format!("cannot read: {e}"),
+                transient: true,
             }),
         }
     }

@@ -4,7 +4,11 @@
 //! resolution) does: `yes`/`on` are booleans there, `0x10` an integer, and a
 //! string field takes any scalar's text as written.
 
+use std::collections::HashMap;
+
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+
+use super::Config;
 
 /// One node of a document, with the (1-based) line it starts on.
 #[derive(Debug, Clone)]
@@ -202,28 +206,88 @@ pub(crate) struct Document {
     pub(crate) more_documents: bool,
 }
 
-/// A YAML syntax error: its line and the parser's message.
+/// A file the reader refuses: a YAML syntax error, or a bound passed
+/// ([`Limits`]); its line and what is wrong.
 #[derive(Debug)]
 pub(crate) struct SyntaxError {
     pub(crate) line: usize,
     pub(crate) message: String,
+    /// A bound of [`Limits`] was passed (the YAML itself may be valid).
+    pub(crate) bound: bool,
 }
 
-enum Frame {
-    Seq(usize, Vec<Node>, usize),
-    /// line, entries, the key waiting for its value, anchor, and for each
-    /// entry whether it came from a merge key (`<<`)
-    Map(usize, Vec<(Node, Node)>, Option<Node>, usize, Vec<bool>),
+/// What one file may make the reader build.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The deepest nesting of lists and mappings.
+    pub(crate) max_depth: usize,
+    /// What anchors and aliases may copy, in nodes plus bytes of scalar
+    /// text, over the file's own size in bytes.
+    pub(crate) alias_allowance: usize,
 }
 
-/// Parses `src` into a [`Document`].
-pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
-    let mut anchors: Vec<(usize, Node)> = Vec::new();
+impl Limits {
+    /// [`Config::MAX_DEPTH`] and [`Config::ALIAS_ALLOWANCE`].
+    pub(crate) const DEFAULT: Limits = Limits {
+        max_depth: Config::MAX_DEPTH,
+        alias_allowance: Config::ALIAS_ALLOWANCE,
+    };
+}
+
+/// A list or mapping being read.
+struct Frame {
+    line: usize,
+    anchor: usize,
+    /// Nodes plus bytes of scalar text of the entries so far.
+    weight: usize,
+    kind: FrameKind,
+}
+
+enum FrameKind {
+    Seq(Vec<Node>),
+    Map(MapFrame),
+}
+
+/// A mapping being read: its entries, the key waiting for its value, for
+/// each entry whether it came from a merge key (`<<`), and where each key
+/// is (by [`key_id`]).
+#[derive(Default)]
+struct MapFrame {
+    entries: Vec<(Node, Node)>,
+    pending: Option<Node>,
+    merged: Vec<bool>,
+    index: HashMap<KeyId, usize>,
+}
+
+/// Parses `src` into a [`Document`], within `limits`.
+pub(crate) fn parse(src: &str, limits: Limits) -> Result<Document, SyntaxError> {
+    // (an anchored node with its weight; saphyr-parser numbers anchors
+    // anew at each definition, so a redefined name gets a new id)
+    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut doc = Document {
         root: None,
         duplicates: Vec::new(),
         more_documents: false,
+    };
+    let budget = src.len().saturating_add(limits.alias_allowance);
+    let mut copied = 0usize;
+    let mut charge = |weight: usize, line: usize| {
+        copied = copied.saturating_add(weight);
+        if copied > budget {
+            return Err(SyntaxError {
+                line,
+                message: format!(
+                    "its anchors and aliases expand to more than {budget} nodes and bytes \
+                     (the file's {} bytes and {}): refused, as envoyproxy/ratelimit's YAML \
+                     library refuses excessive aliasing",
+                    src.len(),
+                    limits.alias_allowance
+                ),
+                bound: true,
+            });
+        }
+        Ok(())
     };
     let mut documents = 0usize;
     let mut done = false;
@@ -231,9 +295,10 @@ pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
         let (event, span): (Event<'_>, Span) = item.map_err(|e| SyntaxError {
             line: e.marker().line(),
             message: e.info().to_owned(),
+            bound: false,
         })?;
         let line = span.start.line();
-        let (node, anchor) = match event {
+        let (node, weight, anchor) = match event {
             Event::DocumentStart(_) => {
                 documents += 1;
                 if documents > 1 {
@@ -247,6 +312,7 @@ pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
                 let str_tag = tag
                     .as_ref()
                     .is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
+                let weight = text.len().saturating_add(1);
                 let node = Node {
                     line,
                     kind: Kind::Scalar {
@@ -255,78 +321,109 @@ pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
                         str_tag,
                     },
                 };
-                (node, anchor)
+                (node, weight, anchor)
             }
             Event::Alias(id) => {
-                let node = anchors
-                    .iter()
-                    .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, n)| n.clone())
-                    .ok_or_else(|| SyntaxError {
+                let (node, weight) = anchors.get(&id).ok_or_else(|| SyntaxError {
+                    line,
+                    message: "an alias to an unknown anchor".to_owned(),
+                    bound: false,
+                })?;
+                // (before the copy is made)
+                charge(*weight, line)?;
+                (node.clone(), *weight, 0)
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if stack.len() >= limits.max_depth {
+                    return Err(SyntaxError {
                         line,
-                        message: "an alias to an unknown anchor".to_owned(),
-                    })?;
-                (node, 0)
-            }
-            Event::SequenceStart(anchor, _) => {
-                stack.push(Frame::Seq(line, Vec::new(), anchor));
+                        message: format!(
+                            "lists and mappings nested more than {} deep: refused",
+                            limits.max_depth
+                        ),
+                        bound: true,
+                    });
+                }
+                let kind = match event {
+                    Event::SequenceStart(..) => FrameKind::Seq(Vec::new()),
+                    _ => FrameKind::Map(MapFrame::default()),
+                };
+                stack.push(Frame {
+                    line,
+                    anchor,
+                    weight: 1,
+                    kind,
+                });
                 continue;
             }
-            Event::MappingStart(anchor, _) => {
-                stack.push(Frame::Map(line, Vec::new(), None, anchor, Vec::new()));
-                continue;
-            }
-            Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Seq(l, items, anchor)) => (
-                    Node {
-                        line: l,
-                        kind: Kind::Seq(items),
-                    },
-                    anchor,
-                ),
-                _ => continue,
-            },
-            Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map(l, entries, _, anchor, _)) => (
-                    Node {
-                        line: l,
-                        kind: Kind::Map(entries),
-                    },
-                    anchor,
-                ),
-                _ => continue,
+            Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
+                Some(frame) => {
+                    let kind = match frame.kind {
+                        FrameKind::Seq(items) => Kind::Seq(items),
+                        FrameKind::Map(map) => Kind::Map(map.entries),
+                    };
+                    let node = Node {
+                        line: frame.line,
+                        kind,
+                    };
+                    (node, frame.weight, frame.anchor)
+                }
+                None => continue,
             },
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {
                 continue;
             }
         };
         if anchor != 0 {
-            anchors.push((anchor, node.clone()));
+            charge(weight, line)?;
+            anchors.insert(anchor, (node.clone(), weight));
         }
         match stack.last_mut() {
             None => doc.root = Some(node),
-            Some(Frame::Seq(_, items, _)) => items.push(node),
-            Some(Frame::Map(_, entries, pending, _, merged)) => match pending.take() {
-                None => *pending = Some(node),
-                Some(key) => insert(entries, merged, key, node, &mut doc.duplicates),
-            },
+            Some(frame) => {
+                frame.weight = frame.weight.saturating_add(weight);
+                match &mut frame.kind {
+                    FrameKind::Seq(items) => items.push(node),
+                    FrameKind::Map(map) => match map.pending.take() {
+                        None => map.pending = Some(node),
+                        Some(key) => insert(map, key, node, &mut doc.duplicates),
+                    },
+                }
+            }
         }
     }
     Ok(doc)
+}
+
+/// A mapping key's identity: two keys are the same when their scalars
+/// resolve to equal values ([`Scalar`]'s `==`); `None` for a key equal to
+/// no other (a list, a mapping, a NaN).
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum KeyId {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(u64),
+    Str(String),
+}
+
+fn key_id(node: &Node) -> Option<KeyId> {
+    Some(match node.scalar()? {
+        Scalar::Null => KeyId::Null,
+        Scalar::Bool(b) => KeyId::Bool(b),
+        Scalar::Int(n) => KeyId::Int(n),
+        Scalar::Float(f) if f.is_nan() => return None,
+        // (0.0 == -0.0)
+        Scalar::Float(f) => KeyId::Float(if f == 0.0 { 0 } else { f.to_bits() }),
+        Scalar::Str(s) => KeyId::Str(s.to_owned()),
+    })
 }
 
 /// Adds `key: value` to a mapping as yaml.v2 builds it: a merge key `<<`
 /// copies the entries of the mapping(s) it names that are not set
 /// explicitly (an explicit key overrides a merged one, before or after it);
 /// a key given twice keeps the last value.
-fn insert(
-    entries: &mut Vec<(Node, Node)>,
-    merged: &mut Vec<bool>,
-    key: Node,
-    value: Node,
-    duplicates: &mut Vec<(usize, String)>,
-) {
+fn insert(map: &mut MapFrame, key: Node, value: Node, duplicates: &mut Vec<(usize, String)>) {
     let is_merge = matches!(&key.kind, Kind::Scalar { text, plain: true, .. } if text == "<<");
     if is_merge {
         let sources: Vec<Node> = match value.kind {
@@ -337,31 +434,36 @@ fn insert(
         for source in sources {
             if let Kind::Map(more) = source.kind {
                 for (k, v) in more {
-                    if !entries.iter().any(|(e, _)| same_key(e, &k)) {
-                        entries.push((k, v));
-                        merged.push(true);
+                    let id = key_id(&k);
+                    if id.as_ref().is_some_and(|id| map.index.contains_key(id)) {
+                        continue;
                     }
+                    if let Some(id) = id {
+                        map.index.insert(id, map.entries.len());
+                    }
+                    map.entries.push((k, v));
+                    map.merged.push(true);
                 }
             }
         }
         return;
     }
-    if let Some(i) = entries.iter().position(|(e, _)| same_key(e, &key)) {
-        if !merged[i] {
-            duplicates.push((key.line, key.text().unwrap_or("?").to_owned()));
+    let id = key_id(&key);
+    match id.as_ref().and_then(|id| map.index.get(id)) {
+        Some(&i) => {
+            if !map.merged[i] {
+                duplicates.push((key.line, key.text().unwrap_or("?").to_owned()));
+            }
+            map.merged[i] = false;
+            map.entries[i].1 = value;
         }
-        merged[i] = false;
-        entries[i].1 = value;
-    } else {
-        entries.push((key, value));
-        merged.push(false);
-    }
-}
-
-fn same_key(a: &Node, b: &Node) -> bool {
-    match (a.scalar(), b.scalar()) {
-        (Some(x), Some(y)) => x == y,
-        _ => false,
+        None => {
+            if let Some(id) = id {
+                map.index.insert(id, map.entries.len());
+            }
+            map.entries.push((key, value));
+            map.merged.push(false);
+        }
     }
 }
 
@@ -369,8 +471,10 @@ fn same_key(a: &Node, b: &Node) -> bool {
 mod tests {
     use super::*;
 
+    const LIMITS: Limits = Limits::DEFAULT;
+
     fn root(src: &str) -> Node {
-        match parse(src) {
+        match parse(src, LIMITS) {
             Ok(Document { root: Some(n), .. }) => n,
             other => panic!("{other:?}"),
         }
@@ -402,7 +506,11 @@ mod tests {
 
     #[test]
     fn anchors_merge_keys_and_duplicates() {
-        let d = parse("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\nc: 4\n").unwrap();
+        let d = parse(
+            "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\nc: 4\n",
+            LIMITS,
+        )
+        .unwrap();
         let Some(Node {
             kind: Kind::Map(e), ..
         }) = d.root
@@ -412,7 +520,7 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert_eq!(e[1].1.text(), Some("4"));
         assert_eq!(d.duplicates, vec![(5, "c".to_owned())]);
-        let d = parse("c:\n  <<: {x: 1, y: 2}\n  y: 3\n").unwrap();
+        let d = parse("c:\n  <<: {x: 1, y: 2}\n  y: 3\n", LIMITS).unwrap();
         let Some(Node {
             kind: Kind::Map(e), ..
         }) = d.root
@@ -429,10 +537,10 @@ mod tests {
 
     #[test]
     fn first_document_only() {
-        let d = parse("a: 1\n---\nb: 2\n").unwrap();
+        let d = parse("a: 1\n---\nb: 2\n", LIMITS).unwrap();
         assert!(d.more_documents);
         assert!(d.root.is_some());
-        assert!(parse("").unwrap().root.is_none());
-        assert!(parse("'''").is_err());
+        assert!(parse("", LIMITS).unwrap().root.is_none());
+        assert!(parse("'''", LIMITS).is_err());
     }
 }
