@@ -248,3 +248,76 @@ impl ConfigWatcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tower_redis_ratelimit::MemoryStore;
+
+    use super::*;
+    use crate::metrics::CONFIG_LOAD_ERROR;
+    use crate::service::ServiceOptions;
+
+    const RUNNING: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+
+    fn error(message: &str, transient: bool) -> ConfigError {
+        ConfigError {
+            file: "limits".to_owned(),
+            path: String::new(),
+            line: 0,
+            message: message.to_owned(),
+            transient,
+        }
+    }
+
+    /// The failed loads counted.
+    fn failed(service: &RlsService) -> u64 {
+        let text = service.metrics().render();
+        text.lines()
+            .find(|l| l.starts_with(CONFIG_LOAD_ERROR))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0, |n| n.parse().unwrap_or(u64::MAX))
+    }
+
+    // issue 34, point 5: the watcher counted "Too many open files" as a
+    // configuration error
+    #[tokio::test]
+    async fn a_read_error_of_the_machine_is_no_failed_load_and_replaces_nothing() {
+        let files = vec![("a.yaml".to_owned(), RUNNING.to_owned())];
+        let config = Config::from_sources([("a.yaml", RUNNING)], LoadOptions::default()).unwrap();
+        let service =
+            RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).unwrap();
+        let mut w = ConfigWatcher::new(service.clone(), "limits", LoadOptions::default())
+            .loaded_from(files);
+        w.read_dir = |_| {
+            Err(error(
+                "cannot read: Too many open files (os error 24)",
+                true,
+            ))
+        };
+        for _ in 0..3 {
+            match w.check().await {
+                Reload::Unreadable(e) => assert!(e.transient && e.message.contains("open files")),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(failed(&service), 0);
+        assert_eq!(service.config().rule_count(), 1);
+        assert_eq!(
+            w.unreadable.as_deref(),
+            Some("limits: cannot read: Too many open files (os error 24)")
+        );
+        // readable again: the running files, nothing to do
+        w.read_dir = |_| Ok(vec![("a.yaml".to_owned(), RUNNING.to_owned())]);
+        assert!(matches!(w.check().await, Reload::Unchanged));
+        assert_eq!(w.unreadable, None);
+        // an error of the configuration is a failed load, counted once
+        w.read_dir = |_| Err(error("cannot read: Permission denied (os error 13)", false));
+        assert!(matches!(
+            w.check().await,
+            Reload::Failed(ReloadError::Config(_))
+        ));
+        assert!(matches!(w.check().await, Reload::Unchanged));
+        assert_eq!(failed(&service), 1);
+        assert_eq!(service.config().rule_count(), 1);
+    }
+}

@@ -702,7 +702,9 @@ fn collect(
         path: String::new(),
         line: 0,
         message: format!("cannot read: {e}"),
-        transient: path != root && is_transient(path, &e),
+        // (a directory that is not there is a mistake, not a race)
+        transient: is_transient(path, &e)
+            && !(path == root && e.kind() == std::io::ErrorKind::NotFound),
     };
     let listing = std::fs::read_dir(dir).map_err(|e| unreadable(dir, e))?;
     for entry in listing {
