@@ -389,3 +389,42 @@ async fn out_of_file_descriptors_child() {
     assert!(matches!(w.check().await, Reload::Reloaded));
     assert_eq!(limit_of(&service), Some(9));
 }
+
+/// What the library would reject when the service builds (a period over
+/// 366 days, a `sliding-window-log` above 10,000, a burst that takes over
+/// 4 × 366 days to refill) is a configuration error of the watcher, with
+/// the path and line, and the running limit stays (issue 34, point 8).
+#[tokio::test]
+async fn a_reload_to_a_rule_the_library_rejects_names_its_path_and_line() {
+    let tmp = TempDir::new("library");
+    let (service, mut w) = running_service(&tmp.0);
+    for (rate_limit, field) in [
+        (
+            "{unit: year, unit_multiplier: 2, requests_per_unit: 1}",
+            "unit_multiplier",
+        ),
+        ("{duration: 367d, requests_per_unit: 1}", "duration"),
+        (
+            "{unit: second, requests_per_unit: 20000, strategy: sliding-window-log}",
+            "requests_per_unit",
+        ),
+        (
+            "{unit: day, requests_per_unit: 1, strategy: gcra, burst: 1465}",
+            "burst",
+        ),
+    ] {
+        let text = format!(
+            "domain: api\ndescriptors:\n  - key: other\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n  - key: k\n    rate_limit: {rate_limit}\n"
+        );
+        std::fs::write(tmp.0.join("api.yaml"), &text).expect("write");
+        match w.check().await {
+            Reload::Failed(ReloadError::Config(e)) => {
+                assert_eq!(e.file, "api.yaml", "{e}");
+                assert_eq!(e.path, format!("descriptors[1].rate_limit.{field}"), "{e}");
+                assert_eq!(e.line, 6, "{e}");
+            }
+            other => panic!("{rate_limit}: {other:?}"),
+        }
+        assert_eq!(limit_of(&service), Some(7), "{rate_limit}");
+    }
+}
