@@ -18,9 +18,12 @@
 //! swapped in with [`RlsService::reload`]; an invalid one is logged with
 //! its file and the path inside it, counted as a failed load, and the
 //! running configuration stays (it is reported once, until the files
-//! change again).
+//! change again). A directory that cannot be read for a reason of the
+//! machine ([`ConfigError::transient`]: too many open files, say) is no
+//! failed load: the running configuration stays, the problem is logged as a
+//! warning (once, until it changes) and the next check reads again.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::{Config, ConfigError, LoadOptions};
@@ -40,6 +43,10 @@ pub enum Reload {
     Reloaded,
     /// The new files were rejected; the running configuration stays.
     Failed(ReloadError),
+    /// The directory could not be read for a reason of the machine
+    /// ([`ConfigError::transient`]); nothing changed, no failed load is
+    /// counted, and the next check reads again.
+    Unreadable(ConfigError),
 }
 
 /// Why a reload was rejected.
@@ -96,6 +103,10 @@ pub struct ConfigWatcher {
     running: Option<Sources>,
     /// The files last rejected, or the last read error.
     rejected: Option<Result<Sources, String>>,
+    /// The last transient read error, as logged.
+    unreadable: Option<String>,
+    /// Reads the directory ([`Config::read_dir`]; another in tests).
+    read_dir: fn(&Path) -> Result<Sources, ConfigError>,
 }
 
 impl ConfigWatcher {
@@ -108,6 +119,8 @@ impl ConfigWatcher {
             interval: Duration::from_millis(250),
             running: None,
             rejected: None,
+            unreadable: None,
+            read_dir: Config::read_dir,
         }
     }
 
@@ -141,7 +154,22 @@ impl ConfigWatcher {
     /// (and read the same again 50 ms later), logging the outcome.
     pub async fn check(&mut self) -> Reload {
         let sources = match self.read().await {
-            Ok(s) => s,
+            Ok(s) => {
+                self.unreadable = None;
+                s
+            }
+            Err(e) if e.transient => {
+                let text = e.to_string();
+                if self.unreadable.as_ref() != Some(&text) {
+                    tracing::warn!(
+                        "configuration directory not read (a problem of the machine, not of the \
+                         files; the running configuration stays, read again in {:?}): {text}",
+                        self.interval
+                    );
+                    self.unreadable = Some(text);
+                }
+                return Reload::Unreadable(e);
+            }
             Err(e) => {
                 let text = e.to_string();
                 if matches!(&self.rejected, Some(Err(t)) if *t == text) {
@@ -186,6 +214,8 @@ impl ConfigWatcher {
         }
         if sources.is_empty() {
             tracing::warn!(dir = %self.dir.display(), "no configuration files: every request is allowed");
+        } else if config.is_empty() {
+            tracing::warn!(dir = %self.dir.display(), "no rule in the configuration files: every request is allowed");
         }
         let domains = config.domains().count();
         match self.service.reload(config) {
@@ -205,14 +235,89 @@ impl ConfigWatcher {
 
     async fn read(&self) -> Result<Sources, ConfigError> {
         let dir = self.dir.clone();
-        match tokio::task::spawn_blocking(move || Config::read_dir(&dir)).await {
+        let read_dir = self.read_dir;
+        match tokio::task::spawn_blocking(move || read_dir(&dir)).await {
             Ok(r) => r,
             Err(e) => Err(ConfigError {
                 file: self.dir.display().to_string(),
                 path: String::new(),
                 line: 0,
                 message: format!("cannot read: {e}"),
+                transient: true,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tower_redis_ratelimit::MemoryStore;
+
+    use super::*;
+    use crate::metrics::CONFIG_LOAD_ERROR;
+    use crate::service::ServiceOptions;
+
+    const RUNNING: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+
+    fn error(message: &str, transient: bool) -> ConfigError {
+        ConfigError {
+            file: "limits".to_owned(),
+            path: String::new(),
+            line: 0,
+            message: message.to_owned(),
+            transient,
+        }
+    }
+
+    /// The failed loads counted.
+    fn failed(service: &RlsService) -> u64 {
+        let text = service.metrics().render();
+        text.lines()
+            .find(|l| l.starts_with(CONFIG_LOAD_ERROR))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0, |n| n.parse().unwrap_or(u64::MAX))
+    }
+
+    // issue 34, point 5: the watcher counted "Too many open files" as a
+    // configuration error
+    #[tokio::test]
+    async fn a_read_error_of_the_machine_is_no_failed_load_and_replaces_nothing() {
+        let files = vec![("a.yaml".to_owned(), RUNNING.to_owned())];
+        let config = Config::from_sources([("a.yaml", RUNNING)], LoadOptions::default()).unwrap();
+        let service =
+            RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).unwrap();
+        let mut w = ConfigWatcher::new(service.clone(), "limits", LoadOptions::default())
+            .loaded_from(files);
+        w.read_dir = |_| {
+            Err(error(
+                "cannot read: Too many open files (os error 24)",
+                true,
+            ))
+        };
+        for _ in 0..3 {
+            match w.check().await {
+                Reload::Unreadable(e) => assert!(e.transient && e.message.contains("open files")),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(failed(&service), 0);
+        assert_eq!(service.config().rule_count(), 1);
+        assert_eq!(
+            w.unreadable.as_deref(),
+            Some("limits: cannot read: Too many open files (os error 24)")
+        );
+        // readable again: the running files, nothing to do
+        w.read_dir = |_| Ok(vec![("a.yaml".to_owned(), RUNNING.to_owned())]);
+        assert!(matches!(w.check().await, Reload::Unchanged));
+        assert_eq!(w.unreadable, None);
+        // an error of the configuration is a failed load, counted once
+        w.read_dir = |_| Err(error("cannot read: Permission denied (os error 13)", false));
+        assert!(matches!(
+            w.check().await,
+            Reload::Failed(ReloadError::Config(_))
+        ));
+        assert!(matches!(w.check().await, Reload::Unchanged));
+        assert_eq!(failed(&service), 1);
+        assert_eq!(service.config().rule_count(), 1);
     }
 }

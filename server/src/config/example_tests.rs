@@ -90,7 +90,10 @@ fn entry(action: &Node, addr: &str, api_key: &str) -> (String, String) {
 /// The example Envoy configuration: the rate limit filter's domain, and the
 /// descriptors its routes' actions make.
 fn envoy_descriptors(addr: &str, api_key: &str) -> (String, Vec<Vec<(String, String)>>) {
-    let doc = match yaml::parse(&read(root().join("examples/envoy.yaml"))) {
+    let doc = match yaml::parse(
+        &read(root().join("examples/envoy.yaml")),
+        yaml::Limits::DEFAULT,
+    ) {
         Ok(d) => d,
         Err(e) => panic!("envoy.yaml line {}: {}", e.line, e.message),
     };

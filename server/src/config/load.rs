@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use prost_types::value::Kind as PbKind;
-use tower_redis_ratelimit::Rate;
 use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Quota, Rate};
 
 use super::yaml::{self, Kind, Node as Y, Scalar};
 use super::{Config, ConfigError, ConfigWarning, LoadOptions, Node, OnStoreError, Rule, Unit};
@@ -47,6 +47,7 @@ impl Ctx<'_> {
             path: path.to_owned(),
             line,
             message: message.into(),
+            transient: false,
         }
     }
 
@@ -79,8 +80,24 @@ pub(super) fn load_file(
         file: name,
         warnings: Vec::new(),
     };
-    let doc = yaml::parse(text)
-        .map_err(|e| ctx.err("", e.line, format!("not valid YAML: {}", e.message)))?;
+    if text.len() > Config::MAX_FILE_BYTES {
+        return Err(ctx.err(
+            "",
+            0,
+            format!(
+                "{} bytes: a configuration file may hold at most {} MiB",
+                text.len(),
+                Config::MAX_FILE_BYTES >> 20
+            ),
+        ));
+    }
+    let doc = yaml::parse(text, yaml::Limits::DEFAULT).map_err(|e| {
+        if e.bound {
+            ctx.err("", e.line, e.message)
+        } else {
+            ctx.err("", e.line, format!("not valid YAML: {}", e.message))
+        }
+    })?;
     for (line, key) in &doc.duplicates {
         ctx.warn(
             "",
@@ -192,7 +209,7 @@ pub(super) fn load_file(
             &mut ctx,
             list,
             "descriptors",
-            &format!("{domain}."),
+            (&format!("{domain}."), ""),
             &mut root,
         ),
         None => Ok(()),
@@ -383,7 +400,7 @@ fn read_descriptors(
     ctx: &mut Ctx<'_>,
     list_node: &Y,
     path: &str,
-    parent_key: &str,
+    (parent_key, parent_id): (&str, &str),
     parent: &mut Node,
 ) -> Result<(), ConfigError> {
     for (i, item) in list(ctx, list_node, path)?.iter().enumerate() {
@@ -392,6 +409,7 @@ fn read_descriptors(
         let mut value = String::new();
         let mut value_line = item.line;
         let mut rate_limit = None;
+        let mut rate_limit_line = item.line;
         let mut children = None;
         let mut flags = [false; 5];
         let mut metadata = None;
@@ -404,7 +422,10 @@ fn read_descriptors(
                     value = string(ctx, v, &at)?;
                     value_line = k.line;
                 }
-                "rate_limit" => rate_limit = Some(v),
+                "rate_limit" => {
+                    rate_limit = Some(v);
+                    rate_limit_line = k.line;
+                }
                 "descriptors" => children = Some(v),
                 "shadow_mode" => flags[0] = boolean(ctx, v, &at)?,
                 "quota_mode" => flags[1] = boolean(ctx, v, &at)?,
@@ -431,6 +452,7 @@ fn read_descriptors(
             format!("{key}_{value}")
         };
         let full_key = format!("{parent_key}{final_key}");
+        let id = format!("{parent_id}{}:{final_key}", final_key.len());
         if parent.children.contains_key(&final_key) {
             let what = if value.is_empty() {
                 format!("key {key:?}")
@@ -466,10 +488,12 @@ fn read_descriptors(
             Some(v) if matches!(v.kind, Kind::Map(_)) => Some(read_rate_limit(
                 ctx,
                 v,
-                &join(&here, "rate_limit"),
                 Rule {
                     file: ctx.file.to_owned(),
                     full_key: full_key.clone(),
+                    id: id.clone(),
+                    path: join(&here, "rate_limit"),
+                    line: rate_limit_line,
                     requests_per_unit: 0,
                     unit: None,
                     unit_multiplier: 1,
@@ -511,7 +535,7 @@ fn read_descriptors(
                 ctx,
                 children,
                 &join(&here, "descriptors"),
-                &format!("{full_key}."),
+                (&format!("{full_key}."), &id),
                 &mut node,
             )?;
         }
@@ -524,24 +548,22 @@ fn read_descriptors(
     Ok(())
 }
 
-fn read_rate_limit(
-    ctx: &mut Ctx<'_>,
-    v: &Y,
-    path: &str,
-    mut rule: Rule,
-) -> Result<Rule, ConfigError> {
+fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, ConfigError> {
+    let path = &rule.path.clone();
     let mut unit: Option<(String, usize)> = None;
     let mut replaces: Option<&Y> = None;
     let mut strategy = None;
     let mut burst = None;
     let mut multiplier = None;
     let mut duration = None;
+    let mut count_line = v.line;
     for (k, val) in map_entries(v) {
         let name = k.text().unwrap_or_default();
         let at = join(path, name);
         match name {
             "requests_per_unit" => {
                 rule.requests_per_unit = integer(ctx, val, &at, u64::from(u32::MAX))? as u32;
+                count_line = k.line;
             }
             "unit" => unit = Some((string(ctx, val, &at)?, val.line)),
             "unlimited" => rule.unlimited = boolean(ctx, val, &at)?,
@@ -640,6 +662,13 @@ fn read_rate_limit(
         if us == 0 {
             return Err(ctx.err(&at, *line, "must be at least one microsecond"));
         }
+        if us > MAX_PERIOD_US {
+            return Err(ctx.err(
+                &at,
+                *line,
+                format!("{d:?} is longer than 366 days, the longest period"),
+            ));
+        }
         rule.period_us = us;
     } else {
         let Some(u) = parsed_unit else {
@@ -654,20 +683,21 @@ fn read_rate_limit(
                 ),
             ));
         };
-        let m = multiplier.map_or(1, |m| m.0);
+        let (m, m_line) = multiplier.unwrap_or((1, v.line));
         rule.unit = Some(u);
         rule.unit_multiplier = m;
-        rule.period_us = u
-            .seconds()
-            .checked_mul(u64::from(m))
-            .and_then(|s| s.checked_mul(1_000_000))
-            .ok_or_else(|| {
-                ctx.err(
-                    &join(path, "unit_multiplier"),
-                    v.line,
-                    "the period is too long",
-                )
-            })?;
+        let seconds = u.seconds() * u64::from(m);
+        if seconds > MAX_PERIOD_US / 1_000_000 {
+            return Err(ctx.err(
+                &join(path, "unit_multiplier"),
+                m_line,
+                format!(
+                    "{m} × {u} is {} days, longer than 366 days, the longest period",
+                    seconds / 86_400
+                ),
+            ));
+        }
+        rule.period_us = seconds * 1_000_000;
     }
     if let Some((b, line)) = burst {
         if !strategy.is_some_and(|(s, _)| s.takes_burst()) {
@@ -688,6 +718,7 @@ fn read_rate_limit(
         rule.burst = Some(b);
     }
     rule.strategy = strategy.map(|s| s.0);
+    check_quota(ctx, path, &rule, count_line, burst.map_or(0, |b| b.1))?;
     if let Some(list_node) = replaces {
         let rpath = join(path, "replaces");
         for (i, item) in list(ctx, list_node, &rpath)?.iter().enumerate() {
@@ -719,6 +750,61 @@ fn read_rate_limit(
         }
     }
     Ok(rule)
+}
+
+/// The longest period of a limit: 366 days, the library's
+/// ([`Quota`](tower_redis_ratelimit::Quota)'s, which keeps its times exact
+/// in Redis's Lua numbers).
+pub(super) const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
+
+/// The largest `burst` the library takes: 2^40.
+const MAX_BURST: u64 = 1 << 40;
+
+/// What the library rejects of the quota the service builds for `rule`
+/// (its period is checked already), rejected here with the path and line:
+/// a `sliding-window-log` of more than [`Quota::MAX_SORTED_SET_LIMIT`]
+/// requests, a `burst` above 2^40, or one whose refill
+/// (`burst` × period / `requests_per_unit`) takes 4 × 366 days or more.
+/// Nothing is built for a rule of no requests or without a limit.
+fn check_quota(
+    ctx: &Ctx<'_>,
+    path: &str,
+    rule: &Rule,
+    count_line: usize,
+    burst_line: usize,
+) -> Result<(), ConfigError> {
+    let count = u64::from(rule.requests_per_unit);
+    if rule.unlimited || count == 0 {
+        return Ok(());
+    }
+    if rule.strategy == Some(Strategy::SlidingWindowLog) && count > Quota::MAX_SORTED_SET_LIMIT {
+        return Err(ctx.err(
+            &join(path, "requests_per_unit"),
+            count_line,
+            format!(
+                "sliding-window-log keeps one entry per request: at most {} per period, not {count} \
+                 (sliding-window-counter takes any count)",
+                Quota::MAX_SORTED_SET_LIMIT
+            ),
+        ));
+    }
+    if let Some(b) = rule.burst {
+        let at = join(path, "burst");
+        if b > MAX_BURST {
+            return Err(ctx.err(&at, burst_line, format!("must be at most {MAX_BURST}")));
+        }
+        let interval = rule.period_us.div_ceil(count);
+        if b.checked_mul(interval)
+            .is_none_or(|t| t > 4 * MAX_PERIOD_US)
+        {
+            return Err(ctx.err(
+                &at,
+                burst_line,
+                "a burst this large takes more than 4 × 366 days to refill (`burst` × period / `requests_per_unit`)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A YAML node as a protobuf `Value`, as the Go service converts `metadata`.

@@ -42,12 +42,21 @@
 //!   `concurrency` is rejected: it holds a lease per request until a
 //!   release that Envoy's protocol does not have). Without it a limit is
 //!   the Go service's fixed window aligned to the epoch ([`crate::window`]).
+//!   A `sliding-window-log` keeps a time per request: at most
+//!   [`Quota::MAX_SORTED_SET_LIMIT`](tower_redis_ratelimit::Quota::MAX_SORTED_SET_LIMIT)
+//!   (10,000) `requests_per_unit`.
 //! * `burst`: a positive integer, for the strategies that take one
-//!   ([`Strategy::takes_burst`]).
+//!   ([`Strategy::takes_burst`]); at most 2^40, and at most 4 × 366 days
+//!   to refill (`burst` × period / `requests_per_unit`).
 //! * `unit_multiplier`: a positive integer `n`, the period is `n` units
 //!   (`unit: minute` with `unit_multiplier: 5` is five minutes).
 //! * `duration`: a period written as the library's rates write theirs
 //!   (`90s`, `500ms`, `2 hours`, `7d`), instead of `unit`.
+//!
+//! A period is at most 366 days, the library's longest (`unit: day` takes a
+//! `unit_multiplier` up to 366, `unit: year` none above 1). What the
+//! library would reject of a rule is rejected here, with the path and line
+//! of the field, so a service never fails to build from a loaded file.
 //!
 //! And one at the top of a file, beside `domain`:
 //!
@@ -55,6 +64,24 @@
 //!   does not answer within its timeout ([`OnStoreError`]: `allow`,
 //!   `deny` or `unavailable`); without it the service's default. Files
 //!   merged into one domain may repeat it but not disagree.
+//!
+//! # Bounds
+//!
+//! Whatever a file holds, reading it takes memory and time in proportion
+//! to its size: a file (or a directory of them) past one of these bounds is
+//! rejected, naming it and the bound, before it is read further (a reload
+//! keeps the running configuration):
+//!
+//! * at most [`Config::MAX_FILE_BYTES`] (16 MiB) a file,
+//!   [`Config::MAX_TOTAL_BYTES`] (64 MiB) the files of a directory
+//!   together, [`Config::MAX_FILES`] (4,096) files and
+//!   [`Config::MAX_DIR_ENTRIES`] (65,536) entries looked at;
+//! * lists and mappings nested at most [`Config::MAX_DEPTH`] (128) deep;
+//! * anchors and aliases that copy at most the file's size in bytes plus
+//!   [`Config::ALIAS_ALLOWANCE`] (262,144) nodes and bytes of text, where
+//!   a few hundred bytes of nested aliases would otherwise expand to
+//!   billions of nodes (yaml.v2, the Go service's, refuses such files as
+//!   "excessive aliasing").
 
 #[cfg(test)]
 mod example_tests;
@@ -203,8 +230,24 @@ pub struct Rule {
     pub file: String,
     /// The Go service's key of the node: the domain and each level's
     /// `key` or `key_value`, joined with `.` (`api.remote_address`,
-    /// `api.path_/v1*`); its metric names use it.
+    /// `api.path_/v1*`); its metric names use it. Two rules of a domain
+    /// may share it (a key `b` with a child `c`, and a key `b.c`): see
+    /// [`id`](Self::id).
     pub full_key: String,
+    /// The rule's identity in its domain: the node path of
+    /// [`full_key`](Self::full_key) without the domain, each level's `key`
+    /// (or `key_value`, for a node with a `value`) written as its length
+    /// in bytes, `:` and itself: `14:remote_address`, `11:path_/login`,
+    /// `1:b1:c` for a key `b` with a child `c` where a key `b.c` is
+    /// `3:b.c`. The nodes of a domain are distinct, so no two of its rules
+    /// share an id; it depends only on that path, so an unchanged rule has
+    /// the same id on every load.
+    pub id: String,
+    /// The path of its `rate_limit` in the file
+    /// (`descriptors[0].descriptors[1].rate_limit`).
+    pub path: String,
+    /// The line of its `rate_limit`, 1-based.
+    pub line: usize,
     /// `requests_per_unit` (0 when absent, as in Go: every request is over).
     pub requests_per_unit: u32,
     /// `unit`; `None` when the period is a `duration` or the limit is
@@ -281,6 +324,13 @@ pub struct ConfigError {
     pub line: usize,
     /// What is wrong.
     pub message: String,
+    /// The file or the directory could not be read for a reason of the
+    /// machine, not of the configuration: too many open files, out of
+    /// memory, interrupted, or a file listed a moment before and gone
+    /// when read (as while a ConfigMap's files are swapped). Reading
+    /// again later may succeed; [`ConfigWatcher`](crate::reload::ConfigWatcher)
+    /// does, without counting a failed load.
+    pub transient: bool,
 }
 
 impl fmt::Display for ConfigError {
@@ -359,6 +409,37 @@ pub struct Match<'a> {
 }
 
 impl Config {
+    /// The largest configuration file read: 16 MiB. A larger one is
+    /// rejected unread (by [`read_dir`](Self::read_dir)) or unparsed (by
+    /// [`from_sources`](Self::from_sources)).
+    pub const MAX_FILE_BYTES: usize = 16 << 20;
+
+    /// The most bytes the files of a directory may hold together: 64 MiB.
+    pub const MAX_TOTAL_BYTES: usize = 64 << 20;
+
+    /// The most configuration files (`.yaml`, `.yml`) of a directory:
+    /// 4,096.
+    pub const MAX_FILES: usize = 4_096;
+
+    /// The most entries (files, directories and links, of any name) that
+    /// [`read_dir`](Self::read_dir) looks at: 65,536.
+    pub const MAX_DIR_ENTRIES: usize = 65_536;
+
+    /// The deepest nesting of lists and mappings in a file: 128, a
+    /// descriptor tree of 62 levels (a request's descriptor has at most
+    /// [`ServiceOptions::max_entries`](crate::service::ServiceOptions::max_entries)
+    /// entries, 32 by default).
+    pub const MAX_DEPTH: usize = 128;
+
+    /// What a file's anchors and aliases may copy, over the file's own
+    /// size: 262,144. A copy costs a node for each list, mapping and
+    /// scalar it holds, plus the bytes of its scalars' text; a file whose
+    /// anchors and aliases copy more than its size in bytes plus this is
+    /// rejected before the copy is made (as yaml.v2 refuses "excessive
+    /// aliasing": nested aliases that would expand a file of a few hundred
+    /// bytes to billions of nodes).
+    pub const ALIAS_ALLOWANCE: usize = 1 << 18;
+
     /// Loads the files of `dir` and its subdirectories whose names end in
     /// `.yaml` or `.yml`, in the order of their paths; errors and warnings
     /// name a file by its path relative to `dir`. Names starting with `.`
@@ -376,28 +457,31 @@ impl Config {
     /// in the order it loads them, unparsed (give them to
     /// [`from_sources`](Self::from_sources)); a watcher compares them to
     /// see whether anything changed.
+    ///
+    /// Rejected, naming the file or the directory: more than
+    /// [`MAX_FILES`](Self::MAX_FILES) files or
+    /// [`MAX_DIR_ENTRIES`](Self::MAX_DIR_ENTRIES) entries, a file larger
+    /// than [`MAX_FILE_BYTES`](Self::MAX_FILE_BYTES) or files larger than
+    /// [`MAX_TOTAL_BYTES`](Self::MAX_TOTAL_BYTES) together (before they are
+    /// read), a name that is not a regular file (a FIFO, a device, a link
+    /// to nothing), a file that is not UTF-8, and whatever cannot be read
+    /// (an error of the machine is [`transient`](ConfigError::transient)).
+    /// An empty directory gives no files.
     pub fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
         let mut files = Vec::new();
-        collect(dir, &mut files).map_err(|(path, e)| ConfigError {
-            file: path.display().to_string(),
-            path: String::new(),
-            line: 0,
-            message: format!("cannot read: {e}"),
-        })?;
+        let mut entries = 0;
+        collect(dir, dir, &mut files, &mut entries)?;
         files.sort();
         let mut sources = Vec::with_capacity(files.len());
+        let mut total = 0usize;
         for path in files {
             let name = path
                 .strip_prefix(dir)
                 .unwrap_or(&path)
                 .display()
                 .to_string();
-            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
-                file: name.clone(),
-                path: String::new(),
-                line: 0,
-                message: format!("cannot read: {e}"),
-            })?;
+            let text = read_file(&path, &name, Config::MAX_TOTAL_BYTES - total)?;
+            total += text.len();
             sources.push((name, text));
         }
         Ok(sources)
@@ -413,6 +497,20 @@ impl Config {
             load::load_file(&mut config, name, text, options)?;
         }
         Ok(config)
+    }
+
+    /// The number of rules (`rate_limit`s) of every domain.
+    pub fn rule_count(&self) -> usize {
+        fn count(node: &Node) -> usize {
+            usize::from(node.rule.is_some()) + node.children.values().map(count).sum::<usize>()
+        }
+        self.domains.values().map(count).sum()
+    }
+
+    /// Whether there is no rule at all: no files, or files whose
+    /// descriptors have no `rate_limit` (every request is allowed).
+    pub fn is_empty(&self) -> bool {
+        self.rule_count() == 0
     }
 
     /// The domains, in the order they were first loaded.
@@ -453,6 +551,13 @@ impl Config {
     /// value); the limit applies only if the node that the last entry
     /// reaches has one (a descriptor longer or shorter than the configured
     /// path gets none). An unknown domain or no match is no limit.
+    ///
+    /// As in Go, an entry's key and value are joined with `_` before they
+    /// are looked up, so entries that join alike reach one node: `(a, b_c)`
+    /// and `(a_b, c)` both match `key: a, value: b_c` (a `key: a_b, value:
+    /// c` beside it would be the same node, rejected as a duplicate), and
+    /// `(a, b)` matches a node `key: a_b` without a value, as its exact
+    /// value, before any wildcard or key-only sibling.
     pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Rule> {
         self.lookup_match(domain, entries).map(|m| m.rule)
     }
@@ -574,23 +679,171 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::Error)> {
-    let entries = std::fs::read_dir(dir).map_err(|e| (dir.to_owned(), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| (dir.to_owned(), e))?;
+/// Adds the configuration files under `dir` to `out`; `entries` counts
+/// the entries looked at.
+fn collect(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    entries: &mut usize,
+) -> Result<(), ConfigError> {
+    let name = |path: &Path| {
+        if path == root {
+            root.display().to_string()
+        } else {
+            path.strip_prefix(root)
+                .unwrap_or(path)
+                .display()
+                .to_string()
+        }
+    };
+    let unreadable = |path: &Path, e: std::io::Error| ConfigError {
+        file: name(path),
+        path: String::new(),
+        line: 0,
+        message: format!("cannot read: {e}"),
+        // (a directory that is not there is a mistake, not a race)
+        transient: is_transient(path, &e)
+            && !(path == root && e.kind() == std::io::ErrorKind::NotFound),
+    };
+    let listing = std::fs::read_dir(dir).map_err(|e| unreadable(dir, e))?;
+    for entry in listing {
+        let entry = entry.map_err(|e| unreadable(dir, e))?;
+        *entries += 1;
+        if *entries > Config::MAX_DIR_ENTRIES {
+            return Err(too_many(
+                root,
+                format!(
+                    "more than {} entries (files, directories, links): refused",
+                    Config::MAX_DIR_ENTRIES
+                ),
+            ));
+        }
         let path = entry.path();
         if entry.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
-        let kind = entry.file_type().map_err(|e| (path.clone(), e))?;
+        let kind = entry.file_type().map_err(|e| unreadable(&path, e))?;
         // follows a symbolic link (Kubernetes mounts a ConfigMap's files
         // as links into a `..data` directory)
         let is_dir = kind.is_dir() || (kind.is_symlink() && path.is_dir());
         if is_dir {
-            collect(&path, out)?;
+            collect(root, &path, out, entries)?;
         } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            if out.len() == Config::MAX_FILES {
+                return Err(too_many(
+                    root,
+                    format!(
+                        "more than {} configuration files (.yaml, .yml): refused",
+                        Config::MAX_FILES
+                    ),
+                ));
+            }
             out.push(path);
         }
     }
     Ok(())
+}
+
+fn too_many(root: &Path, message: String) -> ConfigError {
+    ConfigError {
+        file: root.display().to_string(),
+        path: String::new(),
+        line: 0,
+        message,
+        transient: false,
+    }
+}
+
+/// Reads the configuration file `path` (named `name`), of at most
+/// [`Config::MAX_FILE_BYTES`] and `room` bytes, checking its size before
+/// reading it.
+fn read_file(path: &Path, name: &str, room: usize) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let err = |message: String, transient: bool| ConfigError {
+        file: name.to_owned(),
+        path: String::new(),
+        line: 0,
+        message,
+        transient,
+    };
+    let io = |e: std::io::Error| {
+        let transient = is_transient(path, &e);
+        err(format!("cannot read: {e}"), transient)
+    };
+    let too_large = |size: u64| {
+        if size > Config::MAX_FILE_BYTES as u64 {
+            Some(err(
+                format!(
+                    "{size} bytes: a configuration file may hold at most {} MiB",
+                    Config::MAX_FILE_BYTES >> 20
+                ),
+                false,
+            ))
+        } else if size > room as u64 {
+            Some(err(
+                format!(
+                    "the configuration files hold more than {} MiB together (this one {size} bytes)",
+                    Config::MAX_TOTAL_BYTES >> 20
+                ),
+                false,
+            ))
+        } else {
+            None
+        }
+    };
+    // (follows a link; a FIFO would block the read, a device never end it)
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(err(
+            "not a regular file (a configuration file must be one)".to_owned(),
+            false,
+        ));
+    }
+    if let Some(e) = too_large(meta.len()) {
+        return Err(e);
+    }
+    let limit = Config::MAX_FILE_BYTES.min(room);
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(limit));
+    std::fs::File::open(path)
+        .and_then(|f| f.take(limit as u64 + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    // (grown since its size was read)
+    if let Some(e) = too_large(bytes.len() as u64) {
+        return Err(e);
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        err(
+            format!(
+                "cannot read: not UTF-8 text (an invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            false,
+        )
+    })
+}
+
+/// Whether `e`, met reading `path`, is of the machine rather than of the
+/// configuration: out of file descriptors or memory, interrupted, busy,
+/// timed out, or `path` gone (listed, then removed before it was read; a
+/// link to nothing is the configuration's).
+fn is_transient(path: &Path, e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    // EMFILE and ENFILE (the same on Linux, macOS and the BSDs), which
+    // std maps to no kind of their own
+    #[cfg(unix)]
+    if matches!(e.raw_os_error(), Some(23 | 24)) {
+        return true;
+    }
+    match e.kind() {
+        ErrorKind::Interrupted
+        | ErrorKind::WouldBlock
+        | ErrorKind::OutOfMemory
+        | ErrorKind::TimedOut
+        | ErrorKind::ResourceBusy => true,
+        ErrorKind::NotFound => path
+            .symlink_metadata()
+            .is_err_and(|m| m.kind() == ErrorKind::NotFound),
+        _ => false,
+    }
 }

@@ -560,7 +560,7 @@ descriptors:
     rejects(
         &rl("unit: year, unit_multiplier: 4294967295"),
         "descriptors[0].rate_limit.unit_multiplier",
-        "too long",
+        "longer than 366 days",
     );
     rejects(
         &rl("unit: second, duration: 5s"),
@@ -670,4 +670,456 @@ fn failure_policy_extension() {
         ("y.yaml", "failure_policy")
     );
     assert!(e.message.contains("x.yaml"), "{e}");
+}
+
+/// The ids of every rule of `domain`, by full key and path.
+fn ids(c: &Config, domain: &str) -> Vec<(String, String, String)> {
+    let mut v: Vec<_> = c
+        .rules(domain)
+        .into_iter()
+        .map(|r| (r.path.clone(), r.full_key.clone(), r.id.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+// issue 34, point 3: the dotted full key is ambiguous, the id is not
+#[test]
+fn rules_sharing_a_dotted_full_key_have_distinct_ids() {
+    let c = one("
+domain: d
+descriptors:
+  - key: b
+    descriptors:
+      - key: c
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: b.c
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: k
+    value: v1.2
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: k
+    value: v1
+    descriptors:
+      - key: '2'
+        rate_limit: {unit: minute, requests_per_unit: 4}
+");
+    assert_eq!(
+        ids(&c, "d"),
+        [
+            (
+                "descriptors[0].descriptors[0].rate_limit",
+                "d.b.c",
+                "1:b1:c"
+            ),
+            ("descriptors[1].rate_limit", "d.b.c", "3:b.c"),
+            ("descriptors[2].rate_limit", "d.k_v1.2", "6:k_v1.2"),
+            (
+                "descriptors[3].descriptors[0].rate_limit",
+                "d.k_v1.2",
+                "4:k_v11:2"
+            ),
+        ]
+        .map(|(p, k, i)| (p.to_owned(), k.to_owned(), i.to_owned()))
+    );
+    // each found by its own path, with its own limit
+    assert_eq!(
+        c.lookup("d", &[("b", "x"), ("c", "y")])
+            .unwrap()
+            .requests_per_unit,
+        2
+    );
+    assert_eq!(
+        c.lookup("d", &[("b.c", "y")]).unwrap().requests_per_unit,
+        1000
+    );
+    assert_eq!(
+        c.lookup("d", &[("k", "v1.2")]).unwrap().requests_per_unit,
+        3
+    );
+    assert_eq!(
+        c.lookup("d", &[("k", "v1"), ("2", "")])
+            .unwrap()
+            .requests_per_unit,
+        4
+    );
+    // the rule's line is its `rate_limit`'s
+    let lines: Vec<_> = {
+        let mut r = c.rules("d");
+        r.sort_by_key(|r| r.line);
+        r.iter().map(|r| (r.line, r.requests_per_unit)).collect()
+    };
+    assert_eq!(lines, [(7, 2), (9, 1000), (12, 3), (17, 4)]);
+    assert!(c.rules("d").iter().all(|r| r.file == "t.yaml"));
+}
+
+#[test]
+fn rule_ids_depend_only_on_the_node_path() {
+    let src = "
+domain: d
+descriptors:
+  - key: path
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    descriptors:
+      - key: user_id
+        rate_limit: {unit: hour, requests_per_unit: 7}
+";
+    let first = ids(&one(src), "d");
+    assert_eq!(first, ids(&one(src), "d"), "the same file, the same ids");
+    assert_eq!(first[0].2, "11:path_/login");
+    assert_eq!(first[1].2, "6:tenant7:user_id");
+    // other rules before them, other limits, a merged second file: the
+    // same ids
+    let moved = "
+domain: d
+descriptors:
+  - key: other
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    descriptors:
+      - key: user_id
+        rate_limit: {unit: day, requests_per_unit: 70, strategy: gcra}
+";
+    let more = "
+domain: d
+descriptors:
+  - key: path
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 50}
+";
+    let merge = LoadOptions::default().merge_domains(true);
+    let c = Config::from_sources([("a.yaml", moved), ("b.yaml", more)], merge).unwrap();
+    let by_key = |c: &Config, key: &str| {
+        c.rules("d")
+            .into_iter()
+            .find(|r| r.full_key == key)
+            .map(|r| r.id.clone())
+    };
+    assert_eq!(
+        by_key(&c, "d.path_/login").as_deref(),
+        Some("11:path_/login")
+    );
+    assert_eq!(
+        by_key(&c, "d.tenant.user_id").as_deref(),
+        Some("6:tenant7:user_id")
+    );
+    // a multi-byte key is counted in bytes
+    let c = one(
+        "domain: d\ndescriptors:\n  - key: é\n    value: ü\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    );
+    assert_eq!(c.rules("d")[0].id, "5:é_ü");
+}
+
+// issue 34, point 10: Go's GetLimit joins key and value with `_`
+#[test]
+fn matching_joins_key_and_value_with_an_underscore_as_go_does() {
+    let c = one("
+domain: d
+descriptors:
+  - key: a
+    value: b_c
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: x_y
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: x
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: x
+    value: '*'
+    rate_limit: {unit: minute, requests_per_unit: 4}
+");
+    // two requests that join alike reach the one rule
+    let one_rule = c.lookup("d", &[("a", "b_c")]).unwrap();
+    let other = c.lookup("d", &[("a_b", "c")]).unwrap();
+    assert!(std::ptr::eq(one_rule, other));
+    assert_eq!(one_rule.id, "5:a_b_c");
+    // `(x, y)` joins to `x_y`: the key-only node `x_y`, before the
+    // wildcard and the key-only `x`
+    assert_eq!(c.lookup("d", &[("x", "y")]).unwrap().requests_per_unit, 2);
+    assert_eq!(c.lookup("d", &[("x", "z")]).unwrap().requests_per_unit, 4);
+    // and `(x_y, v)` joins to `x_y_v`, which the wildcard `x_*` matches
+    // before the key-only `x_y` is tried
+    assert_eq!(c.lookup("d", &[("x_y", "v")]).unwrap().requests_per_unit, 4);
+    // and a `key: a_b, value: c` beside `key: a, value: b_c` is one node twice
+    rejects(
+        "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n  - key: a_b\n    value: c\n",
+        "descriptors[1]",
+        "duplicate descriptor",
+    );
+}
+
+// issue 34, point 8: the period's maximum, with the path and line
+#[test]
+fn a_period_is_at_most_366_days_named_at_its_field_and_line() {
+    let rl = |body: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      requests_per_unit: 1\n{body}"
+        )
+    };
+    assert_eq!(
+        one(&rl("      unit: year\n")).rules("d")[0].period_us,
+        365 * 86_400 * 1_000_000
+    );
+    for ok in [
+        "      unit: day\n      unit_multiplier: 366\n",
+        "      unit: hour\n      unit_multiplier: 8784\n",
+        "      duration: 366d\n",
+        "      duration: 8784 hours\n",
+    ] {
+        let c = one(&rl(ok));
+        assert_eq!(c.rules("d")[0].period_us, 366 * 86_400 * 1_000_000, "{ok}");
+    }
+    for (body, field, line) in [
+        (
+            "      unit: year\n      unit_multiplier: 2\n",
+            "unit_multiplier",
+            7,
+        ),
+        (
+            "      unit: day\n      unit_multiplier: 367\n",
+            "unit_multiplier",
+            7,
+        ),
+        (
+            "      unit_multiplier: 53\n      unit: week\n",
+            "unit_multiplier",
+            6,
+        ),
+        ("      duration: 367d\n", "duration", 6),
+        ("      duration: 8785 hours\n", "duration", 6),
+        ("      duration: 100000d\n", "duration", 6),
+    ] {
+        let e = reject(&rl(body));
+        assert_eq!(e.path, format!("descriptors[0].rate_limit.{field}"), "{e}");
+        assert_eq!(e.line, line, "{e}");
+        assert!(e.message.contains("366 days"), "{e}");
+    }
+}
+
+// issue 34, point 8: what the library rejects at build, rejected by the
+// loader with the path and line
+#[test]
+fn what_the_library_rejects_is_rejected_at_its_field_and_line() {
+    let rl = |body: &str| {
+        format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n{body}")
+    };
+    for (body, field, line, msg) in [
+        (
+            "      requests_per_unit: 10001\n      strategy: sliding-window-log\n",
+            "requests_per_unit",
+            6,
+            "at most 10000",
+        ),
+        (
+            "      requests_per_unit: 4294967295\n      strategy: token-bucket\n      burst: 1099511627777\n",
+            "burst",
+            8,
+            "at most 1099511627776",
+        ),
+        (
+            "      unit_multiplier: 86400\n      requests_per_unit: 1\n      strategy: gcra\n      burst: 1465\n",
+            "burst",
+            9,
+            "to refill",
+        ),
+        (
+            "      requests_per_unit: 1\n      burst: 5\n",
+            "burst",
+            7,
+            "takes one",
+        ),
+        (
+            "      requests_per_unit: 1\n      strategy: fixed-window\n      burst: 5\n",
+            "burst",
+            8,
+            "takes one",
+        ),
+    ] {
+        let e = reject(&rl(body));
+        assert_eq!(
+            e.path,
+            format!("descriptors[0].rate_limit.{field}"),
+            "{body}: {e}"
+        );
+        assert_eq!(e.line, line, "{e}");
+        assert!(e.message.contains(msg), "{e}");
+    }
+    // at the bounds: accepted (no limiter is built for zero requests or
+    // an unlimited rule, so nothing is checked there)
+    for body in [
+        "      requests_per_unit: 10000\n      strategy: sliding-window-log\n",
+        "      requests_per_unit: 0\n      strategy: sliding-window-log\n      unit_multiplier: 2\n",
+        "      requests_per_unit: 4294967295\n      strategy: token-bucket\n      burst: 1099511627776\n",
+        "      unit_multiplier: 86400\n      requests_per_unit: 1\n      strategy: gcra\n      burst: 1464\n",
+    ] {
+        one(&rl(body));
+    }
+}
+
+/// The loader accepts a rule exactly when the library builds the quota the
+/// service makes of it (a fixed window aligned to the epoch without a
+/// `strategy`), over every strategy and the bounds of period, count and
+/// burst; an accepted one builds a service.
+#[test]
+fn the_loader_accepts_a_rule_exactly_when_the_library_builds_it() {
+    use std::time::Duration;
+    use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
+    let day = 86_400_000_000u64;
+    let periods = [
+        ("unit: second", 1_000_000),
+        ("unit: year", 365 * day),
+        ("unit: day, unit_multiplier: 366", 366 * day),
+        ("unit: day, unit_multiplier: 367", 367 * day),
+        ("unit: year, unit_multiplier: 2", 730 * day),
+        ("duration: 1us", 1),
+        ("duration: 366d", 366 * day),
+        ("duration: 366d 1us", 366 * day + 1),
+    ];
+    let counts = [1u64, 3, 10_000, 10_001, u64::from(u32::MAX)];
+    let mut strategies = vec![None];
+    strategies.extend(
+        Strategy::ALL
+            .into_iter()
+            .filter(|s| *s != Strategy::Concurrency)
+            .map(Some),
+    );
+    let bursts = [
+        None,
+        Some(1u64),
+        Some(3),
+        Some(1 << 40),
+        Some((1 << 40) + 1),
+        Some(u64::MAX),
+    ];
+    let (mut accepted, mut rejected) = (0, 0);
+    for (period, period_us) in periods {
+        for count in counts {
+            for strategy in &strategies {
+                for burst in bursts {
+                    let mut body = format!("{period}, requests_per_unit: {count}");
+                    if let Some(s) = strategy {
+                        body.push_str(&format!(", strategy: {s}"));
+                    }
+                    if let Some(b) = burst {
+                        body.push_str(&format!(", burst: {b}"));
+                    }
+                    let src = format!(
+                        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{{body}}}\n"
+                    );
+                    let rate = Rate::new(count, Duration::from_micros(period_us));
+                    let mut quota = match strategy {
+                        None => Quota::fixed_window(rate).aligned(),
+                        Some(s) => Quota::new(*s, rate),
+                    };
+                    if let Some(b) = burst {
+                        quota = quota.burst(b);
+                    }
+                    let library = RateLimiter::builder()
+                        .store(MemoryStore::with_shards(1))
+                        .prefix("t")
+                        .quota(quota.name("a"))
+                        .build();
+                    match (load(&[("t.yaml", &src)]), library) {
+                        (Ok(c), Ok(_)) => {
+                            accepted += 1;
+                            crate::service::RlsService::new(
+                                c,
+                                MemoryStore::with_shards(1),
+                                crate::service::ServiceOptions::default(),
+                            )
+                            .unwrap_or_else(|e| panic!("{body}: {e}"));
+                        }
+                        (Err(e), Err(_)) => {
+                            rejected += 1;
+                            assert!(
+                                e.path.starts_with("descriptors[0].rate_limit."),
+                                "{body}: {e}"
+                            );
+                            assert!(e.line > 0, "{body}: {e}");
+                        }
+                        (Ok(_), Err(e)) => {
+                            panic!("{body}: loaded, and the library rejects it: {e}")
+                        }
+                        (Err(e), Ok(_)) => {
+                            panic!("{body}: rejected, and the library builds it: {e}")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        accepted > 100 && rejected > 100,
+        "{accepted} accepted, {rejected} rejected"
+    );
+}
+
+// issue 34, point 6
+#[test]
+fn a_configuration_tells_whether_it_has_rules() {
+    let c = load(&[]).unwrap();
+    assert!(c.is_empty());
+    assert_eq!(c.rule_count(), 0);
+    let c = one("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n");
+    assert!(c.is_empty(), "a domain without a `rate_limit`");
+    assert_eq!(c.domains().count(), 1);
+    let c = one(BASIC);
+    assert_eq!(c.rule_count(), 9);
+    assert!(!c.is_empty());
+    let dir = std::env::temp_dir().join(format!("trl-server-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "domain: x\n").unwrap();
+    assert!(
+        Config::load_dir(&dir, LoadOptions::default())
+            .unwrap()
+            .is_empty()
+    );
+    // a mistyped directory is an error, and not one of the machine
+    let e = Config::read_dir(&dir.join("missing")).unwrap_err();
+    assert!(!e.transient, "{e}");
+    assert!(e.message.contains("cannot read"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn io_errors_of_the_machine_are_transient_those_of_the_files_not() {
+    use std::io::{Error, ErrorKind};
+    let dir = std::env::temp_dir().join(format!("trl-server-io-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let here = dir.as_path();
+    #[cfg(unix)]
+    {
+        // EMFILE, ENFILE
+        assert!(is_transient(here, &Error::from_raw_os_error(24)));
+        assert!(is_transient(here, &Error::from_raw_os_error(23)));
+        // EACCES, EISDIR
+        assert!(!is_transient(here, &Error::from_raw_os_error(13)));
+        assert!(!is_transient(here, &Error::from_raw_os_error(21)));
+    }
+    for kind in [
+        ErrorKind::Interrupted,
+        ErrorKind::OutOfMemory,
+        ErrorKind::WouldBlock,
+    ] {
+        assert!(is_transient(here, &Error::from(kind)), "{kind:?}");
+    }
+    for kind in [ErrorKind::PermissionDenied, ErrorKind::InvalidData] {
+        assert!(!is_transient(here, &Error::from(kind)), "{kind:?}");
+    }
+    // gone since it was listed: transient; a link to nothing: not
+    let gone = dir.join("gone.yaml");
+    assert!(is_transient(&gone, &Error::from(ErrorKind::NotFound)));
+    #[cfg(unix)]
+    {
+        let link = dir.join("dangling.yaml");
+        std::os::unix::fs::symlink(dir.join("nothing"), &link).unwrap();
+        assert!(!is_transient(&link, &Error::from(ErrorKind::NotFound)));
+        let e = Config::read_dir(&dir).unwrap_err();
+        assert_eq!(e.file, "dangling.yaml");
+        assert!(!e.transient, "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,7 +4,11 @@
 //! resolution) does: `yes`/`on` are booleans there, `0x10` an integer, and a
 //! string field takes any scalar's text as written.
 
+use std::collections::HashMap;
+
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+
+use super::Config;
 
 /// One node of a document, with the (1-based) line it starts on.
 #[derive(Debug, Clone)]
@@ -202,38 +206,107 @@ pub(crate) struct Document {
     pub(crate) more_documents: bool,
 }
 
-/// A YAML syntax error: its line and the parser's message.
+/// A file the reader refuses: a YAML syntax error, or a bound passed
+/// ([`Limits`]); its line and what is wrong.
 #[derive(Debug)]
 pub(crate) struct SyntaxError {
     pub(crate) line: usize,
     pub(crate) message: String,
+    /// A bound of [`Limits`] was passed (the YAML itself may be valid).
+    pub(crate) bound: bool,
 }
 
-enum Frame {
-    Seq(usize, Vec<Node>, usize),
-    /// line, entries, the key waiting for its value, anchor, and for each
-    /// entry whether it came from a merge key (`<<`)
-    Map(usize, Vec<(Node, Node)>, Option<Node>, usize, Vec<bool>),
+/// What one file may make the reader build.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The deepest nesting of lists and mappings.
+    pub(crate) max_depth: usize,
+    /// What anchors and aliases may copy, in nodes plus bytes of scalar
+    /// text, over the file's own size in bytes.
+    pub(crate) alias_allowance: usize,
 }
 
-/// Parses `src` into a [`Document`].
-pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
-    let mut anchors: Vec<(usize, Node)> = Vec::new();
+impl Limits {
+    /// [`Config::MAX_DEPTH`] and [`Config::ALIAS_ALLOWANCE`].
+    pub(crate) const DEFAULT: Limits = Limits {
+        max_depth: Config::MAX_DEPTH,
+        alias_allowance: Config::ALIAS_ALLOWANCE,
+    };
+}
+
+/// A list or mapping being read.
+struct Frame {
+    line: usize,
+    anchor: usize,
+    /// Nodes plus bytes of scalar text of the entries so far.
+    weight: usize,
+    kind: FrameKind,
+}
+
+enum FrameKind {
+    Seq(Vec<Node>),
+    Map(MapFrame),
+}
+
+/// A mapping being read: its entries, the key waiting for its value, for
+/// each entry whether it came from a merge key (`<<`), and where each key
+/// is (by [`key_id`]).
+#[derive(Default)]
+struct MapFrame {
+    entries: Vec<(Node, Node)>,
+    pending: Option<Node>,
+    merged: Vec<bool>,
+    index: HashMap<KeyId, usize>,
+}
+
+/// Parses `src` into a [`Document`], within `limits`.
+pub(crate) fn parse(src: &str, limits: Limits) -> Result<Document, SyntaxError> {
+    // (an anchored node with its weight; saphyr-parser numbers anchors
+    // anew at each definition, so a redefined name gets a new id)
+    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut doc = Document {
         root: None,
         duplicates: Vec::new(),
         more_documents: false,
     };
+    let budget = src.len().saturating_add(limits.alias_allowance);
+    let mut copied = 0usize;
+    let mut charge = |weight: usize, line: usize| {
+        copied = copied.saturating_add(weight);
+        if copied > budget {
+            return Err(SyntaxError {
+                line,
+                message: format!(
+                    "its anchors and aliases expand to more than {budget} nodes and bytes \
+                     (the file's {} bytes and {}): refused, as envoyproxy/ratelimit's YAML \
+                     library refuses excessive aliasing",
+                    src.len(),
+                    limits.alias_allowance
+                ),
+                bound: true,
+            });
+        }
+        Ok(())
+    };
     let mut documents = 0usize;
     let mut done = false;
     for item in Parser::new_from_str(src) {
-        let (event, span): (Event<'_>, Span) = item.map_err(|e| SyntaxError {
-            line: e.marker().line(),
-            message: e.info().to_owned(),
+        let (event, span): (Event<'_>, Span) = item.map_err(|e| {
+            // (the scanner reads ahead, and stops at 255 nested flow
+            // lists and mappings before this loop sees the 129th)
+            if e.info() == "recursion limit exceeded" {
+                too_deep(e.marker().line(), limits)
+            } else {
+                SyntaxError {
+                    line: e.marker().line(),
+                    message: e.info().to_owned(),
+                    bound: false,
+                }
+            }
         })?;
         let line = span.start.line();
-        let (node, anchor) = match event {
+        let (node, weight, anchor) = match event {
             Event::DocumentStart(_) => {
                 documents += 1;
                 if documents > 1 {
@@ -247,6 +320,7 @@ pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
                 let str_tag = tag
                     .as_ref()
                     .is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
+                let weight = text.len().saturating_add(1);
                 let node = Node {
                     line,
                     kind: Kind::Scalar {
@@ -255,78 +329,113 @@ pub(crate) fn parse(src: &str) -> Result<Document, SyntaxError> {
                         str_tag,
                     },
                 };
-                (node, anchor)
+                (node, weight, anchor)
             }
             Event::Alias(id) => {
-                let node = anchors
-                    .iter()
-                    .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, n)| n.clone())
-                    .ok_or_else(|| SyntaxError {
-                        line,
-                        message: "an alias to an unknown anchor".to_owned(),
-                    })?;
-                (node, 0)
+                let (node, weight) = anchors.get(&id).ok_or_else(|| SyntaxError {
+                    line,
+                    message: "an alias to an unknown anchor".to_owned(),
+                    bound: false,
+                })?;
+                // (before the copy is made)
+                charge(*weight, line)?;
+                (node.clone(), *weight, 0)
             }
-            Event::SequenceStart(anchor, _) => {
-                stack.push(Frame::Seq(line, Vec::new(), anchor));
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if stack.len() >= limits.max_depth {
+                    return Err(too_deep(line, limits));
+                }
+                let kind = match event {
+                    Event::SequenceStart(..) => FrameKind::Seq(Vec::new()),
+                    _ => FrameKind::Map(MapFrame::default()),
+                };
+                stack.push(Frame {
+                    line,
+                    anchor,
+                    weight: 1,
+                    kind,
+                });
                 continue;
             }
-            Event::MappingStart(anchor, _) => {
-                stack.push(Frame::Map(line, Vec::new(), None, anchor, Vec::new()));
-                continue;
-            }
-            Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Seq(l, items, anchor)) => (
-                    Node {
-                        line: l,
-                        kind: Kind::Seq(items),
-                    },
-                    anchor,
-                ),
-                _ => continue,
-            },
-            Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map(l, entries, _, anchor, _)) => (
-                    Node {
-                        line: l,
-                        kind: Kind::Map(entries),
-                    },
-                    anchor,
-                ),
-                _ => continue,
+            Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
+                Some(frame) => {
+                    let kind = match frame.kind {
+                        FrameKind::Seq(items) => Kind::Seq(items),
+                        FrameKind::Map(map) => Kind::Map(map.entries),
+                    };
+                    let node = Node {
+                        line: frame.line,
+                        kind,
+                    };
+                    (node, frame.weight, frame.anchor)
+                }
+                None => continue,
             },
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {
                 continue;
             }
         };
         if anchor != 0 {
-            anchors.push((anchor, node.clone()));
+            charge(weight, line)?;
+            anchors.insert(anchor, (node.clone(), weight));
         }
         match stack.last_mut() {
             None => doc.root = Some(node),
-            Some(Frame::Seq(_, items, _)) => items.push(node),
-            Some(Frame::Map(_, entries, pending, _, merged)) => match pending.take() {
-                None => *pending = Some(node),
-                Some(key) => insert(entries, merged, key, node, &mut doc.duplicates),
-            },
+            Some(frame) => {
+                frame.weight = frame.weight.saturating_add(weight);
+                match &mut frame.kind {
+                    FrameKind::Seq(items) => items.push(node),
+                    FrameKind::Map(map) => match map.pending.take() {
+                        None => map.pending = Some(node),
+                        Some(key) => insert(map, key, node, &mut doc.duplicates),
+                    },
+                }
+            }
         }
     }
     Ok(doc)
+}
+
+fn too_deep(line: usize, limits: Limits) -> SyntaxError {
+    SyntaxError {
+        line,
+        message: format!(
+            "lists and mappings nested more than {} deep: refused",
+            limits.max_depth
+        ),
+        bound: true,
+    }
+}
+
+/// A mapping key's identity: two keys are the same when their scalars
+/// resolve to equal values ([`Scalar`]'s `==`); `None` for a key equal to
+/// no other (a list, a mapping, a NaN).
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum KeyId {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(u64),
+    Str(String),
+}
+
+fn key_id(node: &Node) -> Option<KeyId> {
+    Some(match node.scalar()? {
+        Scalar::Null => KeyId::Null,
+        Scalar::Bool(b) => KeyId::Bool(b),
+        Scalar::Int(n) => KeyId::Int(n),
+        Scalar::Float(f) if f.is_nan() => return None,
+        // (0.0 == -0.0)
+        Scalar::Float(f) => KeyId::Float(if f == 0.0 { 0 } else { f.to_bits() }),
+        Scalar::Str(s) => KeyId::Str(s.to_owned()),
+    })
 }
 
 /// Adds `key: value` to a mapping as yaml.v2 builds it: a merge key `<<`
 /// copies the entries of the mapping(s) it names that are not set
 /// explicitly (an explicit key overrides a merged one, before or after it);
 /// a key given twice keeps the last value.
-fn insert(
-    entries: &mut Vec<(Node, Node)>,
-    merged: &mut Vec<bool>,
-    key: Node,
-    value: Node,
-    duplicates: &mut Vec<(usize, String)>,
-) {
+fn insert(map: &mut MapFrame, key: Node, value: Node, duplicates: &mut Vec<(usize, String)>) {
     let is_merge = matches!(&key.kind, Kind::Scalar { text, plain: true, .. } if text == "<<");
     if is_merge {
         let sources: Vec<Node> = match value.kind {
@@ -337,31 +446,36 @@ fn insert(
         for source in sources {
             if let Kind::Map(more) = source.kind {
                 for (k, v) in more {
-                    if !entries.iter().any(|(e, _)| same_key(e, &k)) {
-                        entries.push((k, v));
-                        merged.push(true);
+                    let id = key_id(&k);
+                    if id.as_ref().is_some_and(|id| map.index.contains_key(id)) {
+                        continue;
                     }
+                    if let Some(id) = id {
+                        map.index.insert(id, map.entries.len());
+                    }
+                    map.entries.push((k, v));
+                    map.merged.push(true);
                 }
             }
         }
         return;
     }
-    if let Some(i) = entries.iter().position(|(e, _)| same_key(e, &key)) {
-        if !merged[i] {
-            duplicates.push((key.line, key.text().unwrap_or("?").to_owned()));
+    let id = key_id(&key);
+    match id.as_ref().and_then(|id| map.index.get(id)) {
+        Some(&i) => {
+            if !map.merged[i] {
+                duplicates.push((key.line, key.text().unwrap_or("?").to_owned()));
+            }
+            map.merged[i] = false;
+            map.entries[i].1 = value;
         }
-        merged[i] = false;
-        entries[i].1 = value;
-    } else {
-        entries.push((key, value));
-        merged.push(false);
-    }
-}
-
-fn same_key(a: &Node, b: &Node) -> bool {
-    match (a.scalar(), b.scalar()) {
-        (Some(x), Some(y)) => x == y,
-        _ => false,
+        None => {
+            if let Some(id) = id {
+                map.index.insert(id, map.entries.len());
+            }
+            map.entries.push((key, value));
+            map.merged.push(false);
+        }
     }
 }
 
@@ -369,8 +483,10 @@ fn same_key(a: &Node, b: &Node) -> bool {
 mod tests {
     use super::*;
 
+    const LIMITS: Limits = Limits::DEFAULT;
+
     fn root(src: &str) -> Node {
-        match parse(src) {
+        match parse(src, LIMITS) {
             Ok(Document { root: Some(n), .. }) => n,
             other => panic!("{other:?}"),
         }
@@ -402,7 +518,11 @@ mod tests {
 
     #[test]
     fn anchors_merge_keys_and_duplicates() {
-        let d = parse("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\nc: 4\n").unwrap();
+        let d = parse(
+            "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\nc: 4\n",
+            LIMITS,
+        )
+        .unwrap();
         let Some(Node {
             kind: Kind::Map(e), ..
         }) = d.root
@@ -412,7 +532,7 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert_eq!(e[1].1.text(), Some("4"));
         assert_eq!(d.duplicates, vec![(5, "c".to_owned())]);
-        let d = parse("c:\n  <<: {x: 1, y: 2}\n  y: 3\n").unwrap();
+        let d = parse("c:\n  <<: {x: 1, y: 2}\n  y: 3\n", LIMITS).unwrap();
         let Some(Node {
             kind: Kind::Map(e), ..
         }) = d.root
@@ -429,10 +549,132 @@ mod tests {
 
     #[test]
     fn first_document_only() {
-        let d = parse("a: 1\n---\nb: 2\n").unwrap();
+        let d = parse("a: 1\n---\nb: 2\n", LIMITS).unwrap();
         assert!(d.more_documents);
         assert!(d.root.is_some());
-        assert!(parse("").unwrap().root.is_none());
-        assert!(parse("'''").is_err());
+        assert!(parse("", LIMITS).unwrap().root.is_none());
+        assert!(parse("'''", LIMITS).is_err());
+    }
+
+    /// Nested aliases, `levels` deep, each level a list of `width` aliases
+    /// of the one below: `width^levels` scalars once expanded.
+    pub(crate) fn laughs(levels: usize, width: usize) -> String {
+        let mut s = String::from("l0: &a0 [");
+        s.push_str(&vec!["lol"; width].join(","));
+        s.push_str("]\n");
+        for i in 1..levels {
+            s.push_str(&format!("l{i}: &a{i} ["));
+            s.push_str(&vec![format!("*a{}", i - 1); width].join(","));
+            s.push_str("]\n");
+        }
+        s
+    }
+
+    fn bound(src: &str, limits: Limits) -> SyntaxError {
+        match parse(src, limits) {
+            Err(e) if e.bound => e,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nested_aliases_are_refused_before_they_expand() {
+        let src = laughs(9, 9);
+        let started = std::time::Instant::now();
+        let e = bound(&src, LIMITS);
+        assert!(e.message.contains("aliases"), "{}", e.message);
+        assert!(e.message.contains("excessive aliasing"), "{}", e.message);
+        // (a copy of 9^9 nodes would take minutes and gigabytes)
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        // what stays within the allowance is read: 9^3 scalars
+        let d = parse(&laughs(4, 9), LIMITS).unwrap();
+        let Some(Node {
+            kind: Kind::Map(e), ..
+        }) = d.root
+        else {
+            panic!()
+        };
+        assert_eq!(e.len(), 4);
+    }
+
+    #[test]
+    fn the_alias_budget_is_the_file_size_plus_the_allowance() {
+        // the anchored list weighs 1 + 2 × (10 + 1): charged when anchored
+        // and at each of the 5 aliases
+        let src = "a: &x [aaaaaaaaaa, bbbbbbbbbb]\nb: [*x, *x, *x, *x, *x]\n";
+        let charge = 23 * 6;
+        let exact = Limits {
+            max_depth: 8,
+            alias_allowance: charge - src.len(),
+        };
+        assert!(parse(src, exact).is_ok());
+        let less = Limits {
+            alias_allowance: exact.alias_allowance - 1,
+            ..exact
+        };
+        let e = bound(src, less);
+        assert_eq!(e.line, 2);
+        // a merge key copies too
+        let src = "d: &d {unit: minute, requests_per_unit: 5}\nx: {<<: *d}\n";
+        let weight = 1 + 5 + 7 + 18 + 2;
+        let exact = Limits {
+            max_depth: 8,
+            alias_allowance: 2 * weight - src.len(),
+        };
+        assert!(parse(src, exact).is_ok());
+        let less = Limits {
+            alias_allowance: exact.alias_allowance - 1,
+            ..exact
+        };
+        bound(src, less);
+    }
+
+    #[test]
+    fn nesting_is_bounded_in_flow_and_block_style() {
+        let e = bound(&"[".repeat(100_000), LIMITS);
+        assert!(
+            e.message.contains("nested more than 128 deep"),
+            "{}",
+            e.message
+        );
+        let e = bound(&"- ".repeat(100_000), LIMITS);
+        assert!(e.message.contains("128"), "{}", e.message);
+        let mut block = String::new();
+        for i in 0..200 {
+            block.push_str(&" ".repeat(i));
+            block.push_str("k:\n");
+        }
+        let e = bound(&block, LIMITS);
+        // (a mapping a line: the 129th starts on line 129)
+        assert_eq!(e.line, 129);
+        // 128 deep is read
+        let src = format!("{}{}", "[".repeat(128), "]".repeat(128));
+        assert!(parse(&src, LIMITS).is_ok());
+        let src = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        bound(&src, LIMITS);
+    }
+
+    #[test]
+    fn a_mapping_of_many_keys_is_read_in_linear_time() {
+        let mut src = String::new();
+        for i in 0..100_000 {
+            src.push_str(&format!("k{i}: {i}\n"));
+        }
+        src.push_str("k7: again\n0x10: a\n16: b\n'16': c\n~: d\nnull: e\n");
+        let started = std::time::Instant::now();
+        let d = parse(&src, LIMITS).unwrap();
+        // (one comparison with every key before it would be 5 × 10^9)
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let dups: Vec<_> = d.duplicates.iter().map(|(_, k)| k.as_str()).collect();
+        // 16 is 0x10; the string '16' is another key; null is ~
+        assert_eq!(dups, ["k7", "16", "null"]);
+        let Some(Node {
+            kind: Kind::Map(e), ..
+        }) = d.root
+        else {
+            panic!()
+        };
+        assert_eq!(e.len(), 100_003);
+        assert_eq!(e[7].1.text(), Some("again"));
     }
 }
