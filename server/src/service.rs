@@ -281,12 +281,17 @@ impl ServiceOptions {
     }
 }
 
-/// Why a service could not be built: a rule the library rejects (a
-/// strategy that takes no burst given one, say), named by its file and key.
+/// Why a service could not be built: a rule the library rejects, named by
+/// its file, path, line and key (the loader rejects what it knows the
+/// library would, so this is for what it does not).
 #[derive(Debug)]
 pub struct BuildError {
     /// The rule's file.
     pub file: String,
+    /// The rule's path in its file ([`Rule::path`]).
+    pub path: String,
+    /// The line of its `rate_limit`, 1-based.
+    pub line: usize,
     /// The rule's full key (`domain.key_value...`).
     pub full_key: String,
     /// The library's reason.
@@ -295,7 +300,11 @@ pub struct BuildError {
 
 impl std::fmt::Display for BuildError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}: {}", self.file, self.full_key, self.source)
+        write!(
+            f,
+            "{}: {} ({}): {} (line {})",
+            self.file, self.path, self.full_key, self.source, self.line
+        )
     }
 }
 
@@ -305,7 +314,7 @@ impl std::error::Error for BuildError {
     }
 }
 
-/// Per domain, per rule's full key: the limit and the rule it was built
+/// Per domain, per rule ([`Rule::id`]): the limit and the rule it was built
 /// from (a reload keeps the limit of an unchanged rule).
 type Limits = HashMap<String, HashMap<String, (Rule, Limit)>>;
 
@@ -600,18 +609,20 @@ fn build_limits(
         let rules = limits.entry(domain.to_owned()).or_default();
         for rule in config.rules(domain) {
             let kept = before
-                .and_then(|b| b.get(&rule.full_key))
+                .and_then(|b| b.get(&rule.id))
                 .filter(|(r, _)| same_limit(r, rule))
                 .map(|(_, l)| l.clone());
             let limit = match kept {
                 Some(l) => l,
                 None => rule_limit(make, domain, rule, modes).map_err(|source| BuildError {
                     file: rule.file.clone(),
+                    path: rule.path.clone(),
+                    line: rule.line,
                     full_key: rule.full_key.clone(),
                     source,
                 })?,
             };
-            rules.insert(rule.full_key.clone(), (rule.clone(), limit));
+            rules.insert(rule.id.clone(), (rule.clone(), limit));
         }
     }
     Ok(limits)
@@ -679,7 +690,7 @@ fn rule_limit(
     // used, as the Go service's keys do (a lower limit must not hand out a
     // fresh window); a new strategy or period counts anew
     quota = quota.name(quota_name(domain, rule));
-    let prefix = prefix_for("r", domain, &rule.full_key);
+    let prefix = prefix_for("r", domain, &rule.full_key, &rule.id);
     let strict = if quota_mode && !shadow_mode {
         Some(Arc::new(make(&prefix, quota.clone())?))
     } else {
@@ -720,12 +731,13 @@ fn quota_name(domain: &str, rule: &Rule) -> String {
 }
 
 /// A limiter prefix (ASCII letters, digits, `-`, `_`, `.`; at most 64
-/// bytes) for `name`: `rls.<kind>.` and the start of `name` with every
-/// other byte as `_`, then a 64-bit FNV-1a hash of `domain` and `name`
-/// (so names that read alike stay apart).
-fn prefix_for(kind: &str, domain: &str, name: &str) -> String {
+/// bytes) for the thing `id` names in `domain` (a rule's [`Rule::id`]):
+/// `rls.<kind>.` and the start of `name` (how it reads) with every other
+/// byte as `_`, then a 64-bit FNV-1a hash of `domain` and `id` (so rules
+/// that read alike, a nested `b` → `c` and a key `b.c`, stay apart).
+fn prefix_for(kind: &str, domain: &str, name: &str, id: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in domain.bytes().chain([0]).chain(name.bytes()) {
+    for b in domain.bytes().chain([0]).chain(id.bytes()) {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
@@ -1058,13 +1070,13 @@ impl Inner {
                         && m.rule.requests_per_unit > 0 =>
                 {
                     (
-                        prefix_for("r", domain, &m.rule.full_key),
+                        prefix_for("r", domain, &m.rule.full_key, &m.rule.id),
                         quota_name(domain, m.rule),
                         user_key(&entries, &m.shared_values),
                     )
                 }
                 _ => (
-                    prefix_for("o", domain, domain),
+                    prefix_for("o", domain, domain, domain),
                     "override".to_owned(),
                     user_key(&entries, &[]),
                 ),
@@ -1097,7 +1109,7 @@ impl Inner {
             return free;
         };
         let rule = m.rule;
-        let Some((_, limit)) = rules.get(&rule.full_key) else {
+        let Some((_, limit)) = rules.get(&rule.id) else {
             return free;
         };
         let (requests_per_unit, unit) = reported_rate(rule.requests_per_unit, rule.period_us);
@@ -1720,8 +1732,8 @@ mod tests {
 
     #[test]
     fn prefixes_are_valid_and_distinct() {
-        let a = prefix_for("r", "api", "api.path_/v1/{x}");
-        let b = prefix_for("r", "api", "api.path__v1__x_");
+        let a = prefix_for("r", "api", "api.path_/v1/{x}", "11:path_/v1/{x}");
+        let b = prefix_for("r", "api", "api.path__v1__x_", "11:path__v1__x_");
         assert_ne!(a, b);
         for p in [&a, &b] {
             assert!(p.len() <= 64, "{p}");
@@ -1730,7 +1742,7 @@ mod tests {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
             );
         }
-        let long = prefix_for("r", "d", &"x".repeat(500));
+        let long = prefix_for("r", "d", &"x".repeat(500), "x");
         assert!(long.len() <= 64);
     }
 

@@ -1034,29 +1034,6 @@ async fn overlapping_requests_in_every_order_neither_deadlock_nor_walk_past() {
     }
 }
 
-/// A reload the library rejects (a sliding-window-log count above its
-/// 10,000) is an error naming the file and the rule, and the running
-/// limits stay (a walk-past if they were dropped).
-#[tokio::test]
-async fn a_rejected_reload_keeps_the_running_limits() {
-    let svc = RlsService::new(
-        strategy_config("", 3),
-        MemoryStore::new(),
-        ServiceOptions::default(),
-    )
-    .expect("service");
-    let mut c = serve(svc.clone()).await;
-    for _ in 0..3 {
-        ask(&mut c, "api", vec![desc(&[("s", "kept")])], 0).await;
-    }
-    let e = svc
-        .reload(strategy_config("sliding-window-log", 20_000))
-        .expect_err("rejected");
-    assert!(e.to_string().contains("api.yaml"), "{e}");
-    let r = ask(&mut c, "api", vec![desc(&[("s", "kept")])], 0).await;
-    assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
-}
-
 // ---- a Redis Cluster: descriptors across hash slots -----------------------------
 
 /// On a cluster, `[big=k]` and `[five=k]` (two user keys: two hash slots,

@@ -294,3 +294,64 @@ async fn go_headers_show_the_tightest_descriptor() {
     let r = ask(&mut c, "api", vec![raw], 0).await;
     assert_eq!(header(&r, "RateLimit-Remaining"), Some("4"), "{r:?}");
 }
+
+/// Rules whose dotted keys read alike are two rules, each at its own limit
+/// (a nested `b` → `c` and a key `b.c`; a value `v1.2` and a value `v1`
+/// with a child `2`), on every start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_whose_dotted_keys_read_alike_are_each_enforced_at_their_own_limit() {
+    const ALIKE: &str = "\
+domain: api
+descriptors:
+  - key: b
+    descriptors:
+      - key: c
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: b.c
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: k
+    value: v1.2
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: k
+    value: v1
+    descriptors:
+      - key: '2'
+        rate_limit: {unit: minute, requests_per_unit: 2}
+";
+    let redis = Redis::start();
+    for round in 0..3 {
+        let options = ServiceOptions::default().headers(true);
+        for mut c in [
+            serve(
+                RlsService::new(config(ALIKE), MemoryStore::new(), options.clone())
+                    .expect("service"),
+            )
+            .await,
+            serve(
+                RlsService::new(config(ALIKE), redis_store(&redis), options.clone())
+                    .expect("service"),
+            )
+            .await,
+        ] {
+            let value = format!("y{round}");
+            for (tight, loose) in [
+                ([("b", "x"), ("c", &*value)], [("b.c", &*value)]),
+                ([("k", "v1"), ("2", &*value)], [("k", "v1.2")]),
+            ] {
+                let mut codes = Vec::new();
+                for _ in 0..3 {
+                    codes.push(overall(&ask(&mut c, "api", vec![desc(&tight)], 0).await));
+                }
+                assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit], "{tight:?}");
+                for _ in 0..5 {
+                    let r = ask(&mut c, "api", vec![desc(&loose)], 0).await;
+                    assert_eq!(overall(&r), Code::Ok, "{loose:?}");
+                    let l = r.statuses[0].current_limit.as_ref().expect("limit");
+                    assert_eq!(l.requests_per_unit, 1000, "{r:?}");
+                    let policy = header(&r, "RateLimit-Policy").expect("policy");
+                    assert!(policy.contains(";q=1000;"), "{policy}");
+                }
+            }
+        }
+    }
+}
