@@ -295,7 +295,7 @@ pub struct BuildError {
     /// The rule's full key (`domain.key_value...`).
     pub full_key: String,
     /// The library's reason.
-    pub source: LimiterConfigError,
+    pub source: Box<LimiterConfigError>,
 }
 
 impl std::fmt::Display for BuildError {
@@ -310,7 +310,7 @@ impl std::fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
+        Some(&*self.source)
     }
 }
 
@@ -619,7 +619,7 @@ fn build_limits(
                     path: rule.path.clone(),
                     line: rule.line,
                     full_key: rule.full_key.clone(),
-                    source,
+                    source: Box::new(source),
                 })?,
             };
             rules.insert(rule.id.clone(), (rule.clone(), limit));
