@@ -286,7 +286,7 @@ async fn go_headers_show_the_tightest_descriptor() {
     let raw = RateLimitDescriptor {
         entries: vec![Entry {
             key: "k".into(),
-            value: b"\xff".to_vec().into(),
+            value: b"\xff".to_vec(),
         }],
         limit: None,
         hits_addend: None,
