@@ -409,10 +409,10 @@ const GO_REFUSED: &[(&str, &str)] = &[
 /// The refusals of envoyproxy/ratelimit's settings that no flag overrides.
 fn go_refusals(env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
     for (name, instead) in GO_REFUSED {
-        if let Some(v) = env(name) {
-            if go_bool(name, &v)? {
-                return Err(format!("{name}={v}: not supported here; {instead}"));
-            }
+        if let Some(v) = env(name)
+            && go_bool(name, &v)?
+        {
+            return Err(format!("{name}={v}: not supported here; {instead}"));
         }
     }
     if let Some(v) = env("CACHE_KEY_PREFIX") {
@@ -668,12 +668,13 @@ fn parse(
             notes.push(format!("{name}={v} ignored: {why}"));
         }
     }
-    if let Some(v) = env("CONFIG_TYPE") {
-        if !v.trim().eq_ignore_ascii_case("FILE") && dir.is_none() {
-            return Err(format!(
-                "CONFIG_TYPE={v:?}: only FILE here (a directory of YAML files, --config)"
-            ));
-        }
+    if let Some(v) = env("CONFIG_TYPE")
+        && !v.trim().eq_ignore_ascii_case("FILE")
+        && dir.is_none()
+    {
+        return Err(format!(
+            "CONFIG_TYPE={v:?}: only FILE here (a directory of YAML files, --config)"
+        ));
     }
     if go("SHADOW_MODE")? == Some(true) {
         shadow = true;
@@ -736,12 +737,12 @@ fn parse(
         },
     };
     if metrics.is_none() && go("USE_PROMETHEUS")? == Some(true) {
-        if let Some(p) = env("PROMETHEUS_PATH") {
-            if p.trim() != "/metrics" {
-                return Err(format!(
-                    "PROMETHEUS_PATH={p:?}: metrics are served at /metrics only"
-                ));
-            }
+        if let Some(p) = env("PROMETHEUS_PATH")
+            && p.trim() != "/metrics"
+        {
+            return Err(format!(
+                "PROMETHEUS_PATH={p:?}: metrics are served at /metrics only"
+            ));
         }
         let a = env("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         let (host, port) = a
@@ -782,13 +783,13 @@ fn parse(
     let mut go_store = None;
     if flags == 0 {
         // the environment, when no flag chose a store
-        if let Some(v) = env("BACKEND_TYPE") {
-            if !v.trim().eq_ignore_ascii_case("redis") {
-                return Err(format!(
-                    "BACKEND_TYPE={v:?}: only Redis here (--redis, --redis-cluster, \
-                     --redis-sentinel; without one, counters in memory)"
-                ));
-            }
+        if let Some(v) = env("BACKEND_TYPE")
+            && !v.trim().eq_ignore_ascii_case("redis")
+        {
+            return Err(format!(
+                "BACKEND_TYPE={v:?}: only Redis here (--redis, --redis-cluster, \
+                 --redis-sentinel; without one, counters in memory)"
+            ));
         }
         let go_form = |v: &str| {
             !has_scheme(v.trim())
@@ -857,13 +858,13 @@ fn parse(
         },
         _ => StoreChoice::Memory,
     };
-    if let StoreChoice::Redis { url, ca: Some(_) } = &store {
-        if !url.starts_with("rediss://") {
-            return Err(format!(
-                "REDIS_TLS_CACERT/REDIS_CA is for a TLS Redis: {url:?} should be rediss:// \
-                 (REDIS_TLS=true)"
-            ));
-        }
+    if let StoreChoice::Redis { url, ca: Some(_) } = &store
+        && !url.starts_with("rediss://")
+    {
+        return Err(format!(
+            "REDIS_TLS_CACERT/REDIS_CA is for a TLS Redis: {url:?} should be rediss:// \
+             (REDIS_TLS=true)"
+        ));
     }
     Ok(Some(Args {
         dir,
@@ -983,11 +984,11 @@ fn probes<S: Store + Clone>(store: &S, config: &Config) -> Result<Vec<RateLimite
     let mut seen = Vec::new();
     for domain in config.domains() {
         for rule in config.rules(domain) {
-            if let Some(s) = rule.strategy {
-                if !seen.contains(&s) {
-                    seen.push(s);
-                    quotas.push(Quota::new(s, rate));
-                }
+            if let Some(s) = rule.strategy
+                && !seen.contains(&s)
+            {
+                seen.push(s);
+                quotas.push(Quota::new(s, rate));
             }
         }
     }

@@ -26,7 +26,8 @@
 //!   resource (file descriptors: `EMFILE`, `ENFILE`; memory: `ENOBUFS`,
 //!   `ENOMEM`), the next try waits 5 ms, doubling to at most 1 s, until one
 //!   succeeds; one warning is logged when such a burst starts and one line
-//!   when accepts succeed again. A connection that failed on its own
+//!   when accepts succeed again, at most once every 10 s (with the failures
+//!   of the bursts not logged since). A connection that failed on its own
 //!   (aborted, reset before it was accepted) is skipped at once.
 //!
 //! Refused connections are logged at most once every 10 s, with how many
@@ -93,8 +94,9 @@ impl ListenerOptions {
 const MIN_BACKOFF: Duration = Duration::from_millis(5);
 /// The longest wait between two failed `accept`s.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// The shortest time between two log lines about refused connections.
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// The shortest time between two warnings about refused connections, or
+/// about failed `accept`s.
+const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The connections a [`TcpListener`] accepts, bounded by
 /// [`ListenerOptions`] (see the [module](self)): a
@@ -109,8 +111,12 @@ pub struct Incoming {
     backoff: Option<Pin<Box<Sleep>>>,
     /// The wait after the next failed `accept`.
     delay: Duration,
-    /// The failed `accept`s of the burst under way, and when it started.
-    failures: Option<(u64, Instant)>,
+    /// The failed `accept`s of the burst under way, when it started, and
+    /// whether it was logged.
+    failures: Option<(u64, Instant, bool)>,
+    /// When a burst was last logged, and the failures of bursts not logged
+    /// since (a burst within [`LOG_EVERY`] of a logged one is not).
+    failures_logged: (Option<Instant>, u64),
     /// Connections refused since the last log line about it, and when that
     /// was.
     refused: (u64, Option<Instant>),
@@ -127,6 +133,7 @@ impl Incoming {
             backoff: None,
             delay: MIN_BACKOFF,
             failures: None,
+            failures_logged: (None, 0),
             refused: (0, None),
         }
     }
@@ -145,12 +152,14 @@ impl Incoming {
     }
 
     fn accepted(&mut self, stream: TcpStream) -> Option<Connection> {
-        if let Some((n, since)) = self.failures.take() {
-            tracing::info!(
+        match self.failures.take() {
+            Some((n, since, true)) => tracing::info!(
                 failed = n,
                 after_ms = since.elapsed().as_millis() as u64,
                 "accepting connections again"
-            );
+            ),
+            Some((n, ..)) => self.failures_logged.1 += n,
+            None => {}
         }
         self.delay = MIN_BACKOFF;
         match self.permits.clone().try_acquire_owned() {
@@ -164,7 +173,7 @@ impl Incoming {
                 let (n, last) = &mut self.refused;
                 *n += 1;
                 let now = Instant::now();
-                if last.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_EVERY) {
+                if last.is_none_or(|t| now.duration_since(t) >= LOG_EVERY) {
                     tracing::warn!(
                         refused = *n,
                         max_connections = self.options.max_connections,
@@ -190,21 +199,30 @@ impl Incoming {
             _ => {}
         }
         match &mut self.failures {
-            Some((n, _)) => *n += 1,
+            Some((n, ..)) => *n += 1,
             None => {
+                let now = Instant::now();
                 let open = self.gauge().open();
-                tracing::warn!(
-                    open,
-                    max_connections = self.options.max_connections,
-                    "cannot accept connections: {e}{}; retrying with a backoff of up to {} ms",
-                    if resource_error(e) {
-                        " (the open-file limit: see ulimit -n and --max-connections)"
-                    } else {
-                        ""
-                    },
-                    MAX_BACKOFF.as_millis()
-                );
-                self.failures = Some((1, Instant::now()));
+                let (last, unlogged) = &mut self.failures_logged;
+                if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+                    self.failures = Some((1, now, false));
+                } else {
+                    tracing::warn!(
+                        open,
+                        max_connections = self.options.max_connections,
+                        earlier_failures = *unlogged,
+                        "cannot accept connections: {e}{}; retrying with a backoff of up to {} ms",
+                        if resource_error(e) {
+                            " (the open-file limit: see ulimit -n and --max-connections)"
+                        } else {
+                            ""
+                        },
+                        MAX_BACKOFF.as_millis()
+                    );
+                    *last = Some(now);
+                    *unlogged = 0;
+                    self.failures = Some((1, now, true));
+                }
             }
         }
         self.backoff = Some(Box::pin(tokio::time::sleep(self.delay)));
@@ -518,7 +536,8 @@ mod tests {
         let mut buf = [0u8; 8];
         for b in &PREFACE[..4] {
             client.write_all(&[*b]).await.expect("write");
-            server.read(&mut buf).await.expect("in time");
+            let n = server.read(&mut buf).await.expect("in time");
+            assert_eq!(n, 1);
             tokio::time::sleep(Duration::from_millis(900)).await;
         }
         client.write_all(&PREFACE[4..5]).await.expect("write");
