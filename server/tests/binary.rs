@@ -888,3 +888,48 @@ async fn a_store_that_does_not_answer_at_the_start_is_logged_and_the_service_sta
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     assert!(server.stop().success());
 }
+
+/// The server announces `--max-concurrent-streams` in its `SETTINGS`
+/// (1,024 by default) and answers a message past `--max-message-size`
+/// `OUT_OF_RANGE`, before the service sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_and_message_bounds_are_announced_and_enforced() {
+    use tokio::io::AsyncReadExt;
+    let dir = config_dir("bin-bounds");
+    for (args, streams) in [
+        (&[][..], 1_024u32),
+        (
+            &[
+                "--max-concurrent-streams",
+                "7",
+                "--max-message-size",
+                "2048",
+            ],
+            7,
+        ),
+    ] {
+        let server = Server::spawn(&dir.0, args, &[]);
+        let mut s = hold(server.grpc, 1).await.remove(0);
+        // the server's first frame: SETTINGS, whose setting 3 is the bound
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head).await.expect("frame header");
+        assert_eq!(head[3], 4, "a SETTINGS frame");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).await.expect("payload");
+        let announced = payload.chunks(6).find_map(|c| {
+            (u16::from_be_bytes([c[0], c[1]]) == 3)
+                .then(|| u32::from_be_bytes([c[2], c[3], c[4], c[5]]))
+        });
+        assert_eq!(announced, Some(streams), "{args:?}");
+        let mut c = server.client().await;
+        let big = "x".repeat(4096);
+        let r = try_ask(&mut c, "bin", vec![peek(&[("k", &big)])], 0).await;
+        if args.is_empty() {
+            assert_eq!(overall(&r.expect("within 1 MiB")), Code::Ok);
+        } else {
+            let e = r.expect_err("past 2048 bytes");
+            assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+        }
+    }
+}
