@@ -41,6 +41,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod net;
 pub mod pb;
 pub mod reload;
 pub mod service;

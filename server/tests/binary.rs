@@ -1,6 +1,9 @@
 //! The `ratelimit-server` binary end to end: its store flags and
 //! environment on a private Redis Cluster and a Redis Sentinel, its
-//! metrics endpoint, its refusal of malformed values, its stop on SIGTERM.
+//! metrics endpoint, its refusal of malformed values, its stop on SIGTERM
+//! (health first, then a deadline), its connections under a low open-file
+//! limit, its startup checks (no rule, a store that refuses), its logs
+//! through a pipe, envoyproxy/ratelimit's environment.
 
 mod common;
 
@@ -13,6 +16,13 @@ use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 
 const CONFIG: &str =
     "domain: bin\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n";
+
+/// What a server logged so far.
+type Log = std::sync::Arc<std::sync::Mutex<String>>;
+
+fn logged(log: &Log) -> String {
+    log.lock().map(|l| l.clone()).unwrap_or_default()
+}
 
 /// A running `ratelimit-server`, stopped with SIGTERM on drop.
 struct Server {
@@ -27,11 +37,17 @@ impl Server {
     }
 
     /// With its log (standard error) collected into the returned string.
-    fn spawn_logged(
+    fn spawn_logged(dir: &Path, args: &[&str]) -> (Server, Log) {
+        Server::spawn_logged_with(dir, args, &[], None)
+    }
+
+    fn spawn_logged_with(
         dir: &Path,
         args: &[&str],
-    ) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
-        let mut server = Server::spawn_with(dir, args, &[], Stdio::piped());
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> (Server, Log) {
+        let mut server = Server::spawn_limited(dir, args, env, Stdio::piped(), nofile);
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let out = server.child.stderr.take().expect("stderr");
         let sink = log.clone();
@@ -49,9 +65,32 @@ impl Server {
     }
 
     fn spawn_with(dir: &Path, args: &[&str], env: &[(&str, &str)], log: Stdio) -> Server {
+        Server::spawn_limited(dir, args, env, log, None)
+    }
+
+    /// With its log collected, and under an open-file limit of `nofile`
+    /// when given (`ulimit -n` in a shell that then runs it: the same
+    /// process).
+    fn spawn_limited(
+        dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: Stdio,
+        nofile: Option<u32>,
+    ) -> Server {
         let grpc = free_port();
         let metrics = free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        let bin = env!("CARGO_BIN_EXE_ratelimit-server");
+        let mut cmd = match nofile {
+            None => Command::new(bin),
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(bin);
+                c
+            }
+        };
         cmd.arg("--config")
             .arg(dir)
             .args(["--grpc", &format!("127.0.0.1:{grpc}")])
@@ -92,17 +131,39 @@ impl Server {
 
     /// SIGTERM, and the exit status.
     fn stop(&mut self) -> std::process::ExitStatus {
+        self.term();
+        self.exit_within(Duration::from_secs(15))
+            .expect("no exit after SIGTERM")
+    }
+
+    fn term(&self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
+    }
+
+    /// The exit status, once it exits within `within`.
+    fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
+                return Some(status);
             }
-            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The CPU time the process used so far, in clock ticks (utime + stime
+    /// of `/proc/<pid>/stat`).
+    fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("/proc/<pid>/stat");
+        let (_, rest) = stat.rsplit_once(')').expect("stat");
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
     }
 }
 
@@ -461,4 +522,414 @@ async fn binary_reloads_and_logs_an_invalid_change() {
         "{text}"
     );
     assert!(server.stop().success());
+}
+
+/// HTTP/2's client preface and an empty `SETTINGS` frame.
+const HELLO: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// `n` raw connections that send the HTTP/2 handshake, then nothing.
+async fn hold(port: u16, n: usize) -> Vec<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let connect = tokio::net::TcpStream::connect(("127.0.0.1", port));
+        let mut s = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .expect("connected (the listen backlog holds what is not accepted)")
+            .expect("connect");
+        s.write_all(HELLO).await.expect("write");
+        held.push(s);
+    }
+    held
+}
+
+async fn wait_log(log: &Log, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !logged(log).contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "not logged: {needle:?}: {}",
+            logged(log)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A call on a new connection, retried until it answers (at most 20 s).
+async fn answers_on_a_new_connection(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let attempt = async {
+            let channel =
+                tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.grpc))
+                    .expect("uri")
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(2))
+                    .connect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            try_ask(
+                &mut Client::new(channel),
+                "bin",
+                vec![peek(&[("k", "new")])],
+                0,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        };
+        match attempt.await {
+            Ok(r) => {
+                assert_eq!(overall(&r), Code::Ok);
+                return;
+            }
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no answer in 20 s: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Under `ulimit -n 64`, with a cap above what that leaves
+/// (`--max-connections 1000`), 100 connections exhaust the descriptors:
+/// accepts fail with EMFILE and are retried with a backoff (one warning,
+/// no spinning: under 0.5 s of CPU in 3 s), and once the connections close
+/// a new one is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_low_open_file_limit_accept_errors_back_off_and_calls_resume_once_connections_close() {
+    let dir = config_dir("bin-emfile");
+    let (mut server, log) =
+        Server::spawn_logged_with(&dir.0, &["--max-connections", "1000"], &[], Some(64));
+    wait_log(&log, "more than the open-file limit leaves").await;
+    let held = hold(server.grpc, 100).await;
+    wait_log(&log, "cannot accept connections: Too many open files").await;
+    let before = server.cpu_ticks();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = server.cpu_ticks() - before;
+    assert!(
+        used < 50,
+        "{used} ticks of CPU in 3 s: the accept loop spins"
+    );
+    assert_eq!(
+        logged(&log).matches("cannot accept connections").count(),
+        1,
+        "{}",
+        logged(&log)
+    );
+    drop(held);
+    answers_on_a_new_connection(&server).await;
+    assert!(server.stop().success());
+}
+
+/// Under `ulimit -n 64` and the default cap (what the limit leaves: 32),
+/// a flood of connections is refused past the cap, and a client connected
+/// before it keeps its answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_low_open_file_limit_the_default_cap_refuses_a_flood_and_open_connections_keep_answering()
+ {
+    let dir = config_dir("bin-cap");
+    let (mut server, log) = Server::spawn_logged_with(&dir.0, &[], &[], Some(64));
+    wait_log(&log, "at most 32 connections").await;
+    let mut c = server.client().await;
+    warm(&mut c).await;
+    let held = hold(server.grpc, 100).await;
+    wait_log(&log, "connection refused: --max-connections are open").await;
+    let before = server.cpu_ticks();
+    for i in 0..3u32 {
+        let r = ask(&mut c, "bin", vec![desc(&[("k", "flood")])], 1).await;
+        assert_eq!(
+            (overall(&r), r.statuses[0].limit_remaining),
+            (Code::Ok, 2 - i)
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = server.cpu_ticks() - before;
+    assert!(used < 50, "{used} ticks of CPU in 2 s");
+    assert!(!logged(&log).contains("cannot accept"), "{}", logged(&log));
+    drop(held);
+    answers_on_a_new_connection(&server).await;
+    assert!(server.stop().success());
+}
+
+/// A client that handshakes, then never reads (so never acknowledges the
+/// GOAWAY's PING) holds a graceful drain forever; `--shutdown-timeout`
+/// ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_after_the_shutdown_timeout_though_a_client_never_reads() {
+    use tokio::io::AsyncReadExt;
+    let dir = config_dir("bin-deadline");
+    let (mut server, log) = Server::spawn_logged_with(
+        &dir.0,
+        &["--shutdown-timeout", "1s", "--idle-timeout", "1h"],
+        &[],
+        None,
+    );
+    let mut held = hold(server.grpc, 1).await;
+    // the server's SETTINGS: it serves this connection (and is read no more)
+    let mut buf = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(10), held[0].read_exact(&mut buf))
+        .await
+        .expect("the server's SETTINGS")
+        .expect("read");
+    let start = Instant::now();
+    server.term();
+    let status = server
+        .exit_within(Duration::from_secs(10))
+        .expect("no exit 10 s after SIGTERM");
+    let took = start.elapsed();
+    assert!(status.success());
+    assert!(took >= Duration::from_millis(900), "{took:?}: not held");
+    wait_log(&log, "connections still open after --shutdown-timeout").await;
+    drop(held);
+}
+
+/// On SIGTERM the health service answers NOT_SERVING first: a watcher on
+/// a connection opened before sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_turns_not_serving_on_sigterm_before_the_drain() {
+    use tonic::server::NamedService;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
+    use tower_redis_ratelimit_server::service::RlsService;
+    let dir = config_dir("bin-health");
+    let mut server = Server::spawn(&dir.0, &["--shutdown-timeout", "2s"], &[]);
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", server.grpc))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+    let mut health = HealthClient::new(channel);
+    let name = <RateLimitServiceServer<RlsService> as NamedService>::NAME;
+    for service in [name, ""] {
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("check");
+        assert_eq!(
+            r.into_inner().status(),
+            ServingStatus::Serving,
+            "{service:?}"
+        );
+    }
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: name.into(),
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = watch.message().await.expect("message").expect("one");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    server.term();
+    let next = tokio::time::timeout(Duration::from_secs(10), watch.message())
+        .await
+        .expect("a status within 10 s of SIGTERM")
+        .expect("message")
+        .expect("one");
+    assert_eq!(next.status(), ServingStatus::NotServing);
+    assert!(
+        server.exit_within(Duration::from_secs(15)).is_some(),
+        "no exit"
+    );
+}
+
+/// A directory with no rule (empty, or a mistyped one holding no YAML)
+/// refuses the start, naming it; `--allow-empty-config` starts, loudly.
+#[test]
+fn no_rules_refuse_the_start_unless_allowed() {
+    let empty = TempDir::new("bin-empty");
+    let wrong = TempDir::new("bin-wrong");
+    std::fs::write(wrong.0.join("bin.yaml.orig"), CONFIG).expect("write");
+    for dir in [&empty, &wrong] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("--config")
+            .arg(&dir.0)
+            .args(["--grpc", &format!("127.0.0.1:{}", free_port())])
+            .env_remove("REDIS_URL")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("no rate limit rule in {}", dir.0.display()))
+                && err.contains("--allow-empty-config"),
+            "{err}"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (mut server, log) = Server::spawn_logged(&empty.0, &["--allow-empty-config"]);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        let r = ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0).await;
+        assert_eq!(overall(&r), Code::Ok);
+    });
+    assert!(logged(&log).contains("STARTING WITH NO RATE LIMIT RULE"));
+    assert!(server.stop().success());
+}
+
+/// Logs through a pipe carry no ANSI colour codes, though the tests turn
+/// on tracing-subscriber's `ansi` feature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_through_a_pipe_have_no_ansi_colour_codes() {
+    let dir = config_dir("bin-ansi");
+    let (mut server, log) = Server::spawn_logged(&dir.0, &[]);
+    let mut c = server.client().await;
+    ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0).await;
+    assert!(server.stop().success());
+    wait_log(&log, "stopped").await;
+    let text = logged(&log);
+    assert!(text.contains("INFO") && !text.contains("\x1b["), "{text:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args([
+            "--config",
+            "/nonexistent",
+            "--shadow-mode",
+            "--idle-timeout",
+            "9",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ERROR") && !err.contains("\x1b["), "{err:?}");
+}
+
+/// envoyproxy/ratelimit's `SHADOW_MODE=true`: a request over its limit is
+/// answered OK (decided and counted, never denied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs ServiceOptions::shadow_mode applied by the service (service.rs)"]
+async fn shadow_mode_from_the_environment_admits_a_request_over_its_limit() {
+    let dir = config_dir("bin-shadow");
+    let server = Server::spawn(&dir.0, &[], &[("SHADOW_MODE", "true")]);
+    let mut c = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        let r = ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0).await;
+        codes.push(overall(&r));
+    }
+    assert_eq!(codes, [Code::Ok; 5]);
+}
+
+/// envoyproxy/ratelimit's settings that would change what is admitted and
+/// have no equivalent refuse the start, naming the variable.
+#[test]
+fn go_settings_without_an_equivalent_exit_2_naming_the_variable() {
+    let dir = config_dir("bin-go");
+    for (env, needle) in [
+        (("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=\"memcache\""),
+        (("QUOTA_MODE", "true"), "QUOTA_MODE=true"),
+        (("CACHE_KEY_PREFIX", "x_"), "CACHE_KEY_PREFIX"),
+        (("REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("--config")
+            .arg(&dir.0)
+            .env_remove("REDIS_URL")
+            .env(env.0, env.1)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{env:?}: {err}");
+    }
+}
+
+/// A Redis whose ACL refuses `SCRIPT` stops the start, naming what it
+/// refuses; `--no-store-check` starts anyway.
+#[test]
+fn a_store_that_refuses_what_the_service_needs_stops_the_start() {
+    let redis = Redis::start();
+    let acl = cli(
+        redis.port,
+        &[
+            "acl", "setuser", "rls", "on", ">pw", "~*", "&*", "+@all", "-script",
+        ],
+    );
+    assert_eq!(acl, "OK");
+    let url = format!("redis://rls:pw@127.0.0.1:{}/", redis.port);
+    let dir = config_dir("bin-acl");
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .arg("--config")
+        .arg(&dir.0)
+        .args(["--redis", &url, "--store-timeout", "3000"])
+        .args(["--grpc", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the store refuses what the service needs")
+            && err.to_ascii_lowercase().contains("script")
+            && err.contains("--no-store-check"),
+        "{err}"
+    );
+    let mut server = Server::spawn(&dir.0, &["--redis", &url, "--no-store-check"], &[]);
+    assert!(server.stop().success());
+}
+
+/// A store that does not answer at the start is logged, and the service
+/// starts: each call is answered by the failure policy (`UNAVAILABLE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_does_not_answer_at_the_start_is_logged_and_the_service_starts() {
+    let dir = config_dir("bin-down");
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let (mut server, log) =
+        Server::spawn_logged(&dir.0, &["--redis", &url, "--store-timeout", "200"]);
+    wait_log(&log, "the store does not answer").await;
+    let mut c = server.client().await;
+    let e = try_ask(&mut c, "bin", vec![desc(&[("k", "v")])], 0)
+        .await
+        .expect_err("no store");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(server.stop().success());
+}
+
+/// The server announces `--max-concurrent-streams` in its `SETTINGS`
+/// (1,024 by default) and answers a message past `--max-message-size`
+/// `OUT_OF_RANGE`, before the service sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_and_message_bounds_are_announced_and_enforced() {
+    use tokio::io::AsyncReadExt;
+    let dir = config_dir("bin-bounds");
+    for (args, streams) in [
+        (&[][..], 1_024u32),
+        (
+            &[
+                "--max-concurrent-streams",
+                "7",
+                "--max-message-size",
+                "2048",
+            ],
+            7,
+        ),
+    ] {
+        let server = Server::spawn(&dir.0, args, &[]);
+        let mut s = hold(server.grpc, 1).await.remove(0);
+        // the server's first frame: SETTINGS, whose setting 3 is the bound
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head).await.expect("frame header");
+        assert_eq!(head[3], 4, "a SETTINGS frame");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).await.expect("payload");
+        let announced = payload.chunks(6).find_map(|c| {
+            (u16::from_be_bytes([c[0], c[1]]) == 3)
+                .then(|| u32::from_be_bytes([c[2], c[3], c[4], c[5]]))
+        });
+        assert_eq!(announced, Some(streams), "{args:?}");
+        let mut c = server.client().await;
+        let big = "x".repeat(4096);
+        let r = try_ask(&mut c, "bin", vec![peek(&[("k", &big)])], 0).await;
+        if args.is_empty() {
+            assert_eq!(overall(&r.expect("within 1 MiB")), Code::Ok);
+        } else {
+            let e = r.expect_err("past 2048 bytes");
+            assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+        }
+    }
 }
