@@ -11,7 +11,7 @@
 //!     [--store-timeout <ms>] [--on-store-error allow|deny|unavailable]
 //!     [--no-store-check] [--watch-interval <ms> | --no-watch]
 //!     [--max-metric-keys <n>] [--merge-domains] [--allow-empty-config]
-//!     [--headers | --no-headers] [--shadow-mode]
+//!     [--headers | --no-headers] [--shadow-mode] [--quota-mode]
 //!     [--max-descriptors <n>] [--max-entries <n>]
 //!     [--max-connections <n>] [--max-concurrent-streams <n>]
 //!     [--max-message-size <bytes>] [--handshake-timeout <duration>]
@@ -53,7 +53,7 @@
 //!   `--no-watch` loads it once.
 //! * The answers: `--headers` adds the IETF `RateLimit`/`RateLimit-Policy`
 //!   headers (off by default); `--shadow-mode` (`SHADOW_MODE`) never
-//!   denies; `--max-descriptors` (64) and `--max-entries` (32) bound a
+//!   denies; `--quota-mode` (`QUOTA_MODE`) puts every rule in quota mode; `--max-descriptors` (64) and `--max-entries` (32) bound a
 //!   request. `LIMIT_RESPONSE_HEADERS_ENABLED`, `NEAR_LIMIT_RATIO` and
 //!   `MERGE_DOMAIN_CONFIG` are read as envoyproxy/ratelimit reads them;
 //!   its variables that would change what is admitted and have no
@@ -97,7 +97,7 @@ usage: ratelimit-server --config <dir> [--grpc <addr>] [--metrics <addr>]
     [--store-timeout <ms>] [--on-store-error allow|deny|unavailable]
     [--no-store-check] [--watch-interval <ms> | --no-watch]
     [--max-metric-keys <n>] [--merge-domains] [--allow-empty-config]
-    [--headers | --no-headers] [--shadow-mode]
+    [--headers | --no-headers] [--shadow-mode] [--quota-mode]
     [--max-descriptors <n>] [--max-entries <n>]
     [--max-connections <n>] [--max-concurrent-streams <n>]
     [--max-message-size <bytes>] [--handshake-timeout <duration>]
@@ -105,7 +105,7 @@ usage: ratelimit-server --config <dir> [--grpc <addr>] [--metrics <addr>]
 durations take a unit: 500ms, 10s, 5m, 1h
 environment: REDIS_URL, REDIS_CA, REDIS_CLUSTER_URLS, REDIS_SENTINEL_URLS,
     REDIS_SENTINEL_MASTER, and envoyproxy/ratelimit's settings (SHADOW_MODE,
-    LIMIT_RESPONSE_HEADERS_ENABLED, NEAR_LIMIT_RATIO, MERGE_DOMAIN_CONFIG,
+    QUOTA_MODE, LIMIT_RESPONSE_HEADERS_ENABLED, NEAR_LIMIT_RATIO, MERGE_DOMAIN_CONFIG,
     GRPC_HOST, GRPC_PORT, USE_PROMETHEUS, PROMETHEUS_ADDR, RUNTIME_ROOT, ...;
     one that has no equivalent here refuses the start); a flag wins";
 
@@ -385,10 +385,6 @@ const GO_IGNORED: &[(&str, &str)] = &[
 /// to change behaviour, and what to use instead (checked in [`go_refusals`]).
 const GO_REFUSED: &[(&str, &str)] = &[
     (
-        "QUOTA_MODE",
-        "no global quota mode yet: set quota_mode: true on the rules",
-    ),
-    (
         "RESPONSE_DYNAMIC_METADATA",
         "no dynamic metadata in responses",
     ),
@@ -551,6 +547,7 @@ fn parse(
     let mut merge = false;
     let mut headers = None;
     let mut shadow = false;
+    let mut quota = false;
     let mut options = ServiceOptions::default();
     let mut allow_empty_config = false;
     let mut max_connections = None;
@@ -614,6 +611,7 @@ fn parse(
             Some("--no-headers") => headers = Some(false),
             Some("--headers") => headers = Some(true),
             Some("--shadow-mode") => shadow = true,
+            Some("--quota-mode") => quota = true,
             Some("--max-descriptors") => {
                 let n = count("--max-descriptors", &value("--max-descriptors")?, 1, "64")?;
                 options = options.max_descriptors(n);
@@ -680,6 +678,10 @@ fn parse(
         shadow = true;
     }
     options = options.shadow_mode(shadow);
+    if go("QUOTA_MODE")? == Some(true) {
+        quota = true;
+    }
+    options = options.quota_mode(quota);
     if let Some(on) = headers {
         options = options.headers(on);
     }
@@ -1547,6 +1549,7 @@ mod tests {
             &[],
             &[
                 ("SHADOW_MODE", "true"),
+                ("QUOTA_MODE", "true"),
                 ("MERGE_DOMAIN_CONFIG", "1"),
                 ("NEAR_LIMIT_RATIO", "0.5"),
                 ("LIMIT_RESPONSE_HEADERS_ENABLED", "True"),
@@ -1556,6 +1559,7 @@ mod tests {
         )
         .unwrap();
         assert!(a.options.shadow_mode);
+        assert!(a.options.quota_mode);
         assert!(a.load.merge_domains);
         assert_eq!(
             a.options.near_limit_ratio,
@@ -1580,8 +1584,10 @@ mod tests {
         )
         .unwrap();
         assert!(!a.options.shadow_mode);
+        assert!(!a.options.quota_mode);
         assert_eq!(a.options.go_headers, None);
         assert!(!a.options.headers);
+        assert!(p(&["--quota-mode"], &[]).unwrap().options.quota_mode);
     }
 
     #[test]
@@ -1717,8 +1723,10 @@ mod tests {
     #[test]
     fn go_settings_without_an_equivalent_refuse_the_start_by_name() {
         for (env, needle) in [
-            (&[("QUOTA_MODE", "true")][..], "QUOTA_MODE=true"),
-            (&[("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=\"memcache\""),
+            (
+                &[("BACKEND_TYPE", "memcache")][..],
+                "BACKEND_TYPE=\"memcache\"",
+            ),
             (&[("REDIS_PERSECOND", "true")], "REDIS_PERSECOND=true"),
             (&[("CACHE_KEY_PREFIX", "a:")], "CACHE_KEY_PREFIX=\"a:\""),
             (

@@ -802,7 +802,6 @@ async fn logs_through_a_pipe_have_no_ansi_colour_codes() {
 /// envoyproxy/ratelimit's `SHADOW_MODE=true`: a request over its limit is
 /// answered OK (decided and counted, never denied).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs ServiceOptions::shadow_mode applied by the service (service.rs)"]
 async fn shadow_mode_from_the_environment_admits_a_request_over_its_limit() {
     let dir = config_dir("bin-shadow");
     let server = Server::spawn(&dir.0, &[], &[("SHADOW_MODE", "true")]);
@@ -822,7 +821,7 @@ fn go_settings_without_an_equivalent_exit_2_naming_the_variable() {
     let dir = config_dir("bin-go");
     for (env, needle) in [
         (("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=\"memcache\""),
-        (("QUOTA_MODE", "true"), "QUOTA_MODE=true"),
+        (("RESPONSE_DYNAMIC_METADATA", "true"), "RESPONSE_DYNAMIC_METADATA"),
         (("CACHE_KEY_PREFIX", "x_"), "CACHE_KEY_PREFIX"),
         (("REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true"),
     ] {
