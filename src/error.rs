@@ -117,6 +117,17 @@ pub enum StoreError {
     /// a limiter built without blocking, settling another limiter's
     /// reservation. Retrying does not help; the message says what to change.
     Invalid(String),
+    /// The call is larger than one store call may be, and nothing was sent
+    /// to the store: a joint decision of more than
+    /// [`AllOrNothing::MAX_PARTS`](crate::limiter::AllOrNothing::MAX_PARTS)
+    /// parts, or whose parts log more than
+    /// [`AllOrNothing::MAX_LOGGED`](crate::limiter::AllOrNothing::MAX_LOGGED)
+    /// units together. One store call holds Redis (or the memory store's
+    /// shards) for all of its run, so none may run long, whatever a client
+    /// asks for; the message names the bound. The request is at fault, not
+    /// the store: answer it as invalid (an Envoy service: `INVALID_ARGUMENT`),
+    /// or decide it in smaller parts.
+    TooLarge(String),
 }
 
 impl StoreError {
@@ -147,6 +158,7 @@ impl StoreError {
             StoreError::Timeout(d) => StoreError::Timeout(*d),
             StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
             StoreError::Invalid(m) => StoreError::Invalid(m.clone()),
+            StoreError::TooLarge(m) => StoreError::TooLarge(m.clone()),
             StoreError::Redis(_) => StoreError::Redis(wrapped()),
             StoreError::Pool(_) => StoreError::Pool(wrapped()),
             StoreError::Refused(r) => StoreError::Refused(Refusal {
@@ -197,6 +209,7 @@ impl fmt::Display for StoreError {
             StoreError::Protocol(e) => write!(f, "unexpected reply from rate limit store: {e}"),
             StoreError::Refused(r) => write!(f, "rate limit store refused: {r}"),
             StoreError::Invalid(m) => write!(f, "invalid rate limiter call: {m}"),
+            StoreError::TooLarge(m) => write!(f, "rate limiter call too large: {m}"),
         }
     }
 }
@@ -206,7 +219,10 @@ impl std::error::Error for StoreError {
         match self {
             StoreError::Redis(e) | StoreError::Pool(e) => Some(&**e),
             StoreError::Refused(r) => Some(r),
-            StoreError::Timeout(_) | StoreError::Protocol(_) | StoreError::Invalid(_) => None,
+            StoreError::Timeout(_)
+            | StoreError::Protocol(_)
+            | StoreError::Invalid(_)
+            | StoreError::TooLarge(_) => None,
         }
     }
 }
@@ -352,6 +368,7 @@ mod tests {
             StoreError::pool(io()),
             StoreError::Timeout(Duration::from_millis(100)),
             StoreError::Protocol("odd".to_owned()),
+            StoreError::TooLarge("300 parts".to_owned()),
             StoreError::Refused(refusal(Some(Box::new(io())))),
             StoreError::Refused(refusal(None)),
         ] {

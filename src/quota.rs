@@ -44,11 +44,24 @@ impl Quota {
     /// or [`Concurrency`](Strategy::Concurrency) quota, checked at build.
     ///
     /// These keep one entry per admitted unit of cost (a time in the log's
-    /// list, a lease in a sorted set), so a key's memory and one call's work
-    /// grow with the count. Above
+    /// list, a lease in a sorted set), so a key's memory grows with the
+    /// count, and one call's work with its cost (at most the count, and
+    /// [`MAX_LEASES_PER_CALL`](Self::MAX_LEASES_PER_CALL) leases). Above
     /// this, use [`SlidingWindowCounter`](Strategy::SlidingWindowCounter) (O(1)
     /// state) instead of the log.
     pub const MAX_SORTED_SET_LIMIT: u64 = crate::strategy::MAX_SORTED_SET_LIMIT;
+
+    /// The most leases one call may take of a
+    /// [`Concurrency`](Strategy::Concurrency) quota: a larger cost never
+    /// fits it, and is denied without a store call (with no
+    /// [`retry_after`](crate::Decision::retry_after)), as a cost above its
+    /// count is.
+    ///
+    /// A lease is one sorted-set member per unit of cost, each about a
+    /// microsecond of Redis's time to add (a thousand: about a millisecond,
+    /// for which Redis serves no other client). Where a request's weight is
+    /// that large, count the weight in larger units.
+    pub const MAX_LEASES_PER_CALL: u64 = 1_000;
 
     /// A quota of `strategy` at `rate`.
     pub fn new(strategy: Strategy, rate: Rate) -> Self {
@@ -95,6 +108,8 @@ impl Quota {
     /// [`Strategy::Concurrency`]: at most `max_in_flight` leases held at once per key.
     /// A lease not released expires after [`lease_timeout`](Self::lease_timeout)
     /// (default [`DEFAULT_LEASE_TIMEOUT`](Self::DEFAULT_LEASE_TIMEOUT)).
+    /// A request of cost `c` holds `c` leases; one call takes at most
+    /// [`MAX_LEASES_PER_CALL`](Self::MAX_LEASES_PER_CALL).
     pub fn concurrency(max_in_flight: u64) -> Self {
         Self::new(
             Strategy::Concurrency,
@@ -522,6 +537,28 @@ impl QuotaSpec {
             self.burst
         } else {
             self.limit
+        }
+    }
+
+    /// The largest cost one call may ask of the quota (a larger one never
+    /// fits): its capacity, and no more than
+    /// [`Quota::MAX_LEASES_PER_CALL`] for a quota that holds leases.
+    pub(crate) fn max_cost(&self) -> u64 {
+        if self.spec().holds_leases {
+            self.capacity().min(Quota::MAX_LEASES_PER_CALL)
+        } else {
+            self.capacity()
+        }
+    }
+
+    /// How many entries a call of `cost` writes to the quota's state if
+    /// admitted: `cost` for a strategy that keeps one entry per unit (a
+    /// sliding log's times, leases), else none that grow with it.
+    pub(crate) fn entries_of(&self, cost: u64) -> u64 {
+        if self.spec().count_bound.is_some() {
+            cost
+        } else {
+            0
         }
     }
 }

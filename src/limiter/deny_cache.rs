@@ -9,11 +9,23 @@
 //! the key's denial, so an operator's change holds on this instance's next
 //! request. Another instance's change holds here once the cached denial is
 //! [`MAX_AGE_US`] old.
+//!
+//! The cache keeps the time of the clock its limiter decides by, so that a
+//! cached denial ends when the limiter's own time reaches its retry: a
+//! [`ManualClock`](crate::clock::ManualClock)'s reading (a test that moves
+//! it past the retry is admitted at once), the caller's clock's, a memory
+//! store's. Redis's own clock cannot be read without a call: the cache then
+//! times denials by this process's monotonic clock
+//! ([`std::time::Instant`]), which runs in real time as Redis's does, read
+//! before the call (a cached denial never ends later than Redis's), and
+//! never by tokio's, which a paused runtime stops (that would serve a
+//! denial for ever, while Redis's time moves on).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::clock::duration_us;
 use crate::decision::Decision;
@@ -61,7 +73,8 @@ pub(crate) struct DenyCache {
     /// Counts [`forget`](Self::forget)s: a decision that started before one
     /// is not cached (it may predate the change that forgot the key).
     forgets: AtomicU64,
-    epoch: tokio::time::Instant,
+    /// The origin of the monotonic clock of a limiter on Redis's clock.
+    epoch: Instant,
 }
 
 /// When a decision started, for [`DenyCache::insert`]: its cache time
@@ -106,7 +119,7 @@ impl DenyCache {
             per_shard: AtomicUsize::new(Self::per_shard(capacity)),
             len: AtomicUsize::new(0),
             forgets: AtomicU64::new(0),
-            epoch: tokio::time::Instant::now(),
+            epoch: Instant::now(),
         }
     }
 
@@ -137,13 +150,14 @@ impl DenyCache {
     }
 
     /// The cache's clock in µs: the limiter's own when it is in this
-    /// process (a manual clock, so tests and simulations see one time; a
-    /// memory store's, read as cheaply as a decision reads it), else tokio's
-    /// monotonic clock.
+    /// process (a manual clock, so tests and simulations see one time; the
+    /// caller's; a memory store's, read as cheaply as a decision reads it),
+    /// else (Redis's clock) this process's monotonic clock, which runs as
+    /// Redis's does, whatever tokio's clock does.
     fn now<F: DenyFacts + ?Sized>(&self, limiter: &F) -> u64 {
         match limiter.local_now_us() {
             Some(t) => t,
-            None => duration_us(tokio::time::Instant::now().saturating_duration_since(self.epoch)),
+            None => duration_us(Instant::now().saturating_duration_since(self.epoch)),
         }
     }
 

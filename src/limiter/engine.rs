@@ -101,19 +101,21 @@ impl Engine {
 
     /// Whether a check of `cost` is answered without a store call, and if so
     /// whether it is allowed: denied when the cost exceeds an enforced
-    /// quota's capacity; allowed (nothing consumed) when it exceeds every
-    /// quota's, all of them [shadow](crate::Quota::shadow). Otherwise the
-    /// cost is at most some enforced quota's capacity (or, all quotas
-    /// shadow, some quota's), so every cost a store sees is exact in its
-    /// arithmetic (a shadow quota whose capacity it exceeds denies it in
-    /// the store).
+    /// quota's capacity (or, for a concurrency quota,
+    /// [`Quota::MAX_LEASES_PER_CALL`](crate::Quota::MAX_LEASES_PER_CALL));
+    /// allowed (nothing consumed) when it exceeds every quota's, all of
+    /// them [shadow](crate::Quota::shadow). Otherwise the cost is at most
+    /// some enforced quota's capacity (or, all quotas shadow, some quota's),
+    /// so every cost a store sees is exact in its arithmetic (a shadow quota
+    /// whose capacity it exceeds denies it in the store), and no call adds
+    /// more leases than one call may.
     fn never_fits(&self, cost: u64) -> Option<bool> {
         let quotas = &self.quotas;
-        if quotas.iter().any(|q| !q.shadow && cost > q.capacity()) {
+        if quotas.iter().any(|q| !q.shadow && cost > q.max_cost()) {
             return Some(false);
         }
         // (here every quota whose capacity the cost exceeds is shadow)
-        quotas.iter().all(|q| cost > q.capacity()).then_some(true)
+        quotas.iter().all(|q| cost > q.max_cost()).then_some(true)
     }
 
     /// The decision of a cost that never fits (see
@@ -123,7 +125,7 @@ impl Engine {
     pub(super) fn unfit(&self, cost: u64) -> Option<Decision> {
         let allowed = self.never_fits(cost)?;
         let parts = self.quotas.iter().map(|q| Part {
-            allowed: cost <= q.capacity(),
+            allowed: cost <= q.max_cost(),
             remaining: 0,
             reset_us: 0,
             retry_us: NEVER,

@@ -16,7 +16,7 @@
 //! store refuses the limiter's calls for good, a misconfiguration: see
 //! [`on_refusal`](crate::RateLimitLayer::on_refusal)), or `invalid` (a call
 //! the limiter refused to make, such as settling another limiter's
-//! reservation).
+//! reservation), or `too_large` (a call larger than one store call may be).
 //!
 //! Label values come from the configuration only (the layer's
 //! [`name`](crate::RateLimitLayer::name), plan and quota names; `""` where
@@ -135,6 +135,7 @@ fn error_kind(error: &StoreError) -> &'static str {
         StoreError::Protocol(_) => "protocol",
         StoreError::Refused(_) => "refused",
         StoreError::Invalid(_) => "invalid",
+        StoreError::TooLarge(_) => "too_large",
     }
 }
 

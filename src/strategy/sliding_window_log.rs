@@ -69,13 +69,14 @@ fn sliding_log(
     now: i64,
     cost: i64,
 ) -> (Raw, Option<Value>) {
-    // oldest first (in Redis as in a short log's string)
-    let mut log = match slot {
+    // oldest first (in Redis as in a short log's string); read in place: a
+    // log in debt may hold many more times than n, and a denial copies none
+    let log: &[i64] = match slot {
         Some(Entry {
             value: Value::Log(log),
             ..
-        }) => log.clone(),
-        _ => Vec::new(),
+        }) => log,
+        _ => &[],
     };
     let old = now - period;
     let len = log.len() as i64;
@@ -91,14 +92,16 @@ fn sliding_log(
         };
         return (Raw::deny(n - c, reset, retry), None);
     }
-    if cost > 0 {
-        let t = now.max(head);
-        reset = t + period - now;
-        // the entries that left the window are dropped
-        log.drain(..(len - c) as usize);
-        log.extend(std::iter::repeat_n(t, cost as usize));
+    if cost == 0 {
+        return (Raw::allow(n - c, reset, 0), None);
     }
-    (Raw::allow(n - c - cost, reset, 0), Some(Value::Log(log)))
+    let t = now.max(head);
+    reset = t + period - now;
+    // the entries that left the window are dropped (the rest: at most n)
+    let mut kept = Vec::with_capacity((c + cost) as usize);
+    kept.extend_from_slice(&log[(len - c) as usize..]);
+    kept.extend(std::iter::repeat_n(t, cost as usize));
+    (Raw::allow(n - c - cost, reset, 0), Some(Value::Log(kept)))
 }
 
 /// The twin of `lua/give_back_sliding_window_log.lua`: removes up to `units`
@@ -116,15 +119,12 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64
     else {
         return;
     };
-    let mut left = units;
-    let mut i = log.len();
-    while i > 0 && left > 0 {
-        i -= 1;
-        if log[i] == t {
-            log.remove(i);
-            left -= 1;
-        }
-    }
+    // (sorted: the times equal to t are one run, removed from its newest end
+    // in one move of the times after it)
+    let hi = log.partition_point(|x| *x <= t);
+    let run = hi - log[..hi].partition_point(|x| *x < t);
+    let take = run.min(usize::try_from(units).unwrap_or(0));
+    log.drain(hi - take..hi);
     if log.is_empty() {
         *slot = None;
     }

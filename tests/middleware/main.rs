@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod deny_cache_clock;
 #[cfg(all(feature = "axum", feature = "serde"))]
 mod examples;
 mod key_extractors;

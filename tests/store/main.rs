@@ -8,6 +8,7 @@
 //! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
 //! - `local_budgets`, `lease_undo`: hot-key local budgets and undoing a lease;
 //! - `batching`: several decisions per script call on Redis, each decided as alone;
+//! - `bounds`: one store call's work is bounded, whatever a caller asks;
 //! - `soak`: many keys over many windows, memory bounded.
 //!
 //! One test binary; the Redis fixtures are `tests/common`.
@@ -16,6 +17,7 @@
 mod common;
 
 mod batching;
+mod bounds;
 mod clock_skew;
 mod differential;
 mod joint;

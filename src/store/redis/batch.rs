@@ -8,7 +8,8 @@
 //! decision is sent at once, alone, exactly as without batching: nothing
 //! waits for company. Beyond that it joins the lane's
 //! queue; when a call in flight ends, the decisions queued meanwhile (up to
-//! [`MAX_BATCH`]) leave together as the next call, sent by a task of its own
+//! [`MAX_BATCH`], logging at most [`MAX_BATCH_LOGGED`] sliding-log times
+//! together) leave together as the next call, sent by a task of its own
 //! (so that no caller's future, which its client may drop, carries another
 //! caller's decision). Batches form only from what is already queued: under
 //! light load every decision is a call of its own, under heavy load one call
@@ -49,6 +50,13 @@ use crate::error::StoreError;
 /// tasks on one connection: 128 made 0.8 to 0.9 times the decisions/s of
 /// 256.)
 pub(crate) const MAX_BATCH: usize = 256;
+
+/// The most units the decisions of one call may log together, where the
+/// limiter's quotas keep one entry per unit (a sliding log's times): as one
+/// call of the largest such quota, about 1.5 ms of Redis's time. A batch
+/// closes before a decision that would take it past this (a decision alone
+/// logs at most this much: its cost is at most the quota's count).
+pub(crate) const MAX_BATCH_LOGGED: u64 = crate::strategy::MAX_SORTED_SET_LIMIT;
 
 /// How many calls of a lane may be in flight per connection before its
 /// decisions queue: one on the wire while the next forms, and one more so
@@ -103,6 +111,12 @@ impl Pending {
         }
         Some(self)
     }
+
+    /// Whether its caller still waits for it at `now` (see
+    /// [`still_waiting`](Self::still_waiting)), without answering it.
+    fn is_waiting(&self, now: Instant, timeout: Duration) -> bool {
+        !self.reply.is_closed() && now.saturating_duration_since(self.queued) < timeout
+    }
 }
 
 /// The decisions of one script of one limiter, and the calls they go out in.
@@ -117,6 +131,10 @@ pub(crate) struct Lane {
     shared: Box<[Vec<u8>]>,
     /// How many keys each decision has.
     keys: usize,
+    /// How many entries each decision logs per unit of its cost (its
+    /// quotas that keep one per unit): a batch logs at most
+    /// [`MAX_BATCH_LOGGED`].
+    logs: u64,
     /// How many calls may be in flight before decisions queue.
     max_flights: usize,
     state: Mutex<State>,
@@ -179,14 +197,15 @@ impl std::fmt::Debug for Lane {
 }
 
 impl Lane {
-    /// A lane for `single`, whose decisions have `keys` keys each and share
-    /// the arguments `shared`, over `connections` connections; `batch`
-    /// decides several of them per call.
+    /// A lane for `single`, whose decisions have `keys` keys each, log
+    /// `logs` entries per unit of cost and share the arguments `shared`,
+    /// over `connections` connections; `batch` decides several of them per
+    /// call.
     pub(crate) fn new(
         layout: Layout,
         (single, batch): (&LimiterScript, LimiterScript),
         shared: Box<[Vec<u8>]>,
-        keys: usize,
+        (keys, logs): (usize, u64),
         connections: usize,
     ) -> Self {
         Lane {
@@ -195,6 +214,7 @@ impl Lane {
             batch,
             shared,
             keys,
+            logs,
             max_flights: FLIGHTS_PER_CONNECTION * connections.max(1),
             state: Mutex::new(State::default()),
         }
@@ -263,21 +283,30 @@ impl Lane {
     }
 
     /// The next batch: the decisions queued whose callers still wait, up to
-    /// [`MAX_BATCH`], oldest first. A decision queued `timeout` ago or more
-    /// fails with a timeout, unsent.
-    fn next_batch(state: &mut State, timeout: Duration) -> Vec<Pending> {
-        let mut batch = Vec::new();
+    /// [`MAX_BATCH`] of them logging at most [`MAX_BATCH_LOGGED`] units
+    /// together (but at least one), oldest first. A decision queued
+    /// `timeout` ago or more fails with a timeout, unsent.
+    fn next_batch(&self, state: &mut State, timeout: Duration) -> Vec<Pending> {
         let now = Instant::now();
-        while batch.len() < MAX_BATCH && !state.queue.is_empty() {
-            let take = (MAX_BATCH - batch.len()).min(state.queue.len());
-            batch.extend(
-                state
-                    .queue
-                    .drain(..take)
-                    .filter_map(|p| p.still_waiting(now, timeout)),
-            );
+        // where the batch ends in the queue: the dead decisions before it
+        // (their callers gone, or their time up) are dropped, not counted
+        let (mut cut, mut live, mut logged) = (0, 0, 0u64);
+        for p in &state.queue {
+            if !p.is_waiting(now, timeout) {
+                cut += 1;
+                continue;
+            }
+            let logs = p.decision.cost.saturating_mul(self.logs);
+            if live == MAX_BATCH || (live > 0 && logged.saturating_add(logs) > MAX_BATCH_LOGGED) {
+                break;
+            }
+            (cut, live, logged) = (cut + 1, live + 1, logged.saturating_add(logs));
         }
-        batch
+        state
+            .queue
+            .drain(..cut)
+            .filter_map(|p| p.still_waiting(now, timeout))
+            .collect()
     }
 
     /// A call of the lane ended: the decisions queued meanwhile leave as the
@@ -285,7 +314,7 @@ impl Lane {
     fn hand_off<P: Pooled>(self: &Arc<Self>, conns: &Arc<Connections<P>>, id: u64) {
         let batch = {
             let mut state = self.lock();
-            let batch = Self::next_batch(&mut state, conns.timeout);
+            let batch = self.next_batch(&mut state, conns.timeout);
             if batch.is_empty() {
                 state.land(id);
                 return;
@@ -581,7 +610,7 @@ async fn run<P: Pooled>(
     loop {
         lane.send(&conns, batch).await;
         let mut state = lane.lock();
-        batch = Lane::next_batch(&mut state, conns.timeout);
+        batch = lane.next_batch(&mut state, conns.timeout);
         if batch.is_empty() {
             state.land(id);
             kept.0 = None;

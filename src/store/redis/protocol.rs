@@ -76,6 +76,8 @@ impl Prepared {
         let decide = LimiterScript::for_quotas(&strategies, &shadow, block);
         // every call's keys: one per quota, then the block key
         let keys = quotas.len() + usize::from(block.is_some());
+        // and the entries each logs per unit of its cost
+        let logs = quotas.iter().map(|q| q.entries_of(1)).sum::<u64>();
         let lanes = batching.map(|connections| {
             // one quota without blocking: its block in a loop
             // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
@@ -89,7 +91,7 @@ impl Prepared {
                     Layout::Fast,
                     (&f.script, batch),
                     Box::new([]),
-                    keys,
+                    (keys, logs),
                     connections,
                 )))
             });
@@ -98,7 +100,7 @@ impl Prepared {
                     layout,
                     (&decide, batch),
                     quota_args.clone(),
-                    keys,
+                    (keys, logs),
                     connections,
                 )),
                 fast,
