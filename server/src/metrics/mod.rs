@@ -128,12 +128,15 @@ type Series = Arc<AtomicU64>;
 /// Per label value, a counter.
 type ByLabel = RwLock<HashMap<Arc<str>, Series>>;
 
+/// Per domain, per key label, a limit's counters.
+type ByKey = RwLock<HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCounters>>>>;
+
 /// The statistics of one [`RlsService`](crate::service::RlsService) (and its
 /// clones): [`render`](Self::render) them for a scrape.
 pub struct Metrics {
     /// Per domain, per key label (bounded; read without allocating on
     /// every call).
-    keys: RwLock<HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCounters>>>>,
+    keys: ByKey,
     /// How many keys holding a request's values have a series.
     valued: AtomicUsize,
     max_valued: usize,
@@ -446,8 +449,16 @@ impl Metrics {
         let k = label::bound(key_label(domain, key));
         {
             let map = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(c) = map.get(&*d).and_then(|keys| keys.get(&*k)) {
+            let keys = map.get(&*d);
+            if let Some(c) = keys.and_then(|keys| keys.get(&*k)) {
                 return c.clone();
+            }
+            // (a stream of new values past the cap takes no write lock)
+            if valued && self.valued.load(Ordering::Relaxed) >= self.max_valued {
+                let fallback = label::bound(key_label(domain, fallback));
+                if let Some(c) = keys.and_then(|keys| keys.get(&*fallback)) {
+                    return c.clone();
+                }
             }
         }
         let mut map = self.keys.write().unwrap_or_else(PoisonError::into_inner);
@@ -558,6 +569,25 @@ mod tests {
         }
         // one key with values each: two of the 10
         assert_eq!(m.valued.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn keys_with_values_past_the_cap_count_under_the_fallback() {
+        let m = Metrics::new(2);
+        for c in ['a', 'b', 'c', 'd', 'a'] {
+            let key = format!("d.user_{}", c.to_string().repeat(1_000));
+            m.record("d", &key, true, "d.user", admitted(1, 100, 0));
+        }
+        let text = m.render();
+        let labels: Vec<&str> = text.lines().filter(|l| l.starts_with(TOTAL_HITS)).collect();
+        assert_eq!(labels.len(), 3, "{text}");
+        let a = labels
+            .iter()
+            .find(|l| l.contains("key=\"user_aaa"))
+            .expect("a");
+        assert!(a.ends_with(" 2"), "{a}");
+        let user = format!("{TOTAL_HITS}{{domain=\"d\",key=\"user\"}}");
+        assert_eq!(value(&text, &user), Some(2), "{text}");
     }
 
     #[test]
