@@ -613,7 +613,14 @@ fn parse(
             Some("--shadow-mode") => shadow = true,
             Some("--quota-mode") => quota = true,
             Some("--max-descriptors") => {
-                let n = count("--max-descriptors", &value("--max-descriptors")?, 1, "64")?;
+                let v = value("--max-descriptors")?;
+                let n = count("--max-descriptors", &v, 1, "64")?;
+                let max = tower_redis_ratelimit::limiter::AllOrNothing::MAX_PARTS;
+                if n > max {
+                    return Err(format!(
+                        "--max-descriptors {v:?}: at most {max} (what one store call decides)"
+                    ));
+                }
                 options = options.max_descriptors(n);
             }
             Some("--max-entries") => {
@@ -1155,16 +1162,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.store_check {
         check_store(probes).await?;
     }
+    // SIGTERM stops the metrics endpoint too (its own grace bounds it)
+    let (stop_metrics, _) = tokio::sync::watch::channel(false);
     if let Some(addr) = args.metrics {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("--metrics {addr}: {e}"))?;
         tracing::info!(%addr, "serving metrics at /metrics");
-        // (the coordinator switches this to metrics::serve_with_shutdown
-        // with the shutdown signal below once it lands)
-        tokio::spawn(tower_redis_ratelimit_server::metrics::serve(
+        let mut stop = stop_metrics.subscribe();
+        tokio::spawn(tower_redis_ratelimit_server::metrics::serve_with_shutdown(
             listener,
             service.metrics(),
+            async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            },
         ));
     }
     if let Some(interval) = args.watch {
@@ -1196,6 +1207,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         health_reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
+        let _ = stop_metrics.send(true);
         let _ = stopping.send(());
     };
     tracing::info!(
@@ -1401,6 +1413,11 @@ mod tests {
                 "--max-metric-keys \"many\"",
             ),
             (&["--redis"], &[], "--redis needs a value"),
+            (
+                &["--max-descriptors", "257"],
+                &[],
+                "--max-descriptors \"257\": at most 256",
+            ),
         ] {
             let e = p(args, env).expect_err(needle);
             assert!(e.contains(needle), "{args:?}: {e}");

@@ -139,7 +139,10 @@ pub struct ServiceOptions {
     pub near_limit_ratio: NearLimitRatio,
     /// The most descriptors a request may carry; a request with more is
     /// answered `INVALID_ARGUMENT` before the store is asked. Envoy sends
-    /// one per matching rate limit action (a handful). Default: 64.
+    /// one per matching rate limit action (a handful). Default: 64; at
+    /// most [`AllOrNothing::MAX_PARTS`] (256). A request whose descriptors
+    /// would write more than [`AllOrNothing::MAX_LOGGED`] sliding-log
+    /// times together is `OVER_LIMIT` as one that never fits.
     pub max_descriptors: usize,
     /// The most entries one descriptor may carry; past it, the request is
     /// answered `INVALID_ARGUMENT` before the store is asked. Default: 32.
@@ -268,9 +271,11 @@ impl ServiceOptions {
         self
     }
 
-    /// Sets [`max_descriptors`](Self::max_descriptors) (at least 1).
+    /// Sets [`max_descriptors`](Self::max_descriptors): at least 1, at
+    /// most [`AllOrNothing::MAX_PARTS`] (what the library decides in one
+    /// store call).
     pub fn max_descriptors(mut self, n: usize) -> Self {
-        self.max_descriptors = n.max(1);
+        self.max_descriptors = n.clamp(1, AllOrNothing::MAX_PARTS);
         self
     }
 
@@ -413,7 +418,9 @@ impl RlsService {
                 .quota(quota)
                 .build()
         });
-        let metrics = Arc::new(Metrics::new(options.max_metric_keys));
+        let metrics = Arc::new(
+            Metrics::new(options.max_metric_keys).near_limit_ratio(options.near_limit_ratio),
+        );
         let limits = build_limits(&config, &*make, None, Modes::from(&options))?;
         metrics.config_loaded(true);
         Ok(Self {
@@ -1033,6 +1040,7 @@ impl Inner {
             .map(|(e, v)| (e.key.as_str(), v.as_ref()))
             .collect();
         let Some(rules) = self.limits.get(domain) else {
+            self.metrics.domain_not_found(domain);
             return free;
         };
         let matched = self.config.lookup_match(domain, &entries);
@@ -1324,6 +1332,25 @@ impl Inner {
             }
         } else {
             take(&joint, &asks).await.map(|d| (d, true))
+        };
+        // Too much for one store call (the sliding-log times its parts
+        // would write together): denied as a request that never fits, not
+        // an error that Envoy's `failure_mode_deny: false` would let
+        // through; what is left is read, nothing is taken.
+        let result = match result {
+            Err(StoreError::TooLarge(why)) => {
+                if let Some(held) = self.logs.refused.to_log() {
+                    tracing::warn!(held_back = held, "request denied: {why}");
+                }
+                for slot in &mut slots {
+                    if !slot.shadow && matches!(slot.state, State::Pending { cost, .. } if cost > 0)
+                    {
+                        slot.never_fits = true;
+                    }
+                }
+                joint.peek().await.map(|d| (Joint::from(d), false))
+            }
+            other => other,
         };
         match result {
             Ok((joint, taking)) => {

@@ -821,7 +821,10 @@ fn go_settings_without_an_equivalent_exit_2_naming_the_variable() {
     let dir = config_dir("bin-go");
     for (env, needle) in [
         (("BACKEND_TYPE", "memcache"), "BACKEND_TYPE=\"memcache\""),
-        (("RESPONSE_DYNAMIC_METADATA", "true"), "RESPONSE_DYNAMIC_METADATA"),
+        (
+            ("RESPONSE_DYNAMIC_METADATA", "true"),
+            "RESPONSE_DYNAMIC_METADATA",
+        ),
         (("CACHE_KEY_PREFIX", "x_"), "CACHE_KEY_PREFIX"),
         (("REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true"),
     ] {

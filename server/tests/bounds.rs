@@ -355,3 +355,41 @@ descriptors:
         }
     }
 }
+
+/// Descriptors whose hits would write more sliding-log times together
+/// than one store call may (`AllOrNothing::MAX_LOGGED`): the request is
+/// over as one that never fits (not an error, which Envoy's
+/// `failure_mode_deny: false` would let through), and takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_too_many_to_log_in_one_call_are_over_not_an_error() {
+    const LOG: &str = "\
+domain: api
+descriptors:
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 10000, strategy: sliding-window-log}
+";
+    let redis = Redis::start();
+    let options = ServiceOptions::default().headers(true);
+    for mut c in [
+        serve(RlsService::new(config(LOG), MemoryStore::new(), options.clone()).expect("service"))
+            .await,
+        serve(RlsService::new(config(LOG), redis_store(&redis), options.clone()).expect("service"))
+            .await,
+    ] {
+        let two = || {
+            vec![
+                with_hits(desc(&[("log", "a")]), 6000),
+                with_hits(desc(&[("log", "b")]), 6000),
+            ]
+        };
+        let r = ask(&mut c, "api", two(), 0).await;
+        assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
+        assert_eq!(r.statuses[0].limit_remaining, 10_000, "{r:?}");
+        assert!(header(&r, "retry-after").is_none(), "{r:?}");
+        // nothing was taken: each alone fits
+        for v in ["a", "b"] {
+            let r = ask(&mut c, "api", vec![with_hits(desc(&[("log", v)]), 6000)], 0).await;
+            assert_eq!(overall(&r), Code::Ok, "{r:?}");
+        }
+    }
+}
