@@ -226,8 +226,15 @@ impl Incoming {
             }
         }
         self.backoff = Some(Box::pin(tokio::time::sleep(self.delay)));
-        self.delay = (self.delay * 2).min(MAX_BACKOFF);
+        self.delay = next_backoff(self.delay);
     }
+}
+
+/// The wait after a failed `accept` that followed a wait of `last` (zero
+/// for the first): 5 ms, doubling, at most 1 s (the metrics endpoint's
+/// accept loop too).
+pub(crate) fn next_backoff(last: Duration) -> Duration {
+    (last * 2).clamp(MIN_BACKOFF, MAX_BACKOFF)
 }
 
 /// Whether `e` is an `accept` that failed for want of descriptors or
@@ -357,6 +364,26 @@ impl Connection {
         matches!(self.phase, Phase::Handshake { .. }) && self.timer.deadline() <= Instant::now()
     }
 
+    /// What a write of the connection's stream returned: a byte written
+    /// counts as activity; a write that waits fails once the deadline
+    /// passed.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.last = Instant::now();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.poll_deadline(cx).map(Err),
+        }
+    }
+
     /// `Ready` with the error to fail with once the deadline passed; else
     /// `Pending`, woken when it may have.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -425,16 +452,8 @@ impl AsyncWrite for Connection {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.last = Instant::now();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx).map(Err),
-        }
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(cx, written)
     }
 
     fn poll_write_vectored(
@@ -443,16 +462,8 @@ impl AsyncWrite for Connection {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.last = Instant::now();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx).map(Err),
-        }
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -31,10 +31,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 0}
 "#;
 
-fn config(text: &str) -> Config {
-    Config::from_sources([("api.yaml", text)], LoadOptions::default()).expect("config")
-}
-
 fn service<S: Store + Clone>(store: S) -> RlsService {
     RlsService::new(
         config(CONFIG),
@@ -42,17 +38,6 @@ fn service<S: Store + Clone>(store: S) -> RlsService {
         ServiceOptions::default().headers(true),
     )
     .expect("service")
-}
-
-fn redis_store(redis: &Redis) -> RedisStore {
-    RedisStore::from_url(&redis.url())
-        .expect("store")
-        .timeout(Duration::from_secs(10))
-}
-
-fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
-    d.hits_addend = Some(hits);
-    d
 }
 
 fn with_override(mut d: RateLimitDescriptor, n: u32, unit: i32) -> RateLimitDescriptor {

@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
+use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit::store::Store;
-use tower_redis_ratelimit::{MemoryStore, RedisStore};
-use tower_redis_ratelimit_server::config::{Config, LoadOptions};
 use tower_redis_ratelimit_server::pb::RateLimitDescriptor;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
@@ -32,23 +29,8 @@ descriptors:
     rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 100}
 ";
 
-fn config(text: &str) -> Config {
-    Config::from_sources([("api.yaml", text)], LoadOptions::default()).expect("config")
-}
-
 fn service<S: Store + Clone>(store: S, options: ServiceOptions) -> RlsService {
     RlsService::new(config(CONFIG), store, options).expect("service")
-}
-
-fn redis_store(redis: &Redis) -> RedisStore {
-    RedisStore::from_url(&redis.url())
-        .expect("store")
-        .timeout(Duration::from_secs(10))
-}
-
-fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
-    d.hits_addend = Some(hits);
-    d
 }
 
 /// Both stores, each behind a served service with `options`.

@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
+use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit::store::Store;
-use tower_redis_ratelimit::{MemoryStore, RedisStore};
 use tower_redis_ratelimit_server::config::{Config, LoadOptions};
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
@@ -37,13 +35,6 @@ fn service<S: Store + Clone>(store: S) -> RlsService {
     let config =
         Config::from_sources([("api.yaml", CONFIG)], LoadOptions::default()).expect("config");
     RlsService::new(config, store, ServiceOptions::default()).expect("service")
-}
-
-fn redis_store(redis: &Redis) -> RedisStore {
-    // (hundreds of concurrent callers on 2 shared cores, a debug build)
-    RedisStore::from_url(&redis.url())
-        .expect("store")
-        .timeout(Duration::from_secs(10))
 }
 
 /// 300 concurrent requests, each `[wide=k]` and `[narrow=k]`: exactly 50

@@ -153,7 +153,7 @@ pub async fn serve_with(
                 }
             }
             Err(e) => {
-                pause = next_pause(pause);
+                pause = crate::net::next_backoff(pause);
                 tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "metrics: cannot accept a connection: pausing");
                 tokio::select! {
                     biased;
@@ -173,12 +173,6 @@ pub async fn serve_with(
 
 /// The answer to a connection past [`ServeOptions::max_connections`].
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-
-/// The pause after an accept error that followed `last`: 5 ms, doubling,
-/// at most 1 s.
-fn next_pause(last: Duration) -> Duration {
-    (last * 2).clamp(Duration::from_millis(5), Duration::from_secs(1))
-}
 
 /// Serves one connection until it ends, or until its age is up or shutdown
 /// is signalled and then the grace is.
@@ -321,7 +315,7 @@ mod tests {
         let mut p = Duration::ZERO;
         let mut seen = Vec::new();
         for _ in 0..10 {
-            p = next_pause(p);
+            p = crate::net::next_backoff(p);
             seen.push(p.as_millis());
         }
         assert_eq!(seen, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);

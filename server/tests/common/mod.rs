@@ -315,3 +315,22 @@ pub(crate) fn cluster(tag: &str) -> (TempDir, Vec<Redis>) {
     }
     (data, nodes)
 }
+
+/// One file `api.yaml` of `text`, loaded.
+pub(crate) fn config(text: &str) -> tower_redis_ratelimit_server::config::Config {
+    use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+    Config::from_sources([("api.yaml", text)], LoadOptions::default()).expect("config")
+}
+
+/// A store on `redis`, with a timeout generous enough for a shared machine.
+pub(crate) fn redis_store(redis: &Redis) -> tower_redis_ratelimit::RedisStore {
+    tower_redis_ratelimit::RedisStore::from_url(&redis.url())
+        .expect("store")
+        .timeout(Duration::from_secs(10))
+}
+
+/// `d` with `hits_addend` set.
+pub(crate) fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+    d.hits_addend = Some(hits);
+    d
+}
