@@ -83,6 +83,7 @@ use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
 use crate::config::{Config, OnStoreError, Rule, Unit};
+pub use crate::metrics::NearLimitRatio;
 use crate::metrics::{Metrics, Outcome};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::rate_limit_response::{
@@ -169,39 +170,6 @@ impl Default for GoHeaders {
             remaining: "RateLimit-Remaining".to_owned(),
             reset: "RateLimit-Reset".to_owned(),
         }
-    }
-}
-
-/// A share of a limit in `(0, 1]`, in millionths ([`ServiceOptions::near_limit_ratio`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NearLimitRatio(u32);
-
-impl NearLimitRatio {
-    /// `ratio` when it is in `(0, 1]` (and a number).
-    pub fn new(ratio: f64) -> Option<Self> {
-        if ratio > 0.0 && ratio <= 1.0 {
-            // (in range: the product fits)
-            Some(Self((ratio * 1e6).round() as u32))
-        } else {
-            None
-        }
-    }
-
-    /// The ratio.
-    pub fn get(self) -> f64 {
-        f64::from(self.0) / 1e6
-    }
-
-    /// `floor(limit × ratio)`, as the Go service computes its near-limit
-    /// threshold.
-    pub fn of(self, limit: u64) -> u64 {
-        u64::try_from(u128::from(limit) * u128::from(self.0) / 1_000_000).unwrap_or(u64::MAX)
-    }
-}
-
-impl Default for NearLimitRatio {
-    fn default() -> Self {
-        Self(800_000)
     }
 }
 

@@ -71,10 +71,42 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use hyper::body::Bytes;
 use tokio::sync::watch;
 
-use crate::service::NearLimitRatio;
-
 pub use http::{ServeOptions, serve, serve_with, serve_with_shutdown};
 pub use label::MAX_LABEL_BYTES;
+
+/// A share of a limit in `(0, 1]`, in millionths ([`Metrics::near_limit_ratio`], the service's
+/// [`ServiceOptions::near_limit_ratio`](crate::service::ServiceOptions::near_limit_ratio)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearLimitRatio(u32);
+
+impl NearLimitRatio {
+    /// `ratio` when it is in `(0, 1]` (and a number).
+    pub fn new(ratio: f64) -> Option<Self> {
+        if ratio > 0.0 && ratio <= 1.0 {
+            // (in range: the product fits)
+            Some(Self((ratio * 1e6).round() as u32))
+        } else {
+            None
+        }
+    }
+
+    /// The ratio.
+    pub fn get(self) -> f64 {
+        f64::from(self.0) / 1e6
+    }
+
+    /// `floor(limit × ratio)`, as the Go service computes its near-limit
+    /// threshold.
+    pub fn of(self, limit: u64) -> u64 {
+        u64::try_from(u128::from(limit) * u128::from(self.0) / 1_000_000).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for NearLimitRatio {
+    fn default() -> Self {
+        Self(800_000)
+    }
+}
 
 /// `ratelimit_service_rate_limit_total_hits`.
 pub const TOTAL_HITS: &str = "ratelimit_service_rate_limit_total_hits";
