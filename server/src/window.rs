@@ -8,8 +8,10 @@
 //! any period (a unit times `unit_multiplier`, or a `duration`); at a whole
 //! second it gives the Go service's numbers exactly.
 //!
-//! The library does not decide in epoch-aligned windows yet: this is the
-//! arithmetic only, for the step that wires the deciding.
+//! The deciding is the library's, in the same windows
+//! ([`Quota::aligned`](tower_redis_ratelimit::Quota::aligned), on the
+//! store's clock); the service uses this arithmetic for what it answers
+//! without a store call (a limit of 0, a cost that never fits).
 //!
 //! [`Unit::seconds`]: crate::config::Unit::seconds
 
