@@ -263,7 +263,7 @@ impl Quota {
     /// let tokens = Quota::fixed_window(Rate::per_day(1_000_000)).calendar(Calendar::month("Europe/Paris"));
     /// assert_eq!(tokens.rate().count(), 1_000_000);
     /// assert_eq!(tokens.rate().period().as_secs(), 31 * 86_400);
-    /// assert_eq!(tokens.to_string(), "fixed-window 1000000/31d calendar=month@Europe/Paris");
+    /// assert_eq!(tokens.to_string(), "fixed-window 1000000/2678400s calendar=month@Europe/Paris");
     /// ```
     #[cfg(feature = "calendar")]
     pub fn calendar(mut self, calendar: Calendar) -> Self {

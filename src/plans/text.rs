@@ -151,7 +151,7 @@ impl FromStr for Quota {
 
 /// `<unit>@<zone>`: `month@Europe/Paris`, `year@UTC`.
 #[cfg(feature = "calendar")]
-fn parse_calendar(v: &str) -> Result<crate::Calendar, ConfigError> {
+pub(super) fn parse_calendar(v: &str) -> Result<crate::Calendar, ConfigError> {
     let bad = || {
         ConfigError::new(
             "calendar",
@@ -362,6 +362,15 @@ mod tests {
                 .aligned()
                 .shadow(true),
         ] {
+            let text = q.to_string();
+            assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
+        }
+        #[cfg(feature = "calendar")]
+        for c in [
+            crate::Calendar::month("Europe/Paris"),
+            crate::Calendar::year("UTC"),
+        ] {
+            let q = Quota::fixed_window(Rate::per_day(5)).name("m").calendar(c);
             let text = q.to_string();
             assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
         }

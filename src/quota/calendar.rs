@@ -91,6 +91,12 @@ impl Calendar {
         &self.time_zone
     }
 
+    /// Whether the zone is in the compiled-in database; `Err`: why not
+    /// (the message of the build error `quota[i].calendar`).
+    pub fn validate(&self) -> Result<(), String> {
+        self.resolve().map(|_| ())
+    }
+
     /// The zone, from the compiled-in database: its canonical name, or why not.
     pub(crate) fn resolve(&self) -> Result<Windows, String> {
         let tz = jiff::tz::db().get(&self.time_zone).map_err(|_| {
