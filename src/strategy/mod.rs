@@ -268,7 +268,7 @@ pub(crate) struct StrategySpec {
     /// The storage-key tag (it starts the quota part of a storage key): an ASCII letter, distinct
     /// per strategy, and never used before by any strategy; a change of the
     /// stored state's shape takes a new one (old state is then never read).
-    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r`, `a` (see
+    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r`, `a`, `z` (see
     /// the guide's [keys](crate::guide::keys#storage-keys); `t`, `b` and `g` held the TAT strategies' state
     /// before it could hold its interval).
     pub(crate) key_tag: char,
