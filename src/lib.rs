@@ -97,6 +97,9 @@ pub use limiter::rate_limiter::RateLimiter;
 pub use middleware::layer::RateLimitLayer;
 #[doc(inline)]
 pub use quota::Quota;
+#[cfg(feature = "calendar")]
+#[doc(inline)]
+pub use quota::calendar::{Calendar, CalendarUnit};
 #[doc(inline)]
 pub use rate::Rate;
 #[doc(inline)]

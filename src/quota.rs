@@ -5,7 +5,24 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::rate::{MAX_COUNT, Rate};
 use crate::strategy::state::Params;
-use crate::strategy::{Bound, Kind, Strategy, StrategySpec};
+use crate::strategy::{Bound, Kind, Strategy, StrategySpec, Variant};
+
+#[cfg(feature = "calendar")]
+pub(crate) mod calendar;
+#[cfg(feature = "calendar")]
+use calendar::{Calendar, Windows};
+
+/// Without the `calendar` feature no quota has calendar windows.
+#[cfg(not(feature = "calendar"))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Windows {}
+
+#[cfg(not(feature = "calendar"))]
+impl Windows {
+    fn around(&self, _now: i64) -> [i64; 3] {
+        match *self {}
+    }
+}
 
 /// Longest period accepted (one year): keeps every timestamp computation
 /// exact in Redis's Lua numbers.
@@ -34,6 +51,8 @@ pub struct Quota {
     name: Option<String>,
     shadow: bool,
     aligned: bool,
+    #[cfg(feature = "calendar")]
+    calendar: Option<Calendar>,
 }
 
 impl Quota {
@@ -72,6 +91,8 @@ impl Quota {
             name: None,
             shadow: false,
             aligned: false,
+            #[cfg(feature = "calendar")]
+            calendar: None,
         }
     }
 
@@ -204,6 +225,67 @@ impl Quota {
         self
     }
 
+    /// For [`Quota::fixed_window`]: windows that follow `calendar`, a month
+    /// or a year of a named time zone, instead of a fixed period (feature
+    /// `calendar`). The rate's count is the budget of each window; its
+    /// period becomes the unit's longest window (31 days, 366 days), which
+    /// [`rate`](Self::rate) and `RateLimit-Policy`'s `w` report.
+    ///
+    /// A month runs from local midnight on the 1st to local midnight on the
+    /// 1st of the next month (28 to 31 days, an hour less or more across a
+    /// DST change); a year from local midnight on January 1st. A local
+    /// midnight the zone skips (a DST gap at midnight) is the first instant
+    /// after the gap; one it repeats is its first occurrence. The zone's
+    /// rules come from the tz database compiled into the crate.
+    ///
+    /// On Redis the script cannot compute a zone's rules: each call brings
+    /// the bounds of the window that holds the limiter's clock's time (the
+    /// caller's clock for Redis's own, whose `TIME` then picks, of that
+    /// window and its neighbours, the one that holds Redis's time: near a
+    /// bound Redis's clock decides, as for every strategy), and the state,
+    /// a count keyed by the window's end, expires at that end. The memory
+    /// store computes the same bounds from its clock.
+    ///
+    /// Otherwise as an [`aligned`](Self::aligned) window: at most `n` in
+    /// each window (its [`bound`](Self::bound) is
+    /// [`Bound::AlignedWindow`]), every key resetting at the same instant;
+    /// `reset_after` and a denial's `retry_after` are the rest of the
+    /// window; a denial writes nothing; a cost of 0 peeks; a settle's
+    /// excess is a debt that ends with the window. The state is apart from
+    /// every other quota's (the storage key starts with `z` and names the
+    /// unit and zone). Rejected at build (`quota[i].calendar`): on another
+    /// strategy, with [`aligned`](Self::aligned), an unknown zone; and a
+    /// limiter with local budgets.
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::{Calendar, Quota, Rate};
+    ///
+    /// let tokens = Quota::fixed_window(Rate::per_day(1_000_000)).calendar(Calendar::month("Europe/Paris"));
+    /// assert_eq!(tokens.rate().count(), 1_000_000);
+    /// assert_eq!(tokens.rate().period().as_secs(), 31 * 86_400);
+    /// assert_eq!(tokens.to_string(), "fixed-window 1000000/2678400s calendar=month@Europe/Paris");
+    /// ```
+    #[cfg(feature = "calendar")]
+    pub fn calendar(mut self, calendar: Calendar) -> Self {
+        self.rate = Rate::new(self.rate.count(), calendar.unit().longest());
+        self.calendar = Some(calendar);
+        self
+    }
+
+    /// The [`calendar`](Self::calendar) the quota's windows follow, if any.
+    #[cfg(feature = "calendar")]
+    pub fn calendar_window(&self) -> Option<&Calendar> {
+        self.calendar.as_ref()
+    }
+
+    /// Whether the quota has calendar windows.
+    fn has_calendar(&self) -> bool {
+        #[cfg(feature = "calendar")]
+        return self.calendar.is_some();
+        #[cfg(not(feature = "calendar"))]
+        false
+    }
+
     /// Whether the quota's windows are [`aligned`](Self::aligned) to the epoch.
     pub fn is_aligned(&self) -> bool {
         self.aligned
@@ -218,7 +300,14 @@ impl Quota {
 
     /// What the stores run.
     fn kind(&self) -> Kind {
-        Kind::new(self.strategy, self.aligned)
+        let variant = if self.has_calendar() {
+            Variant::Calendar
+        } else if self.aligned {
+            Variant::Aligned
+        } else {
+            Variant::Plain
+        };
+        Kind::new(self.strategy, variant)
     }
 
     /// Whether the quota is in [`shadow`](Self::shadow) mode.
@@ -305,6 +394,9 @@ impl Quota {
                 ),
             ));
         }
+        let windows = self
+            .windows()
+            .map_err(|m| ConfigError::new(field("calendar"), m))?;
         let kind = self.kind();
         let spec = kind.spec();
         if self.shadow && spec.holds_leases {
@@ -396,7 +488,15 @@ impl Quota {
         // limits (a plan's) is `<tag><period>`, without '/': known by its
         // strategy and period, it keeps its state across a change of count
         // or burst (a new period makes it another quota).
-        let (tag, period) = (spec.key_tag, compact_period(period_us));
+        let (tag, period) = match &windows {
+            // (`month@Europe.Paris`: the zone's '/' kept out of the key's)
+            #[cfg(feature = "calendar")]
+            Some(w) => (
+                spec.key_tag,
+                format!("{}@{}", w.unit().as_str(), w.name.replace('/', ".")),
+            ),
+            _ => (spec.key_tag, compact_period(period_us)),
+        };
         let key_id = match &self.name {
             Some(name) if spec.period_in_named_key => format!("{tag}{period}/{name}"),
             Some(name) => format!("{tag}/{name}"),
@@ -417,8 +517,28 @@ impl Quota {
             named: self.name.is_some() || runtime,
             rate: self.rate,
             shadow: self.shadow,
+            calendar: windows,
             quota: self.clone(),
         })
+    }
+
+    /// The calendar's windows, resolved; `Err`: why the quota cannot have
+    /// them (the build error's message).
+    fn windows(&self) -> Result<Option<Windows>, String> {
+        #[cfg(feature = "calendar")]
+        if let Some(calendar) = &self.calendar {
+            if self.strategy != Strategy::FixedWindow {
+                return Err(format!(
+                    "only a fixed-window quota can follow a calendar, not {}",
+                    self.strategy
+                ));
+            }
+            if self.aligned {
+                return Err("a calendar window is aligned to its calendar; drop aligned".to_owned());
+            }
+            return calendar.resolve().map(Some);
+        }
+        Ok(None)
     }
 }
 
@@ -513,11 +633,36 @@ pub(crate) struct QuotaSpec {
     /// [`Quota::shadow`]: checked and counted, never denies. Not part of
     /// `key_id`: turning it off keeps the state.
     pub(crate) shadow: bool,
+    /// A calendar quota's windows ([`Quota::calendar`]): its numbers then
+    /// depend on the time ([`params_at`](Self::params_at)).
+    pub(crate) calendar: Option<Windows>,
     /// The quota as configured ([`RateLimiter::quotas`](crate::RateLimiter::quotas)).
     pub(crate) quota: Quota,
 }
 
 impl QuotaSpec {
+    /// The numbers a decision at `now` (µs, the clock the bounds are
+    /// computed on) reads: [`params`](Self::params), and for a calendar
+    /// quota the bounds of the window that holds `now` and the next's, as
+    /// `lua/fixed_window_calendar.lua` reads them (`period`: the window's
+    /// end; `burst`: the lengths of it and the next in seconds, the first
+    /// shifted by 25 bits).
+    #[inline]
+    pub(crate) fn params_at(&self, now: i64) -> Params {
+        match &self.calendar {
+            None => self.params,
+            Some(w) => {
+                let [a, b, c] = w.around(now);
+                let secs = |us: i64| (us / 1_000_000).clamp(0, (1 << 25) - 1);
+                Params {
+                    period: b,
+                    burst: (secs(b - a) << 25) + secs(c - b),
+                    ..self.params
+                }
+            }
+        }
+    }
+
     /// The strategy's facts.
     pub(crate) fn spec(&self) -> &'static StrategySpec {
         self.kind.spec()

@@ -629,6 +629,7 @@ fn same_limit(a: &Rule, b: &Rule) -> bool {
         && a.quota_mode == b.quota_mode
         && a.strategy == b.strategy
         && a.burst == b.burst
+        && a.calendar == b.calendar
 }
 
 /// The limiter (or lack of one) of `rule`.
@@ -650,9 +651,10 @@ fn rule_limit(
         u64::from(rule.requests_per_unit),
         Duration::from_micros(rule.period_us.max(1)),
     );
-    let mut quota = match rule.strategy {
-        None => Quota::fixed_window(rate).aligned(),
-        Some(strategy) => Quota::new(strategy, rate),
+    let mut quota = match (&rule.calendar, rule.strategy) {
+        (Some(calendar), _) => Quota::fixed_window(rate).calendar(calendar.clone()),
+        (None, None) => Quota::fixed_window(rate).aligned(),
+        (None, Some(strategy)) => Quota::new(strategy, rate),
     };
     if let Some(burst) = rule.burst {
         quota = quota.burst(burst);

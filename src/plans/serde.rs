@@ -83,6 +83,9 @@ struct QuotaTable {
     shadow: bool,
     #[serde(default)]
     aligned: bool,
+    /// `month@Europe/Paris` (feature `calendar`).
+    #[cfg(feature = "calendar")]
+    calendar: Option<String>,
 }
 
 fn gcra() -> Strategy {
@@ -103,6 +106,10 @@ impl Serialize for Quota {
         }
         if self.is_aligned() {
             m.serialize_entry("aligned", &true)?;
+        }
+        #[cfg(feature = "calendar")]
+        if let Some(c) = self.calendar_window() {
+            m.serialize_entry("calendar", &c.to_string())?;
         }
         if self.is_shadow() {
             m.serialize_entry("shadow", &true)?;
@@ -133,6 +140,10 @@ impl<'de> Deserialize<'de> for Quota {
                 }
                 if t.aligned {
                     q = q.aligned();
+                }
+                #[cfg(feature = "calendar")]
+                if let Some(c) = t.calendar {
+                    q = q.calendar(super::text::parse_calendar(&c).map_err(nested)?);
                 }
                 Ok(q.shadow(t.shadow))
             }

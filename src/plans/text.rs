@@ -32,6 +32,10 @@ impl fmt::Display for Quota {
         if self.is_aligned() {
             f.write_str(" aligned")?;
         }
+        #[cfg(feature = "calendar")]
+        if let Some(calendar) = self.calendar_window() {
+            write!(f, " calendar={calendar}")?;
+        }
         if self.is_shadow() {
             f.write_str(" shadow")?;
         }
@@ -69,6 +73,8 @@ impl FromStr for Quota {
         let mut name = None;
         let mut shadow = false;
         let mut aligned = false;
+        #[cfg(feature = "calendar")]
+        let mut calendar = None;
         // (each option once: a second one would silently win)
         let twice = |option: &str| {
             ConfigError::new(option, format!("{option} is given twice; give it once"))
@@ -103,6 +109,13 @@ impl FromStr for Quota {
                     }
                     name = Some(v.to_owned());
                 }
+                #[cfg(feature = "calendar")]
+                Some(("calendar", v)) => {
+                    if calendar.is_some() {
+                        return Err(twice("calendar"));
+                    }
+                    calendar = Some(parse_calendar(v)?);
+                }
                 Some((k, _)) => {
                     return Err(ConfigError::new(
                         k,
@@ -128,8 +141,32 @@ impl FromStr for Quota {
         if aligned {
             quota = quota.aligned();
         }
+        #[cfg(feature = "calendar")]
+        if let Some(c) = calendar {
+            quota = quota.calendar(c);
+        }
         Ok(quota.shadow(shadow))
     }
+}
+
+/// `<unit>@<zone>`: `month@Europe/Paris`, `year@UTC`.
+#[cfg(feature = "calendar")]
+pub(super) fn parse_calendar(v: &str) -> Result<crate::Calendar, ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            "calendar",
+            format!(
+                "{v:?} is not a calendar; expected month@<zone> or year@<zone>, e.g. month@Europe/Paris"
+            ),
+        )
+    };
+    let (unit, zone) = v.split_once('@').ok_or_else(bad)?;
+    let unit = match unit {
+        "month" => crate::CalendarUnit::Month,
+        "year" => crate::CalendarUnit::Year,
+        _ => return Err(bad()),
+    };
+    Ok(crate::Calendar::new(unit, zone))
 }
 
 impl fmt::Display for Plan {
@@ -325,6 +362,15 @@ mod tests {
                 .aligned()
                 .shadow(true),
         ] {
+            let text = q.to_string();
+            assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
+        }
+        #[cfg(feature = "calendar")]
+        for c in [
+            crate::Calendar::month("Europe/Paris"),
+            crate::Calendar::year("UTC"),
+        ] {
+            let q = Quota::fixed_window(Rate::per_day(5)).name("m").calendar(c);
             let text = q.to_string();
             assert_eq!(text.parse::<Quota>().unwrap(), q, "{text}");
         }

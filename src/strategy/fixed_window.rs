@@ -1,6 +1,7 @@
 //! [`Strategy::FixedWindow`](super::Strategy::FixedWindow): one counter per window, the
 //! window starting at the key's first hit (`lua/fixed_window.lua`), or
-//! aligned to the epoch ([`ALIGNED`], `lua/fixed_window_aligned.lua`).
+//! aligned to the epoch ([`ALIGNED`], `lua/fixed_window_aligned.lua`), or to
+//! a calendar ([`CALENDAR`], `lua/fixed_window_calendar.lua`).
 
 use super::state::{Algorithm, Entry, Params, Raw, Value, floor_div, ttl_us};
 use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, until_reset};
@@ -76,6 +77,109 @@ pub(super) const ALIGNED: StrategySpec = StrategySpec {
         twin: adjust_aligned,
     },
 };
+
+/// A fixed window of a calendar (`Quota::calendar`): a month or a year of
+/// a time zone, whose bounds each call brings (`Params::calendar`). Its own
+/// key tag and Lua id; no local budgets (their give-back does not carry the
+/// bounds).
+pub(super) const CALENDAR: StrategySpec = StrategySpec {
+    name: "fixed-window",
+    tag: "fwc",
+    key_tag: 'z',
+    period_in_named_key: true,
+    lua: Lua {
+        id: 9,
+        body: &[include_str!("../../lua/fixed_window_calendar.lua")],
+        fast_path: None,
+        zset_helpers: false,
+        reads_time: true,
+        reads_burst: false,
+    },
+    algorithm: Algorithm::Returns(decide_calendar),
+    takes_burst: false,
+    count_bound: None,
+    period_field: "rate.period",
+    needs_nonce: false,
+    holds_leases: false,
+    bound: Bound::AlignedWindow,
+    guarantee: "at most n in one calendar window, so at most 2n across the end of one",
+    denials_cacheable: true,
+    header: HeaderPolicy::Window,
+    give_back: GiveBack::Never(
+        "a calendar window's bounds come with each decision, and a local budget's give-back does not send them",
+    ),
+    adjust: Adjust::Units {
+        lua: include_str!("../../lua/adjust_fixed_window_calendar.lua"),
+        twin: adjust_calendar,
+    },
+};
+
+/// The window a calendar quota's call at `now` counts in, keyed by its end
+/// (`lua/fixed_window_calendar.lua`): of the bounds the call brings (`b`
+/// in `period`, the lengths of `[a, b)` and `[b, c)` in seconds packed in
+/// `burst`), the window that holds `now`, or the stored one if it ends
+/// later (the clock went back); its end and count.
+fn calendar_window(slot: &Option<Entry>, q: Params, now: i64) -> (i64, i64) {
+    let l1 = q.burst >> 25;
+    let mut e = q.period;
+    if now < q.period - l1 * 1_000_000 {
+        e = q.period - l1 * 1_000_000;
+    } else if now >= q.period {
+        e = q.period + (q.burst - (l1 << 25)) * 1_000_000;
+    }
+    match slot {
+        Some(Entry {
+            value: Value::Window { s, c },
+            ..
+        }) if *s >= e => (*s, *c),
+        _ => (e, 0),
+    }
+}
+
+/// The twin of `lua/fixed_window_calendar.lua`: [`window_decision`] in
+/// [`calendar_window`] (its state's `s` is the window's end).
+fn decide_calendar(
+    slot: &mut Option<Entry>,
+    q: Params,
+    now: i64,
+    cost: i64,
+    _nonce: &str,
+) -> (Raw, Option<Value>) {
+    let (e, c) = calendar_window(slot, q, now);
+    let left = (e - now).max(1);
+    let (raw, _) = window_decision(now + left, c, q.n, 0, now, cost);
+    (raw, raw.ok.then_some(Value::Window { s: e, c: c + cost }))
+}
+
+/// The twin of `lua/adjust_fixed_window_calendar.lua`.
+fn adjust_calendar(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
+    let (e, c) = calendar_window(slot, q, now);
+    let left = (e - now).max(1);
+    if units > 0 {
+        let top = q.n + super::state::max_debt_units(q.interval);
+        *slot = Some(Entry {
+            value: Value::Window {
+                s: e,
+                c: if c + units > top {
+                    c.max(top)
+                } else {
+                    c + units
+                },
+            },
+            expires_at: now + ttl_us(left),
+        });
+    } else if c > 0 {
+        if c + units <= 0 {
+            *slot = None;
+        } else if let Some(Entry {
+            value: Value::Window { c, .. },
+            ..
+        }) = slot
+        {
+            *c += units;
+        }
+    }
+}
 
 fn decide(
     slot: &mut Option<Entry>,

@@ -130,21 +130,33 @@ impl Strategy {
 }
 
 /// A strategy as the stores run it: one of the public [`Strategy`]s, or the
-/// variant a quota's flag selects (a fixed window aligned to the epoch,
-/// [`Quota::aligned`](crate::Quota::aligned)). Each kind has its own
+/// variant a quota's option selects (a fixed window aligned to the epoch,
+/// [`Quota::aligned`](crate::Quota::aligned), or to a calendar,
+/// `Quota::calendar`). Each kind has its own
 /// [`StrategySpec`]: its own Lua id, storage-key tag, Lua block and memory
 /// twin. The scripts, the stores and the engine ask a kind, never a
 /// [`Strategy`], what a quota runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Kind {
     strategy: Strategy,
-    aligned: bool,
+    variant: Variant,
+}
+
+/// A fixed window's variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Variant {
+    /// The strategy itself.
+    Plain,
+    /// Windows aligned to the epoch.
+    Aligned,
+    /// Windows of a calendar: their bounds come with each call.
+    Calendar,
 }
 
 impl Kind {
     /// Every kind, in a stable order: the strategies of [`Strategy::ALL`],
-    /// then the aligned fixed window.
-    pub(crate) const ALL: [Kind; 8] = [
+    /// then the aligned and the calendar fixed windows.
+    pub(crate) const ALL: [Kind; 9] = [
         Kind::of(Strategy::FixedWindow),
         Kind::of(Strategy::SlidingWindowLog),
         Kind::of(Strategy::SlidingWindowCounter),
@@ -153,34 +165,41 @@ impl Kind {
         Kind::of(Strategy::Gcra),
         Kind::of(Strategy::Concurrency),
         Kind::ALIGNED_WINDOW,
+        Kind::CALENDAR_WINDOW,
     ];
 
     /// A fixed window aligned to the epoch ([`Quota::aligned`](crate::Quota::aligned)).
     pub(crate) const ALIGNED_WINDOW: Kind = Kind {
         strategy: Strategy::FixedWindow,
-        aligned: true,
+        variant: Variant::Aligned,
+    };
+
+    /// A fixed window of a calendar (`Quota::calendar`).
+    pub(crate) const CALENDAR_WINDOW: Kind = Kind {
+        strategy: Strategy::FixedWindow,
+        variant: Variant::Calendar,
     };
 
     /// The plain kind of `strategy`.
     pub(crate) const fn of(strategy: Strategy) -> Kind {
         Kind {
             strategy,
-            aligned: false,
+            variant: Variant::Plain,
         }
     }
 
-    /// The kind of a quota of `strategy`, aligned to the epoch if `aligned`
-    /// (only a fixed window can be: see `Quota::compile_in`).
-    pub(crate) const fn new(strategy: Strategy, aligned: bool) -> Kind {
-        Kind { strategy, aligned }
+    /// The kind of a quota of `strategy` and `variant` (only a fixed window
+    /// has others than the plain one: see `Quota::compile_in`).
+    pub(crate) const fn new(strategy: Strategy, variant: Variant) -> Kind {
+        Kind { strategy, variant }
     }
 
     /// Its facts.
     pub(crate) const fn spec(self) -> &'static StrategySpec {
-        if self.aligned {
-            &fixed_window::ALIGNED
-        } else {
-            self.strategy.spec()
+        match self.variant {
+            Variant::Plain => self.strategy.spec(),
+            Variant::Aligned => &fixed_window::ALIGNED,
+            Variant::Calendar => &fixed_window::CALENDAR,
         }
     }
 
@@ -199,8 +218,10 @@ impl From<Strategy> for Kind {
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.strategy.as_str())?;
-        if self.aligned {
-            f.write_str(" (aligned)")?;
+        match self.variant {
+            Variant::Plain => {}
+            Variant::Aligned => f.write_str(" (aligned)")?,
+            Variant::Calendar => f.write_str(" (calendar)")?,
         }
         Ok(())
     }
@@ -217,7 +238,8 @@ pub enum Bound {
     /// of one period.
     Window,
     /// At most `n` in one aligned window (from a multiple of the period on
-    /// the store's clock): hence at most `2n` in any span of one period.
+    /// the store's clock, or one window of a calendar): hence at most `2n`
+    /// in any span of one period.
     /// The bound of a [`SlidingWindowCounter`](Strategy::SlidingWindowCounter),
     /// and of a [`FixedWindow`](Strategy::FixedWindow) quota made
     /// [`aligned`](crate::Quota::aligned) ([`Quota::bound`](crate::Quota::bound)).
@@ -246,7 +268,7 @@ pub(crate) struct StrategySpec {
     /// The storage-key tag (it starts the quota part of a storage key): an ASCII letter, distinct
     /// per strategy, and never used before by any strategy; a change of the
     /// stored state's shape takes a new one (old state is then never read).
-    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r`, `a` (see
+    /// Taken so far: `f`, `l`, `c`, `t`, `b`, `g`, `n`, `k`, `q`, `r`, `a`, `z` (see
     /// the guide's [keys](crate::guide::keys#storage-keys); `t`, `b` and `g` held the TAT strategies' state
     /// before it could hold its interval).
     pub(crate) key_tag: char,

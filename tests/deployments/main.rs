@@ -9,6 +9,7 @@
 mod common;
 
 mod acl;
+mod calendar;
 mod cluster;
 mod cluster_tls;
 mod failover;

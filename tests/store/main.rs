@@ -18,6 +18,8 @@ mod common;
 
 mod batching;
 mod bounds;
+#[cfg(feature = "calendar")]
+mod calendar;
 mod clock_skew;
 mod differential;
 mod joint;

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use prost_types::value::Kind as PbKind;
 use tower_redis_ratelimit::strategy::Strategy;
+use tower_redis_ratelimit::{Calendar, CalendarUnit};
 use tower_redis_ratelimit::{Quota, Rate};
 
 use super::yaml::{self, Kind, Node as Y, Scalar};
@@ -30,7 +31,13 @@ const GO_KEYS: [&str; 16] = [
 ];
 
 /// Our extensions, in `rate_limit` only.
-const EXT_KEYS: [&str; 4] = ["strategy", "burst", "unit_multiplier", "duration"];
+const EXT_KEYS: [&str; 5] = [
+    "strategy",
+    "burst",
+    "unit_multiplier",
+    "duration",
+    "calendar",
+];
 
 /// Our extensions, at the top of a file only.
 const TOP_EXT_KEYS: [&str; 1] = ["failure_policy"];
@@ -507,6 +514,7 @@ fn read_descriptors(
                     metadata,
                     strategy: None,
                     burst: None,
+                    calendar: None,
                 },
             )?),
             Some(v) => {
@@ -556,6 +564,7 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
     let mut burst = None;
     let mut multiplier = None;
     let mut duration = None;
+    let mut calendar = None;
     let mut count_line = v.line;
     for (k, val) in map_entries(v) {
         let name = k.text().unwrap_or_default();
@@ -600,6 +609,7 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
                 multiplier = Some((m as u32, k.line));
             }
             "duration" => duration = Some((string(ctx, val, &at)?, val.line)),
+            "calendar" => calendar = Some((string(ctx, val, &at)?, k.line)),
             _ => misplaced(ctx, name, path, k.line, "in a `rate_limit`")?,
         }
     }
@@ -624,6 +634,7 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
             ("burst", burst.map(|b| b.1)),
             ("unit_multiplier", multiplier.map(|m| m.1)),
             ("duration", duration.as_ref().map(|d| d.1)),
+            ("calendar", calendar.as_ref().map(|c| c.1)),
         ];
         if let Some((key, Some(line))) = ext.into_iter().find(|(_, l)| l.is_some()) {
             return Err(ctx.err(
@@ -718,6 +729,32 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
         rule.burst = Some(b);
     }
     rule.strategy = strategy.map(|s| s.0);
+    if let Some((zone, line)) = calendar
+        && !rule.unlimited
+    {
+        let at = join(path, "calendar");
+        let unit = match rule.unit {
+            Some(Unit::Month) if rule.unit_multiplier == 1 => CalendarUnit::Month,
+            Some(Unit::Year) if rule.unit_multiplier == 1 => CalendarUnit::Year,
+            _ => {
+                return Err(ctx.err(
+                    &at,
+                    line,
+                    "`calendar` goes with `unit: month` or `unit: year` (no `unit_multiplier`, no `duration`)",
+                ));
+            }
+        };
+        if rule.strategy.is_some_and(|s| s != Strategy::FixedWindow) {
+            return Err(ctx.err(
+                &at,
+                line,
+                "a calendar window is a fixed window: drop `strategy`, or make it `fixed-window`",
+            ));
+        }
+        let c = Calendar::new(unit, zone);
+        c.validate().map_err(|e| ctx.err(&at, line, e))?;
+        rule.calendar = Some(c);
+    }
     check_quota(ctx, path, &rule, count_line, burst.map_or(0, |b| b.1))?;
     if let Some(list_node) = replaces {
         let rpath = join(path, "replaces");

@@ -52,6 +52,17 @@
 //!   (`unit: minute` with `unit_multiplier: 5` is five minutes).
 //! * `duration`: a period written as the library's rates write theirs
 //!   (`90s`, `500ms`, `2 hours`, `7d`), instead of `unit`.
+//! * `calendar`: an IANA time zone (`Europe/Paris`, `UTC`), beside
+//!   `unit: month` or `unit: year`: the windows are then that zone's
+//!   calendar months (or years), from local midnight on the 1st to the
+//!   next, 28 to 31 days and DST changes included
+//!   ([`Quota::calendar`](tower_redis_ratelimit::Quota::calendar)), where
+//!   the Go service's `month` is 30 days from the epoch (still the meaning
+//!   of `unit: month` without `calendar`, so copied files count as in Go).
+//!   The `requests_per_unit` is the month's (or year's) budget; the
+//!   response's `duration_until_reset` runs to the local midnight. Rejected:
+//!   an unknown zone, another unit, a `unit_multiplier`, a `strategy` other
+//!   than `fixed-window`.
 //!
 //! A period is at most 366 days, the library's longest (`unit: day` takes a
 //! `unit_multiplier` up to 366, `unit: year` none above 1). What the
@@ -277,6 +288,9 @@ pub struct Rule {
     pub strategy: Option<Strategy>,
     /// Extension: `burst`.
     pub burst: Option<u64>,
+    /// Extension: `calendar`, the time zone whose calendar months (or
+    /// years) the limit's windows follow.
+    pub calendar: Option<tower_redis_ratelimit::Calendar>,
 }
 
 /// One node of a domain's descriptor tree.

@@ -228,7 +228,15 @@ impl MemoryStore {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 let q = &call.quotas[i];
                 let twin = q.spec().give_back.twin();
-                eval::give_back(slot, twin, &q.params, now, call.cost as i64, at, *fin)
+                eval::give_back(
+                    slot,
+                    twin,
+                    &q.params_at(now),
+                    now,
+                    call.cost as i64,
+                    at,
+                    *fin,
+                )
             });
         }
     }
@@ -248,7 +256,7 @@ impl MemoryStore {
                 rest,
                 |slot| match adjustment {
                     Adjustment::By(units) => {
-                        eval::adjust(slot, q.spec().adjust.twin(), &q.params, now, units)
+                        eval::adjust(slot, q.spec().adjust.twin(), &q.params_at(now), now, units)
                     }
                     // as the give-back script's `S` mode: afresh, then charged
                     Adjustment::Set(units) => {
@@ -258,7 +266,7 @@ impl MemoryStore {
                             if let Some(&u) = units.get(i)
                                 && u > 0
                             {
-                                eval::adjust(slot, twin, &q.params, now, u);
+                                eval::adjust(slot, twin, &q.params_at(now), now, u);
                             }
                         }
                     }
@@ -307,7 +315,7 @@ impl MemoryStore {
             eval::run(
                 slot,
                 quota.spec().algorithm,
-                &quota.params,
+                &quota.params_at(now),
                 now,
                 cost as i64,
                 nonce,
@@ -426,7 +434,7 @@ impl MemoryStore {
                 eval::run(
                     slot,
                     q.spec().algorithm,
-                    &q.params,
+                    &q.params_at(now),
                     now,
                     cost,
                     call.nonce,
@@ -506,7 +514,7 @@ impl MemoryStore {
                 eval::run(
                     slot,
                     q.spec().algorithm,
-                    &q.params,
+                    &q.params_at(nows[p]),
                     nows[p],
                     cost,
                     "",

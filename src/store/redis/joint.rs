@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use super::args::clock_arg;
 use super::conn::{Connections, Pooled, Request};
-use super::protocol::{quota_outcome, script_numbers};
+use super::protocol::{bounds_time, quota_outcome, script_numbers_at};
 use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::store::call::{JointCall, JointOutcome, Outcome};
@@ -53,8 +53,9 @@ fn joint_cmd(script: &LimiterScript, parts: &[JointCall<'_>], apply: bool) -> re
     for p in parts {
         clock_arg(&mut cmd, p.now_us);
         cmd.arg(p.cost).arg(p.quotas.len());
+        let at = bounds_time(p.now_us);
         for q in p.quotas {
-            for v in script_numbers(q) {
+            for v in script_numbers_at(q, at) {
                 cmd.arg(v);
             }
             cmd.arg(q.capacity()).arg(u8::from(q.shadow));

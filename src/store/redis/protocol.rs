@@ -39,6 +39,9 @@ pub(crate) struct Prepared {
     /// Where decisions go out batched, if the store batches
     /// (`batch.rs`): one lane per script.
     lanes: Option<Lanes>,
+    /// The quotas, if one is a calendar's: the arguments are then each
+    /// call's (never batched: a lane's are shared).
+    calendar: Option<Box<[QuotaSpec]>>,
 }
 
 /// The batching lanes of a limiter's decisions: its script's and its fast
@@ -67,6 +70,11 @@ impl Prepared {
     /// connections of a store that batches decisions, `None` if it does not.
     pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>, batching: Option<usize>) -> Self {
         let quota_args = quota_args(quotas);
+        let calendar = quotas
+            .iter()
+            .any(|q| q.calendar.is_some())
+            .then(|| quotas.to_vec().into_boxed_slice());
+        let batching = batching.filter(|_| calendar.is_none());
         let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
         let fast_window = match quotas {
@@ -111,6 +119,7 @@ impl Prepared {
             quota_args,
             fast_window,
             lanes,
+            calendar,
         }
     }
 }
@@ -122,8 +131,27 @@ impl Prepared {
 /// `tonumber` costs Redis three times as much per number), then the period
 /// (or interval) in whole milliseconds, rounded up, as text. Several: five
 /// numbers per quota, as text.
+///
+/// A calendar quota's numbers depend on the time (`QuotaSpec::params_at`):
+/// these are at the epoch, and [`quota_args_at`] gives a call's.
 pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
+    quota_args_at(quotas, 0)
+}
+
+/// [`quota_args`] of a call at `now` (µs, the caller's clock on Redis's):
+/// one quota of a calendar sends three doubles, its count and its bounds
+/// (`lua/fixed_window_calendar.lua`).
+pub(crate) fn quota_args_at(quotas: &[QuotaSpec], now: i64) -> Box<[Vec<u8>]> {
     match quotas {
+        [q] if q.calendar.is_some() => {
+            let p = q.params_at(now);
+            let mut numbers = Vec::with_capacity(24);
+            for v in [p.n, p.period, p.burst] {
+                numbers.extend_from_slice(&(v as f64).to_le_bytes());
+            }
+            let ms = q.period_us.div_ceil(1000);
+            Box::new([numbers, ms.to_string().into_bytes()])
+        }
         [q] => {
             // (the interval as the scripts take it: see `QuotaSpec::script_interval`)
             let (a, b, ms) = if q.spec().lua.reads_burst {
@@ -139,10 +167,31 @@ pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
         }
         many => many
             .iter()
-            .flat_map(script_numbers)
+            .flat_map(|q| script_numbers_at(q, now))
             .map(|v| v.to_string().into_bytes())
             .collect(),
     }
+}
+
+/// A call's time for the bounds of calendar quotas: its manual or caller
+/// time, or the caller's clock for Redis's.
+pub(crate) fn bounds_time(now_us: Option<u64>) -> i64 {
+    now_us.unwrap_or_else(crate::clock::caller_now_us) as i64
+}
+
+/// [`script_numbers`] of a call at `now` (see [`quota_args_at`]).
+pub(crate) fn script_numbers_at(q: &QuotaSpec, now: i64) -> [i64; 5] {
+    if q.calendar.is_none() {
+        return script_numbers(q);
+    }
+    let p = q.params_at(now);
+    [
+        i64::from(q.kind.id()),
+        p.n,
+        p.period,
+        p.burst,
+        q.script_interval(),
+    ]
 }
 
 /// A quota's five numbers in a script of several quotas and in the
@@ -364,12 +413,20 @@ fn decision(call: &Call<'_>) -> Decision {
 
 /// The `EVALSHA` of `call` with the limiter's script.
 fn one_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
+    let at;
+    let args = match &prepared.calendar {
+        None => &prepared.quota_args,
+        Some(quotas) => {
+            at = quota_args_at(quotas, bounds_time(call.now_us));
+            &at
+        }
+    };
     decision_cmd(
         &prepared.decide,
         call.keys,
         call.now_us,
         call.cost,
-        &prepared.quota_args,
+        args,
         call.nonce,
     )
 }

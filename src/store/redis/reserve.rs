@@ -25,6 +25,9 @@ pub(crate) struct Scripts {
     take_args: Box<[Vec<u8>]>,
     /// The give-back's per-quota arguments (see `lua/give_back.lua`).
     give_back_args: Box<[Vec<u8>]>,
+    /// The quotas, if one is a calendar's: an adjust's arguments are then
+    /// its call's (local budgets of a calendar quota are rejected at build).
+    calendar: Option<Box<[QuotaSpec]>>,
 }
 
 impl Scripts {
@@ -47,6 +50,10 @@ impl Scripts {
             give_back: LimiterScript::for_give_back(&strategies),
             take_args: super::protocol::quota_args(quotas),
             give_back_args: encode(quotas.iter().flat_map(each).collect()),
+            calendar: quotas
+                .iter()
+                .any(|q| q.calendar.is_some())
+                .then(|| quotas.to_vec().into_boxed_slice()),
         }
     }
 
@@ -153,8 +160,20 @@ pub(crate) async fn adjust<P: Pooled>(
         // (the per-quota units follow the quotas')
         Adjustment::Set(_) => cmd.arg(0).arg("S"),
     };
-    for a in scripts.give_back_args.iter() {
-        cmd.arg(a.as_slice());
+    match &scripts.calendar {
+        None => {
+            for a in scripts.give_back_args.iter() {
+                cmd.arg(a.as_slice());
+            }
+        }
+        Some(quotas) => {
+            let at = super::protocol::bounds_time(now_us);
+            for q in quotas.iter() {
+                for v in super::protocol::script_numbers_at(q, at) {
+                    cmd.arg(v);
+                }
+            }
+        }
     }
     if let Adjustment::Set(units) = adjustment {
         cmd.arg(units);

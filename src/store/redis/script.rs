@@ -461,6 +461,11 @@ mod tests {
             vec![Kind::ALIGNED_WINDOW],
         ));
         out.push((
+            "fixed-window-calendar".to_owned(),
+            "one fixed-window quota of a calendar (Quota::calendar)".to_owned(),
+            vec![Kind::CALENDAR_WINDOW],
+        ));
+        out.push((
             "multi-all".to_owned(),
             "one quota of every strategy; a limiter with several quotas\n\
              -- runs this script less the S[<id>] functions of the strategies it does not\n\
