@@ -1181,6 +1181,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(interval) = args.watch {
         let watcher = ConfigWatcher::new(service.clone(), args.dir.clone(), args.load)
             .loaded_from(files)
+            .allow_empty(args.allow_empty_config)
             .interval(interval);
         tokio::spawn(watcher.run());
     }

@@ -107,6 +107,8 @@ pub struct ConfigWatcher {
     unreadable: Option<String>,
     /// Reads the directory ([`Config::read_dir`]; another in tests).
     read_dir: fn(&Path) -> Result<Sources, ConfigError>,
+    /// Whether a configuration with no rule is applied ([`allow_empty`](Self::allow_empty)).
+    allow_empty: bool,
 }
 
 impl ConfigWatcher {
@@ -121,7 +123,19 @@ impl ConfigWatcher {
             rejected: None,
             unreadable: None,
             read_dir: Config::read_dir,
+            allow_empty: false,
         }
+    }
+
+    /// Whether a change to files that hold no rule (none left, or only
+    /// empty domains) is applied, allowing every request (the binary's
+    /// `--allow-empty-config`). Default: no, it is rejected as an invalid
+    /// change and the running limits stay: a ConfigMap emptied by mistake
+    /// must not lift every limit.
+    #[must_use]
+    pub fn allow_empty(mut self, allow: bool) -> Self {
+        self.allow_empty = allow;
+        self
     }
 
     /// The files the service's configuration was loaded from
@@ -212,10 +226,29 @@ impl ConfigWatcher {
         for w in config.warnings() {
             tracing::warn!("{w}");
         }
-        if sources.is_empty() {
-            tracing::warn!(dir = %self.dir.display(), "no configuration files: every request is allowed");
-        } else if config.is_empty() {
-            tracing::warn!(dir = %self.dir.display(), "no rule in the configuration files: every request is allowed");
+        if config.is_empty() {
+            let what = if sources.is_empty() {
+                "no configuration files"
+            } else {
+                "no rule in the configuration files"
+            };
+            if !self.allow_empty {
+                let e = ConfigError {
+                    file: self.dir.display().to_string(),
+                    path: String::new(),
+                    line: 0,
+                    message: format!(
+                        "{what}: a change that would allow every request is refused \
+                         (--allow-empty-config to apply it)"
+                    ),
+                    transient: false,
+                };
+                tracing::error!("configuration not reloaded, the running one stays: {e}");
+                self.service.metrics().config_loaded(false);
+                self.rejected = Some(Ok(sources));
+                return Reload::Failed(ReloadError::Config(e));
+            }
+            tracing::warn!(dir = %self.dir.display(), "{what}: every request is allowed (--allow-empty-config)");
         }
         let domains = config.domains().count();
         match self.service.reload(config) {

@@ -868,6 +868,9 @@ struct Slot<'a> {
     /// whatever the store says, with no time after which it would fit;
     /// only its state is read.
     never_fits: bool,
+    /// The most units its limit holds (the burst of a strategy that takes
+    /// one, else the count).
+    capacity: u64,
 }
 
 impl Slot<'_> {
@@ -1001,6 +1004,7 @@ impl Inner {
             metric_key: None,
             hits: cost,
             never_fits: false,
+            capacity: u64::MAX,
         };
         let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
         let entries: Vec<(&str, &str)> = d
@@ -1073,6 +1077,7 @@ impl Inner {
                         shadow: self.options.shadow_mode,
                         never_fits: !self.options.shadow_mode
                             && cost > u64::from(o.requests_per_unit),
+                        capacity: u64::from(o.requests_per_unit),
                         ..free
                     };
                 }
@@ -1128,6 +1133,7 @@ impl Inner {
             quota: rule.quota_mode || self.options.quota_mode,
             strict,
             never_fits: !shadow && matches!(state, State::Pending { .. }) && cost > capacity,
+            capacity,
             state,
             rule: Some(rule),
             metric_key: Some(m.metric_key),
@@ -1219,6 +1225,8 @@ impl Inner {
         let mut parts: Vec<(usize, usize)> = Vec::new();
         let mut asks: Vec<(Arc<RateLimiter>, String, u64)> = Vec::new();
         let mut ranks: Vec<(bool, u64)> = Vec::new();
+        // each part's capacity: the least of its enforced descriptors'
+        let mut caps: Vec<u64> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
         // (a lone descriptor shares its key with nothing: no key to build)
         let several = slots
@@ -1255,6 +1263,9 @@ impl Inner {
                         asks[p].0 = limiter.clone();
                         ranks[p] = rank;
                     }
+                    if !slot.shadow {
+                        caps[p] = caps[p].min(slot.capacity);
+                    }
                     parts.push((i, p));
                 }
                 None => {
@@ -1265,6 +1276,20 @@ impl Inner {
                     let cost = if slot.never_fits { 0 } else { *cost };
                     asks.push((limiter.clone(), key.clone(), cost));
                     ranks.push(rank);
+                    caps.push(if slot.shadow { u64::MAX } else { slot.capacity });
+                }
+            }
+        }
+        // descriptors of one key whose summed hits never fit (six copies of
+        // a descriptor against a limit of 5): each never fits, as one of
+        // the sum would not
+        for (p, ask) in asks.iter_mut().enumerate() {
+            if ask.2 > caps[p] {
+                ask.2 = 0;
+                for &(i, _) in parts.iter().filter(|&&(_, q)| q == p) {
+                    if !slots[i].shadow {
+                        slots[i].never_fits = true;
+                    }
                 }
             }
         }

@@ -375,3 +375,28 @@ descriptors:
         }
     }
 }
+
+/// Six copies of one descriptor against a fresh limit of 5 (summed hits 6):
+/// they can never fit together, so they are answered as a lone descriptor
+/// of 6 hits is: what is left, no `Retry-After`, nothing taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_whose_summed_hits_never_fit_say_what_is_left() {
+    let redis = Redis::start();
+    for mut c in clients(&redis, ServiceOptions::default().headers(true)).await {
+        let six = (0..6).map(|_| desc(&[("k", "dup")])).collect();
+        let r = ask(&mut c, "api", six, 1).await;
+        assert_eq!(overall(&r), Code::OverLimit);
+        for s in &r.statuses {
+            assert_eq!(s.limit_remaining, 5, "nothing was used: {r:?}");
+        }
+        assert_eq!(header(&r, "retry-after"), None, "no wait admits it: {r:?}");
+        let one = ask(&mut c, "api", vec![desc(&[("k", "dup")])], 1).await;
+        assert_eq!(overall(&one), Code::Ok);
+        assert_eq!(one.statuses[0].limit_remaining, 4);
+        // five copies fit: taken together
+        let five = (0..5).map(|_| desc(&[("k", "dup5")])).collect();
+        let r = ask(&mut c, "api", five, 1).await;
+        assert_eq!(overall(&r), Code::Ok, "{r:?}");
+        assert_eq!(remaining(&mut c, &[("k", "dup5")]).await, 0);
+    }
+}

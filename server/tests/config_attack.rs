@@ -428,3 +428,35 @@ async fn a_reload_to_a_rule_the_library_rejects_names_its_path_and_line() {
         assert_eq!(limit_of(&service), Some(7), "{rate_limit}");
     }
 }
+
+/// A reload to a directory left empty, or to files with no rule (a
+/// ConfigMap mounted half-way, a botched deploy), is rejected and the
+/// running limits stay, as the start refuses to run without a rule; with
+/// `allow_empty` (`--allow-empty-config`) it applies.
+#[tokio::test]
+async fn a_reload_to_no_rule_keeps_the_running_limits_unless_allowed() {
+    let tmp = TempDir::new("no-rule");
+    let (service, mut w) = running_service(&tmp.0);
+    let file = tmp.0.join("api.yaml");
+    std::fs::remove_file(&file).expect("remove");
+    match w.check().await {
+        Reload::Failed(ReloadError::Config(e)) => {
+            assert!(e.message.contains("no configuration files"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(limit_of(&service), Some(7));
+    std::fs::write(&file, "domain: api\ndescriptors: []\n").expect("write");
+    match w.check().await {
+        Reload::Failed(ReloadError::Config(e)) => {
+            assert!(e.message.contains("no rule"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(limit_of(&service), Some(7));
+    // (allowed, the next change to no rule applies)
+    let mut w = w.allow_empty(true);
+    std::fs::write(&file, "domain: other\ndescriptors: []\n").expect("write");
+    assert!(matches!(w.check().await, Reload::Reloaded));
+    assert_eq!(limit_of(&service), None);
+}
