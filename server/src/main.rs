@@ -955,7 +955,7 @@ fn main() -> ExitCode {
         }
         Err(problem) => {
             tracing::error!("{problem}");
-            eprintln!("{USAGE}");
+            eprintln!("(ratelimit-server --help lists every flag)");
             return ExitCode::from(2);
         }
     };
@@ -1140,6 +1140,23 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let n = config.rules(domain).len();
         rules += n;
         tracing::info!(domain, limits = n, "loaded");
+    }
+    // the modes that change what is answered, whether from a flag or
+    // envoyproxy/ratelimit's environment, said once at the start
+    let o = &args.options;
+    tracing::info!(
+        shadow_mode = o.shadow_mode,
+        quota_mode = o.quota_mode,
+        headers = o.headers,
+        go_headers = ?o.go_headers.as_ref().map(|h| [&h.limit, &h.remaining, &h.reset]),
+        near_limit_ratio = o.near_limit_ratio.get(),
+        max_descriptors = o.max_descriptors,
+        max_entries = o.max_entries,
+        on_store_error = %o.on_store_error,
+        "answering"
+    );
+    if o.shadow_mode {
+        tracing::warn!("shadow mode (--shadow-mode or SHADOW_MODE): every request is answered OK");
     }
     if rules == 0 {
         let dir = args.dir.display();

@@ -364,6 +364,8 @@ struct Logs {
     policy: LogThrottle,
     /// Requests refused as past a bound.
     refused: LogThrottle,
+    /// Whether the store's last call failed (its recovery is logged once).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 impl RlsService {
@@ -1151,10 +1153,22 @@ impl Inner {
         let Ran { mut slots, failed } = self.run(req).await;
         count(&self.metrics, &req.domain, &slots);
         let Some(e) = failed else {
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.logs.failing.load(Relaxed)
+                && slots
+                    .iter()
+                    .any(|s| matches!(s.state, State::Decided { .. }))
+                && self.logs.failing.swap(false, Relaxed)
+            {
+                tracing::info!("the store answers again");
+            }
             let denied = denies(&slots);
             return Ok(self.respond(&slots, denied));
         };
         self.metrics.store_error(&req.domain);
+        self.logs
+            .failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         match policy {
             OnStoreError::Unavailable => return Err(e),
             OnStoreError::Allow => {

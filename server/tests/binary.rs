@@ -935,3 +935,44 @@ async fn the_stream_and_message_bounds_are_announced_and_enforced() {
         }
     }
 }
+
+/// A Redis outage: store errors are logged once a second at most, with the
+/// count held back, and the recovery once; the modes are said at the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_logged_once_a_second_and_its_end_once() {
+    let dir = config_dir("bin-outage");
+    let redis = Redis::start();
+    let (server, log) =
+        Server::spawn_logged(&dir.0, &["--redis", &redis.url(), "--store-timeout", "50"]);
+    let mut c = server.client().await;
+    warm(&mut c).await;
+    redis.signal("STOP");
+    let mut failed = 0;
+    for _ in 0..40 {
+        if try_ask(&mut c, "bin", vec![peek(&[("k", "out")])], 0)
+            .await
+            .is_err()
+        {
+            failed += 1;
+        }
+    }
+    redis.signal("CONT");
+    assert!(failed > 30, "{failed} of 40 failed");
+    warm(&mut c).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = log.lock().expect("log").clone();
+        if text.contains("the store answers again") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let errors = text.lines().filter(|l| l.contains("store error")).count();
+    assert!(
+        (1..=8).contains(&errors),
+        "{errors} lines for {failed} failed calls:\n{text}"
+    );
+    assert!(text.contains("held_back"), "{text}");
+    assert_eq!(text.matches("the store answers again").count(), 1, "{text}");
+    assert!(text.contains("shadow_mode=false"), "{text}");
+}

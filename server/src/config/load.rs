@@ -580,9 +580,16 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
             "replaces" => replaces = Some(val),
             "strategy" => {
                 let s = string(ctx, val, &at)?;
-                let parsed = s
-                    .parse::<Strategy>()
-                    .map_err(|e| ctx.err(&at, val.line, e.to_string()))?;
+                let parsed = s.parse::<Strategy>().map_err(|_| {
+                    ctx.err(
+                        &at,
+                        val.line,
+                        format!(
+                            "unknown strategy {s:?}: one of fixed-window, sliding-window-log, \
+                             sliding-window-counter, token-bucket, leaky-bucket, gcra"
+                        ),
+                    )
+                })?;
                 if parsed == Strategy::Concurrency {
                     // (a lease no call of the protocol ever gives back)
                     return Err(ctx.err(
@@ -661,11 +668,14 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
         }
         let period = format!("1/{d}")
             .parse::<Rate>()
-            .map_err(|e| {
+            .map_err(|_| {
                 ctx.err(
                     &at,
                     *line,
-                    format!("not a duration like `90s` or `2 hours`: {e}"),
+                    format!(
+                        "{d:?} is not a duration: a positive number and a unit, such as \
+                         `90s`, `500ms`, `2 hours` or `7d`"
+                    ),
                 )
             })?
             .period();

@@ -1123,3 +1123,17 @@ fn io_errors_of_the_machine_are_transient_those_of_the_files_not() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn strategy_and_duration_errors_name_what_is_accepted_in_the_files_words() {
+    let e = reject(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, strategy: concurrent}\n",
+    );
+    assert!(e.message.contains("unknown strategy \"concurrent\""), "{e}");
+    assert!(!e.message.contains("concurrency"), "{e}");
+    let e = reject(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {duration: -1s, requests_per_unit: 1}\n",
+    );
+    assert!(e.message.contains("\"-1s\" is not a duration"), "{e}");
+    assert!(!e.message.contains("rate"), "{e}");
+}
