@@ -423,3 +423,58 @@ fn local_call<'a>(
         block_us: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Quota, Rate};
+
+    /// Thousands of limiters of one shape on one Redis store (one per rule
+    /// of the Envoy service) share every script they prepare at bind,
+    /// decision, fast path, batches, take and give-back, text and SHA1:
+    /// each limiter assembled its own copies (some 50 kB a limiter).
+    /// Binding connects to nothing.
+    #[test]
+    fn limiters_of_one_shape_share_their_scripts_on_redis() {
+        let store = RedisStore::from_url("redis://127.0.0.1:1/")
+            .unwrap()
+            .batching(true);
+        let backend = sealed::Sealed::into_backend(store);
+        let quotas = [Quota::fixed_window(Rate::per_minute(100))
+            .compile(0)
+            .unwrap()];
+        let bound: Vec<Bound> = (0..2_000)
+            .map(|i| {
+                let prefix = format!("p{i}");
+                let suffixes = [":q".to_owned()];
+                backend.clone().bind(
+                    &quotas,
+                    &prefix,
+                    &suffixes,
+                    None,
+                    &crate::clock::Clock::Store,
+                )
+            })
+            .collect();
+        let scripts = |b: &Bound| -> Vec<redis::script::LimiterScript> {
+            let Bound::Redis(_, p) = b else {
+                panic!("a Redis store binds as Redis")
+            };
+            p.decide
+                .scripts()
+                .chain(p.settle.scripts())
+                .cloned()
+                .collect()
+        };
+        let first = scripts(&bound[0]);
+        // the decision, the fast path, their two batches, the take, the give-back
+        assert_eq!(first.len(), 6);
+        for (i, b) in bound.iter().enumerate() {
+            let these = scripts(b);
+            assert_eq!(these.len(), first.len());
+            for (a, b) in first.iter().zip(&these) {
+                assert!(a.ptr_eq(b), "limiter {i} holds a copy of {}", a.sha);
+            }
+        }
+    }
+}

@@ -33,9 +33,7 @@ pub(crate) async fn set<P: Pooled>(
 fn check_script() -> &'static LimiterScript {
     static SCRIPT: std::sync::OnceLock<LimiterScript> = std::sync::OnceLock::new();
     SCRIPT.get_or_init(|| {
-        let source = include_str!("../../../lua/document_check.lua").to_owned();
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
+        LimiterScript::new(include_str!("../../../lua/document_check.lua").to_owned())
     })
 }
 

@@ -6,6 +6,15 @@
 //! every run, which measurably costs Redis time). Several quotas: each used
 //! strategy's block wrapped as a function `S[<id>]`, then `multi.lua`. Redis
 //! compiles each distinct script once; every decision is one `EVALSHA`.
+//!
+//! A script is assembled once per shape (its strategies, shadow flags,
+//! blocking, the fast path's numbers...) while a limiter holds it: limiters
+//! of one shape share its text and SHA1 ([`shared`]), so that thousands of
+//! limiters cost thousands of script copies neither in memory nor in
+//! assembly time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::strategy::{Adjust, GiveBack, Kind};
 
@@ -13,18 +22,107 @@ use crate::strategy::{Adjust, GiveBack, Kind};
 #[path = "script_keys.rs"]
 mod keys;
 
-/// A script's text and SHA1.
+/// A script's text and SHA1, shared (a clone is a reference count).
 #[derive(Debug, Clone)]
-pub(crate) struct LimiterScript {
+pub(crate) struct LimiterScript(Arc<Text>);
+
+/// What a [`LimiterScript`] holds.
+#[derive(Debug)]
+pub(crate) struct Text {
     pub(crate) source: String,
     pub(crate) sha: String,
+}
+
+impl std::ops::Deref for LimiterScript {
+    type Target = Text;
+
+    #[inline]
+    fn deref(&self) -> &Text {
+        &self.0
+    }
+}
+
+/// What a script is assembled from: equal shapes, equal texts.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Shape {
+    /// [`LimiterScript::for_quotas`] (`take`: false) and
+    /// [`LimiterScript::for_take`].
+    Quotas {
+        strategies: Box<[Kind]>,
+        shadow: Box<[bool]>,
+        take: bool,
+        block: Option<u64>,
+    },
+    GiveBack(Box<[Kind]>),
+    /// A strategy, a limit and a window in ms.
+    Fast(Kind, u64, u64),
+    /// The batch script of the decision script of this SHA1.
+    Batch(Box<str>),
+    BatchOne(Kind),
+    BatchFast(Kind, u64, u64),
+}
+
+/// The scripts held, by shape: weak, so that a shape no limiter holds any
+/// more is freed with its last limiter (the process's limiters may keep
+/// changing: runtime limits, reloaded configurations).
+struct Cache {
+    of: HashMap<Shape, Weak<Text>>,
+    /// The entries at which an insert drops those of freed scripts: twice
+    /// those left at the last drop, so inserts stay `O(1)` amortised.
+    sweep_at: usize,
+}
+
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+/// The shapes the cache has an entry for, held or not (for tests).
+#[cfg(test)]
+fn cached_shapes() -> usize {
+    let cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    cache.as_ref().map_or(0, |c| c.of.len())
+}
+
+/// The script of `shape`: the one held by another limiter, else `make()`'s
+/// (assembled outside the lock; of two racing, the first inserted wins).
+fn shared(shape: Shape, make: impl FnOnce() -> LimiterScript) -> LimiterScript {
+    let lock = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let held = |cache: &Option<Cache>, shape: &Shape| {
+        cache
+            .as_ref()
+            .and_then(|c| c.of.get(shape))
+            .and_then(Weak::upgrade)
+            .map(LimiterScript)
+    };
+    if let Some(script) = held(&lock(), &shape) {
+        return script;
+    }
+    let script = make();
+    let mut guard = lock();
+    if let Some(found) = held(&guard, &shape) {
+        return found;
+    }
+    let cache = guard.get_or_insert_with(|| Cache {
+        of: HashMap::new(),
+        sweep_at: 64,
+    });
+    if cache.of.len() >= cache.sweep_at {
+        cache.of.retain(|_, text| text.strong_count() > 0);
+        cache.sweep_at = (2 * cache.of.len()).max(64);
+    }
+    cache.of.insert(shape, Arc::downgrade(&script.0));
+    script
 }
 
 impl LimiterScript {
     /// A script of `source`, with its SHA1.
     pub(crate) fn new(source: String) -> Self {
         let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
+        LimiterScript(Arc::new(Text { source, sha }))
+    }
+
+    /// Whether `self` and `other` share one text (for tests).
+    #[cfg(test)]
+    pub(crate) fn ptr_eq(&self, other: &LimiterScript) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Whether it reads Redis's `TIME` on Redis's clock (see `lua/prelude.lua`).
@@ -151,14 +249,25 @@ impl LimiterScript {
     /// the call's last key (`lua/block.lua`).
     /// `shadow`: each quota's `Quota::shadow` flag (empty: none shadow).
     pub(crate) fn for_quotas(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
-        Self::assemble(strategies, shadow, false, block)
+        Self::quotas(strategies, shadow, false, block)
+    }
+
+    /// [`for_quotas`](Self::for_quotas) or, `take`, [`for_take`](Self::for_take), shared.
+    fn quotas(strategies: &[Kind], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
+        let shape = Shape::Quotas {
+            strategies: strategies.into(),
+            shadow: shadow.into(),
+            take,
+            block,
+        };
+        shared(shape, || Self::assemble(strategies, shadow, take, block))
     }
 
     /// The take script of a limiter with local budgets
     /// (`src/limiter/local_budget.rs`): its decision script, which always reads the time
     /// and ends its reply with the decision's `NOW` (a take has no fast path).
     pub(crate) fn for_take(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
-        Self::assemble(strategies, shadow, true, block)
+        Self::quotas(strategies, shadow, true, block)
     }
 
     /// The script of a joint decision over several limiters
@@ -184,6 +293,12 @@ impl LimiterScript {
     /// `A[<id>]`, then `lua/give_back.lua`. Strategies without them are
     /// skipped there.
     pub(crate) fn for_give_back(strategies: &[Kind]) -> Self {
+        shared(Shape::GiveBack(strategies.into()), || {
+            Self::assemble_give_back(strategies)
+        })
+    }
+
+    fn assemble_give_back(strategies: &[Kind]) -> Self {
         let mut source = String::from("local READS_TIME = true\n");
         source.push_str(PRELUDE);
         source.push_str("local G = {}\n");
@@ -219,8 +334,7 @@ impl LimiterScript {
             source.push_str("end\nend\n");
         }
         source.push_str(GIVE_BACK);
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
+        LimiterScript::new(source)
     }
 
     /// The script of `RateLimiter::block` and `unblock` (`lua/block_set.lua`).
@@ -228,8 +342,7 @@ impl LimiterScript {
         let mut source = String::from("local READS_TIME = true\n");
         source.push_str(PRELUDE);
         source.push_str(include_str!("../../../lua/block_set.lua"));
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
+        LimiterScript::new(source)
     }
 
     /// The fast-path script of a lone quota of `strategy` with `limit` units
@@ -237,15 +350,22 @@ impl LimiterScript {
     /// one (a fixed window: `lua/fixed_window_fast.lua`).
     pub(crate) fn fast_path(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
         let body = strategy.spec().lua.fast_path?;
-        let source = format!("{}{body}", fast_numbers(limit, window_ms));
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        Some(LimiterScript { source, sha })
+        let shape = Shape::Fast(strategy, limit, window_ms);
+        Some(shared(shape, || {
+            LimiterScript::new(format!("{}{body}", fast_numbers(limit, window_ms)))
+        }))
     }
 
     /// The batch script of a decision script (`lua/batch.lua`): several
     /// decisions in one call, each running `decision` as a call of its own
     /// would, with Redis's clock read once per call.
     pub(crate) fn batch(decision: &LimiterScript) -> Self {
+        shared(Shape::Batch(decision.sha.as_str().into()), || {
+            Self::assemble_batch(decision)
+        })
+    }
+
+    fn assemble_batch(decision: &LimiterScript) -> Self {
         let (head, tail) = BATCH.split_once(BATCH_SPLICE).unwrap_or((BATCH, ""));
         let mut source = String::with_capacity(BATCH.len() + decision.source.len() + 64);
         // (the first line still tells whether it reads the time: `reads_time`)
@@ -268,6 +388,12 @@ impl LimiterScript {
     /// blocking (`lua/batch_one.lua`): the strategy's block in a loop over
     /// the decisions, each decided as `single.lua` would.
     pub(crate) fn batch_one(strategy: Kind) -> Self {
+        shared(Shape::BatchOne(strategy), || {
+            Self::assemble_batch_one(strategy)
+        })
+    }
+
+    fn assemble_batch_one(strategy: Kind) -> Self {
         let spec = &strategy.spec().lua;
         let mut source = String::new();
         flag(&mut source, "READS_TIME", spec.reads_time);
@@ -288,16 +414,18 @@ impl LimiterScript {
     /// `limit` per `window_ms` (`lua/batch_fast.lua`), if it has one.
     pub(crate) fn batch_fast(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
         let body = strategy.spec().lua.fast_path?;
-        let body = body.replacen(FAST_HEAD, "", 1);
-        let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
-        let (head, tail) = BATCH_FAST
-            .split_once(FAST_SPLICE)
-            .unwrap_or((BATCH_FAST, ""));
-        let source = format!(
-            "{}{head}{body}{tail}{BATCH_END}",
-            fast_numbers(limit, window_ms)
-        );
-        Some(LimiterScript::new(source))
+        Some(shared(Shape::BatchFast(strategy, limit, window_ms), || {
+            let body = body.replacen(FAST_HEAD, "", 1);
+            let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
+            let (head, tail) = BATCH_FAST
+                .split_once(FAST_SPLICE)
+                .unwrap_or((BATCH_FAST, ""));
+            let source = format!(
+                "{}{head}{body}{tail}{BATCH_END}",
+                fast_numbers(limit, window_ms)
+            );
+            LimiterScript::new(source)
+        }))
     }
 
     fn assemble(strategies: &[Kind], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
@@ -364,8 +492,7 @@ impl LimiterScript {
                 _ => source.push_str(&multi),
             }
         }
-        let sha = redis::Script::new(&source).get_hash().to_owned();
-        LimiterScript { source, sha }
+        LimiterScript::new(source)
     }
 }
 
@@ -393,6 +520,26 @@ mod tests {
         let multi = LimiterScript::for_quotas(&[b, a], &[], None);
         assert!(multi.source.contains(&format!("S[{}] = function(", a.id())));
         assert!(multi.source.contains(&format!("S[{}] = function(", b.id())));
+    }
+
+    /// A script is shared while a limiter holds it and freed with the last:
+    /// limiters of ever new shapes (a penalty per customer, runtime
+    /// limits) grow neither the cache nor the heap.
+    #[test]
+    fn scripts_are_shared_while_held_and_freed_after() {
+        let fw = Strategy::FixedWindow.into();
+        let a = LimiterScript::for_quotas(&[fw], &[], Some(7_777_777));
+        let b = LimiterScript::for_quotas(&[fw], &[], Some(7_777_777));
+        assert!(a.ptr_eq(&b));
+        assert!(!a.ptr_eq(&LimiterScript::for_take(&[fw], &[], Some(7_777_777))));
+        let weak = Arc::downgrade(&a.0);
+        drop((a, b));
+        assert_eq!(weak.strong_count(), 0);
+        for us in 1..=2_000 {
+            drop(LimiterScript::for_quotas(&[fw], &[], Some(us)));
+        }
+        // (other tests hold a few shapes meanwhile)
+        assert!(cached_shapes() < 1_000, "{}", cached_shapes());
     }
 
     #[test]
@@ -657,7 +804,10 @@ mod tests {
             })
             .collect();
         assert!(scripts.len() >= 20, "{scripts:?}");
-        scripts.push(("for_block".to_owned(), LimiterScript::for_block().source));
+        scripts.push((
+            "for_block".to_owned(),
+            LimiterScript::for_block().source.clone(),
+        ));
         scripts.push((
             "lua/document_check.lua".to_owned(),
             include_str!("../../../lua/document_check.lua").to_owned(),
