@@ -151,7 +151,7 @@ impl FromStr for Quota {
 
 /// `<unit>@<zone>`: `month@Europe/Paris`, `year@UTC`.
 #[cfg(feature = "calendar")]
-pub(super) fn parse_calendar(v: &str) -> Result<crate::Calendar, ConfigError> {
+pub(super) fn parse_calendar(v: &str) -> Result<crate::quota::calendar::Calendar, ConfigError> {
     let bad = || {
         ConfigError::new(
             "calendar",
@@ -162,11 +162,11 @@ pub(super) fn parse_calendar(v: &str) -> Result<crate::Calendar, ConfigError> {
     };
     let (unit, zone) = v.split_once('@').ok_or_else(bad)?;
     let unit = match unit {
-        "month" => crate::CalendarUnit::Month,
-        "year" => crate::CalendarUnit::Year,
+        "month" => crate::quota::calendar::CalendarUnit::Month,
+        "year" => crate::quota::calendar::CalendarUnit::Year,
         _ => return Err(bad()),
     };
-    Ok(crate::Calendar::new(unit, zone))
+    Ok(crate::quota::calendar::Calendar::new(unit, zone))
 }
 
 impl fmt::Display for Plan {
@@ -367,8 +367,8 @@ mod tests {
         }
         #[cfg(feature = "calendar")]
         for c in [
-            crate::Calendar::month("Europe/Paris"),
-            crate::Calendar::year("UTC"),
+            crate::quota::calendar::Calendar::month("Europe/Paris"),
+            crate::quota::calendar::Calendar::year("UTC"),
         ] {
             let q = Quota::fixed_window(Rate::per_day(5)).name("m").calendar(c);
             let text = q.to_string();

@@ -193,15 +193,14 @@ impl fmt::Display for Unit {
 pub enum OnStoreError {
     /// The undecided descriptors are allowed (`OK`, no current limit): the
     /// request is denied only by a descriptor decided as over its limit.
-    /// The library's [`FailurePolicy::Open`](tower_redis_ratelimit::middleware::FailurePolicy::Open).
+    /// The library middleware's `FailurePolicy::Open`.
     Allow,
     /// The undecided descriptors are over their limit (`OVER_LIMIT`, so
     /// the request is), except those in shadow mode.
     Deny,
     /// The call fails with gRPC `UNAVAILABLE`, and Envoy's own
     /// `failure_mode_deny` decides (the default, as the Go service, whose
-    /// call fails too). The library's
-    /// [`FailurePolicy::Closed`](tower_redis_ratelimit::middleware::FailurePolicy::Closed).
+    /// call fails too). The library middleware's `FailurePolicy::Closed`.
     #[default]
     Unavailable,
 }
