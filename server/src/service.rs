@@ -391,7 +391,7 @@ impl RlsService {
         let metrics = Arc::new(
             Metrics::new(options.max_metric_keys).near_limit_ratio(options.near_limit_ratio),
         );
-        let limits = build_limits(&config, &*make, None, Modes::from(&options))?;
+        let limits = build_limits(&config, &*make, None, &options)?;
         metrics.config_loaded(true);
         Ok(Self {
             shared: Arc::new(Shared {
@@ -440,12 +440,7 @@ impl RlsService {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.shared.current.load_full();
-        let limits = match build_limits(
-            &config,
-            &*old.make,
-            Some(&old.limits),
-            Modes::from(&old.options),
-        ) {
+        let limits = match build_limits(&config, &*old.make, Some(&old.limits), &old.options) {
             Ok(l) => l,
             Err(e) => {
                 old.metrics.config_loaded(false);
@@ -478,9 +473,7 @@ impl RlsService {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, CallError> {
-        let inner = self.shared.current.load_full();
-        inner.check_bounds(req)?;
-        inner.decide(req).await.map_err(CallError::Store)
+        self.shared.current.load_full().answer(req).await
     }
 }
 
@@ -578,7 +571,7 @@ fn build_limits(
     config: &Config,
     make: &Make,
     old: Option<&Limits>,
-    modes: Modes,
+    options: &ServiceOptions,
 ) -> Result<Limits, BuildError> {
     let mut limits = Limits::new();
     for domain in config.domains() {
@@ -591,7 +584,7 @@ fn build_limits(
                 .map(|(_, l)| l.clone());
             let limit = match kept {
                 Some(l) => l,
-                None => rule_limit(make, domain, rule, modes).map_err(|source| BuildError {
+                None => rule_limit(make, domain, rule, options).map_err(|source| BuildError {
                     file: rule.file.clone(),
                     path: rule.path.clone(),
                     line: rule.line,
@@ -603,23 +596,6 @@ fn build_limits(
         }
     }
     Ok(limits)
-}
-
-/// The service-wide modes ([`ServiceOptions::shadow_mode`],
-/// [`ServiceOptions::quota_mode`]) every rule is built with.
-#[derive(Debug, Clone, Copy)]
-struct Modes {
-    shadow: bool,
-    quota: bool,
-}
-
-impl From<&ServiceOptions> for Modes {
-    fn from(o: &ServiceOptions) -> Self {
-        Modes {
-            shadow: o.shadow_mode,
-            quota: o.quota_mode,
-        }
-    }
 }
 
 /// Whether two rules of one full key build the same limiter.
@@ -639,10 +615,11 @@ fn rule_limit(
     make: &Make,
     domain: &str,
     rule: &Rule,
-    modes: Modes,
+    options: &ServiceOptions,
 ) -> Result<Limit, LimiterConfigError> {
-    let shadow_mode = rule.shadow_mode || modes.shadow;
-    let quota_mode = rule.quota_mode || modes.quota;
+    // (the service-wide modes are the same for every rule and reload)
+    let shadow_mode = rule.shadow_mode || options.shadow_mode;
+    let quota_mode = rule.quota_mode || options.quota_mode;
     if rule.unlimited {
         return Ok(Limit::Unlimited);
     }
@@ -938,6 +915,28 @@ fn shown(s: &str) -> &str {
 }
 
 impl Inner {
+    /// Answers `req` ([`RlsService::should_rate_limit_inner`]): refused
+    /// past the bounds, else decided; a refusal or a store error is logged
+    /// (one line a second at most of each).
+    async fn answer(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, CallError> {
+        if let Err(e) = self.check_bounds(req) {
+            if let Some(held) = self.logs.refused.to_log() {
+                tracing::warn!(
+                    domain = shown(&req.domain),
+                    held_back = held,
+                    "request refused: {e}"
+                );
+            }
+            return Err(e);
+        }
+        self.decide(req).await.map_err(|e| {
+            if let Some(held) = self.logs.failed.to_log() {
+                tracing::error!(domain = shown(&req.domain), error = %e, held_back = held, "store error (one line a second at most)");
+            }
+            CallError::Store(e)
+        })
+    }
+
     /// Refuses a request past [`ServiceOptions::max_descriptors`] or
     /// [`ServiceOptions::max_entries`], before anything is planned.
     fn check_bounds(&self, req: &RateLimitRequest) -> Result<(), CallError> {
@@ -1738,27 +1737,10 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let req = request.into_inner();
-        let inner = self.shared.current.load_full();
-        if let Err(e) = inner.check_bounds(&req) {
-            if let Some(held) = inner.logs.refused.to_log() {
-                tracing::warn!(
-                    domain = shown(&req.domain),
-                    held_back = held,
-                    "request refused: {e}"
-                );
-            }
-            return Err(e.into());
-        }
-        match inner.decide(&req).await {
-            Ok(resp) => Ok(Response::new(resp)),
-            Err(e) => {
-                if let Some(held) = inner.logs.failed.to_log() {
-                    tracing::error!(domain = shown(&req.domain), error = %e, held_back = held, "store error (one line a second at most)");
-                }
-                Err(CallError::Store(e).into())
-            }
-        }
+        self.should_rate_limit_inner(&request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 }
 
