@@ -401,18 +401,6 @@ async fn duplicates_whose_summed_hits_never_fit_say_what_is_left() {
     }
 }
 
-/// The VmRSS of this process, in KiB.
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// 5,000 one-line rules (a 340 KB file) on Redis take a few KB each, not
 /// tens (they took 52–66 KB each, 5,000 rules over 240 MB, when every
 /// limiter assembled its own copies of the Lua scripts); the memory
@@ -427,14 +415,14 @@ async fn many_rules_take_bounded_memory() {
             "  - key: k{i}\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"
         ));
     }
-    let before = rss_kib();
+    let before = proc_status_kib("VmRSS");
     let svc = RlsService::new(
         config(&text),
         redis_store(&redis),
         ServiceOptions::default(),
     )
     .expect("service");
-    let grown = rss_kib().saturating_sub(before);
+    let grown = proc_status_kib("VmRSS").saturating_sub(before);
     assert!(grown < 120 * 1024, "5,000 rules took {grown} KiB");
     let mut c = serve(svc).await;
     let r = ask(&mut c, "g", vec![desc(&[("k4999", "x")])], 0).await;

@@ -22,12 +22,7 @@ static MEMORY: Mutex<()> = Mutex::new(());
 
 /// The process's peak resident memory so far (`VmHWM`), in KiB.
 fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    proc_status_kib("VmHWM")
 }
 
 /// Runs `f` and returns what it gave, how long it took and how much the

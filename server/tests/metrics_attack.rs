@@ -48,14 +48,7 @@ async fn users(service: &RlsService, n: usize, len: usize) {
 
 /// The process's resident set, in KB (for the report; never asserted).
 fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    proc_status_kib("VmRSS")
 }
 
 /// The `key` labels of the `total_hits` series of `text`.

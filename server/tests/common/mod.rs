@@ -334,3 +334,16 @@ pub(crate) fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescr
     d.hits_addend = Some(hits);
     d
 }
+
+/// A memory figure of this process from `/proc/self/status` (`VmRSS`,
+/// `VmHWM`, ...), in KiB; 0 where it is not there.
+pub(crate) fn proc_status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
