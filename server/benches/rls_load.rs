@@ -224,6 +224,7 @@ fn request(domain: &str, key: &str, value: String) -> RateLimitRequest {
             hits_addend: None,
         }],
         hits_addend: 1,
+        hits_subtrahend: 0,
     }
 }
 

@@ -12,7 +12,7 @@
 //!     [--no-store-check] [--watch-interval <ms> | --no-watch]
 //!     [--max-metric-keys <n>] [--merge-domains] [--allow-empty-config]
 //!     [--headers | --no-headers] [--shadow-mode] [--quota-mode]
-//!     [--max-descriptors <n>] [--max-entries <n>]
+//!     [--max-descriptors <n>] [--max-entries <n>] [--charge over|admitted|always]
 //!     [--max-connections <n>] [--max-concurrent-streams <n>]
 //!     [--max-message-size <bytes>] [--handshake-timeout <duration>]
 //!     [--idle-timeout <duration>] [--shutdown-timeout <duration>]
@@ -54,7 +54,10 @@
 //! * The answers: `--headers` adds the IETF `RateLimit`/`RateLimit-Policy`
 //!   headers (off by default); `--shadow-mode` (`SHADOW_MODE`) never
 //!   denies; `--quota-mode` (`QUOTA_MODE`) puts every rule in quota mode; `--max-descriptors` (64) and `--max-entries` (32) bound a
-//!   request. `LIMIT_RESPONSE_HEADERS_ENABLED`, `NEAR_LIMIT_RATIO` and
+//!   request; `--charge` (`over`) says when a call's hits are charged to
+//!   the rules that do not say (`charge` in `rate_limit`): `over` records
+//!   a denied call's hits where it is over a limit (a usage report is
+//!   never lost), `admitted` only admitted calls', `always` every call's. `LIMIT_RESPONSE_HEADERS_ENABLED`, `NEAR_LIMIT_RATIO` and
 //!   `MERGE_DOMAIN_CONFIG` are read as envoyproxy/ratelimit reads them;
 //!   its variables that would change what is admitted and have no
 //!   equivalent here refuse the start, naming the variable.
@@ -81,7 +84,7 @@ use tower_redis_ratelimit::{
     MemoryStore, Quota, Rate, RateLimiter, RedisClusterStore, RedisSentinelStore, RedisStore,
     store::Store,
 };
-use tower_redis_ratelimit_server::config::{Config, LoadOptions, OnStoreError};
+use tower_redis_ratelimit_server::config::{Charge, Config, LoadOptions, OnStoreError};
 use tower_redis_ratelimit_server::net::{Incoming, ListenerOptions};
 use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 use tower_redis_ratelimit_server::reload::ConfigWatcher;
@@ -98,7 +101,7 @@ usage: ratelimit-server --config <dir> [--grpc <addr>] [--metrics <addr>]
     [--no-store-check] [--watch-interval <ms> | --no-watch]
     [--max-metric-keys <n>] [--merge-domains] [--allow-empty-config]
     [--headers | --no-headers] [--shadow-mode] [--quota-mode]
-    [--max-descriptors <n>] [--max-entries <n>]
+    [--max-descriptors <n>] [--max-entries <n>] [--charge over|admitted|always]
     [--max-connections <n>] [--max-concurrent-streams <n>]
     [--max-message-size <bytes>] [--handshake-timeout <duration>]
     [--idle-timeout <duration>] [--shutdown-timeout <duration>]
@@ -627,6 +630,13 @@ fn parse(
                 let n = count("--max-entries", &value("--max-entries")?, 1, "32")?;
                 options = options.max_entries(n);
             }
+            Some("--charge") => {
+                let v = value("--charge")?;
+                let c = Charge::parse(&v).ok_or_else(|| {
+                    format!("--charge {v:?}: one of {}", Charge::NAMES.join(", "))
+                })?;
+                options = options.charge(c);
+            }
             Some("--max-connections") => {
                 let n = count(
                     "--max-connections",
@@ -1152,6 +1162,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         near_limit_ratio = o.near_limit_ratio.get(),
         max_descriptors = o.max_descriptors,
         max_entries = o.max_entries,
+        charge = ?o.charge,
         on_store_error = %o.on_store_error,
         "answering"
     );

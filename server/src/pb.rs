@@ -83,6 +83,7 @@ mod tests {
                 hits_addend: Some(3),
             }],
             hits_addend: 2,
+            hits_subtrahend: 0,
         };
         let bytes = req.encode_to_vec();
         assert_eq!(RateLimitRequest::decode(bytes.as_slice()).ok(), Some(req));

@@ -82,7 +82,7 @@ use tower_redis_ratelimit::limiter::{AllOrNothing, JointDecision};
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
-use crate::config::{Config, OnStoreError, Rule, Unit};
+use crate::config::{Charge, Config, OnStoreError, Rule, Unit};
 pub use crate::metrics::NearLimitRatio;
 use crate::metrics::{Metrics, Outcome};
 use crate::pb::envoy::config::core::v3::HeaderValue;
@@ -148,6 +148,11 @@ pub struct ServiceOptions {
     /// The most entries one descriptor may carry; past it, the request is
     /// answered `INVALID_ARGUMENT` before the store is asked. Default: 32.
     pub max_entries: usize,
+    /// When a call's hits are charged, for the rules that do not say
+    /// (`charge` in their `rate_limit`, [`Charge`]). Default:
+    /// [`Charge::Over`]: a denied call still records its hits where it is
+    /// over a limit, so that a usage report is never lost.
+    pub charge: Charge,
 }
 
 /// The names of envoyproxy/ratelimit's response headers
@@ -186,6 +191,7 @@ impl Default for ServiceOptions {
             near_limit_ratio: NearLimitRatio::default(),
             max_descriptors: 64,
             max_entries: 32,
+            charge: Charge::Over,
         }
     }
 }
@@ -244,6 +250,12 @@ impl ServiceOptions {
     /// store call).
     pub fn max_descriptors(mut self, n: usize) -> Self {
         self.max_descriptors = n.clamp(1, AllOrNothing::MAX_PARTS);
+        self
+    }
+
+    /// Sets [`charge`](Self::charge).
+    pub fn charge(mut self, charge: Charge) -> Self {
+        self.charge = charge;
         self
     }
 
@@ -850,6 +862,13 @@ struct Slot<'a> {
     /// The most units its limit holds (the burst of a strategy that takes
     /// one, else the count).
     capacity: u64,
+    /// When its hits are charged ([`Charge`]: its rule's, else the
+    /// service's).
+    charge: Charge,
+    /// Its state after its hits were recorded though not admitted
+    /// ([`Inner::record`]), for the answer; the decision stays what
+    /// decided the call (and what the metrics count).
+    after: Option<Decision>,
 }
 
 impl Slot<'_> {
@@ -898,6 +917,7 @@ enum State {
     /// admitted and the cost is above 0).
     Decided {
         limiter: Arc<RateLimiter>,
+        key: String,
         decision: Decision,
         consumed: bool,
         cost: u64,
@@ -1006,6 +1026,8 @@ impl Inner {
             hits: cost,
             never_fits: false,
             capacity: u64::MAX,
+            charge: self.options.charge,
+            after: None,
         };
         let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
         let entries: Vec<(&str, &str)> = d
@@ -1139,6 +1161,8 @@ impl Inner {
             rule: Some(rule),
             metric_key: Some(m.metric_key),
             hits: cost,
+            charge: rule.charge.unwrap_or(self.options.charge),
+            after: None,
         }
     }
 
@@ -1204,9 +1228,12 @@ impl Inner {
     /// and nothing is consumed. A store error leaves the descriptors
     /// `Pending` (undecided; nothing was consumed).
     async fn run<'a>(&'a self, req: &RateLimitRequest) -> Ran<'a> {
-        let request_hits = match req.hits_addend {
-            0 => 1,
-            n => u64::from(n),
+        let subtrahend = u64::from(req.hits_subtrahend);
+        // (a request-level `hits_addend` of 0 is 1, as in the Go service,
+        // but not beside a `hits_subtrahend`: a settle adds what it says)
+        let request_hits = match (req.hits_addend, subtrahend) {
+            (0, 0) => 1,
+            (n, _) => u64::from(n),
         };
         let mut slots: Vec<Slot> = req
             .descriptors
@@ -1214,6 +1241,9 @@ impl Inner {
             .map(|d| self.plan(&req.domain, d, request_hits))
             .collect();
         apply_replaces(&mut slots);
+        if subtrahend > 0 {
+            self.give_back(&req.domain, &mut slots, subtrahend).await;
+        }
         // A request's only quota-mode limit denies exactly when it is over:
         // decided by its strict twin, as any limit (all or nothing, in one
         // call), with no look first.
@@ -1364,6 +1394,7 @@ impl Inner {
             Ok((joint, taking)) => {
                 let taken = taking && joint.allowed;
                 decided(&mut slots, &parts, &joint, taken, &mut Vec::new());
+                self.record(&req.domain, &mut slots).await;
                 Ran {
                     slots,
                     failed: None,
@@ -1373,6 +1404,109 @@ impl Inner {
                 slots,
                 failed: Some(e),
             },
+        }
+    }
+
+    /// A settle (`hits_subtrahend`): each descriptor's hits less the
+    /// subtrahend; where the subtrahend is larger, the difference is given
+    /// back to its limit now ([`RateLimiter::reward`]: never more than it
+    /// holds, a count never below 0, a bucket never above full) and the
+    /// descriptor is then only looked at (its hits 0); where it is
+    /// smaller, the rest is decided as any hits (and recorded if it does
+    /// not fit, see [`record`](Self::record)).
+    async fn give_back(&self, domain: &str, slots: &mut [Slot<'_>], subtrahend: u64) {
+        let mut refunds = Vec::new();
+        for slot in slots.iter_mut() {
+            let net = slot.hits.saturating_sub(subtrahend);
+            let back = subtrahend.saturating_sub(slot.hits);
+            slot.hits = net;
+            if let State::Pending {
+                limiter, key, cost, ..
+            } = &mut slot.state
+            {
+                *cost = net;
+                slot.never_fits = !slot.shadow && net > slot.capacity;
+                if back > 0 {
+                    let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
+                    let key = key.clone();
+                    refunds.push(boxed(async move { limiter.reward(key.as_bytes(), back).await }));
+                }
+            }
+        }
+        for result in futures_util::future::join_all(refunds).await {
+            if let Err(e) = result {
+                self.metrics.store_error(domain);
+                if let Some(held) = self.logs.failed.to_log() {
+                    tracing::error!(error = %e, held_back = held, "store error: a refund (hits_subtrahend) was not given back");
+                }
+            }
+        }
+    }
+
+    /// Records the hits that a decision did not take, where they are
+    /// charged anyway ([`Charge`]): with `over` (the default), on a
+    /// descriptor over its limit (a call denied, or a quota-mode
+    /// descriptor over while its call passes), as the Go service counts
+    /// them; with `always`, on every descriptor; with `admitted`, nowhere. Each is charged past the limit if need be
+    /// ([`RateLimiter::penalize`]: a fixed window's count runs past it, a
+    /// bucket takes them as debt, repaid at its rate), so that a usage
+    /// report is never lost and the next call sees it; then the recorded
+    /// descriptors' states are read again for the answer. A shadow
+    /// descriptor records nothing.
+    async fn record(&self, domain: &str, slots: &mut [Slot<'_>]) {
+        let mut charges = Vec::new();
+        let mut recorded = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let State::Decided {
+                limiter,
+                key,
+                consumed: false,
+                cost,
+                ..
+            } = &slot.state
+            else {
+                continue;
+            };
+            let charged = match slot.charge {
+                Charge::Over => slot.over(),
+                Charge::Admitted => false,
+                Charge::Always => true,
+            };
+            if slot.shadow || *cost == 0 || !charged {
+                continue;
+            }
+            let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
+            let (key, cost) = (key.clone(), *cost);
+            charges.push(boxed(async move { limiter.penalize(key.as_bytes(), cost).await }));
+            recorded.push(i);
+        }
+        if charges.is_empty() {
+            return;
+        }
+        let mut failed = false;
+        for result in futures_util::future::join_all(charges).await {
+            if let Err(e) = result {
+                failed = true;
+                if let Some(held) = self.logs.failed.to_log() {
+                    tracing::error!(error = %e, held_back = held, "store error: the hits of a denied call were not recorded");
+                }
+            }
+        }
+        if failed {
+            self.metrics.store_error(domain);
+        }
+        // the states after, for the answer
+        let mut joint = AllOrNothing::new();
+        for &i in &recorded {
+            if let State::Decided { limiter, key, .. } = &slots[i].state {
+                joint.push(limiter, key.as_bytes(), 0);
+            }
+        }
+        let Ok(after) = joint.peek().await else {
+            return;
+        };
+        for (&i, decision) in recorded.iter().zip(after.into_decisions()) {
+            slots[i].after = Some(decision);
         }
     }
 
@@ -1414,10 +1548,12 @@ impl Inner {
                     period,
                     ..
                 } => {
-                    let limit = decision.limit();
-                    // (a denied request's descriptors: their state, untouched)
-                    let remaining = decision.remaining();
-                    let mut reset = decision.reset_after();
+                    // (a denied request's descriptors: their state, untouched,
+                    // or after its hits were recorded)
+                    let shown = slot.after.as_ref().unwrap_or(decision);
+                    let limit = shown.limit();
+                    let remaining = shown.remaining();
+                    let mut reset = shown.reset_after();
                     if reset.is_zero() {
                         // (a cost that can never fit: no state was read)
                         reset = Duration::from_micros(
@@ -1434,7 +1570,7 @@ impl Inner {
                     let wait = if slot.never_fits {
                         None
                     } else {
-                        Some(decision.retry_after().unwrap_or(reset))
+                        Some(shown.retry_after().unwrap_or(reset))
                     };
                     if over {
                         status.code = Code::OverLimit as i32;
@@ -1554,6 +1690,14 @@ fn sf_string(s: &str) -> String {
     out
 }
 
+/// A store call to run beside others ([`Inner::record`],
+/// [`Inner::give_back`]), boxed: its type stays small.
+type StoreCall = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+fn boxed(f: impl Future<Output = Result<(), StoreError>> + Send + 'static) -> StoreCall {
+    Box::pin(f)
+}
+
 /// What [`Inner::run`] did: each descriptor's slot, and the store's error
 /// if it failed (the undecided descriptors stay `Pending`).
 struct Ran<'a> {
@@ -1612,12 +1756,13 @@ fn decided(
         let slot = &mut slots[i];
         let (State::Pending {
             limiter,
+            key,
             cost,
             period,
-            ..
         }
         | State::Decided {
             limiter,
+            key,
             cost,
             period,
             ..
@@ -1627,6 +1772,7 @@ fn decided(
         };
         let state = State::Decided {
             limiter: limiter.clone(),
+            key: key.clone(),
             decision: decision.clone(),
             // (a shadow quota that would deny takes nothing)
             consumed: consumed && *cost > 0 && !decision.shadow_denied(),

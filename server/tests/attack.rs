@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::{MemoryStore, RedisStore};
-use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+use tower_redis_ratelimit_server::config::{Charge, Config, LoadOptions};
 use tower_redis_ratelimit_server::pb::RateLimitDescriptor;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
@@ -36,6 +36,21 @@ fn service<S: Store + Clone>(store: S) -> RlsService {
         config(CONFIG),
         store,
         ServiceOptions::default().headers(true),
+    )
+    .expect("service")
+}
+
+/// [`service`] with `--charge admitted`: a denied call takes nothing
+/// anywhere (the rules of checks whose hits a client chooses). By default
+/// (`over`) a denied call's hits are recorded where it is over a limit
+/// (`tests/reports.rs`).
+fn admitted<S: Store + Clone>(store: S) -> RlsService {
+    RlsService::new(
+        config(CONFIG),
+        store,
+        ServiceOptions::default()
+            .headers(true)
+            .charge(Charge::Admitted),
     )
     .expect("service")
 }
@@ -90,13 +105,13 @@ async fn same_descriptor_twice(mut c: Client) {
 
 #[tokio::test]
 async fn the_same_descriptor_twice_must_fit_together_in_memory() {
-    same_descriptor_twice(serve(service(MemoryStore::new())).await).await;
+    same_descriptor_twice(serve(admitted(MemoryStore::new())).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_descriptor_twice_must_fit_together_on_redis() {
     let redis = Redis::start();
-    same_descriptor_twice(serve(service(redis_store(&redis))).await).await;
+    same_descriptor_twice(serve(admitted(redis_store(&redis))).await).await;
 }
 
 async fn huge_costs(mut c: Client) {
@@ -158,14 +173,14 @@ async fn huge_costs(mut c: Client) {
 }
 
 #[tokio::test]
-async fn huge_hits_addends_are_denied_and_take_nothing_in_memory() {
-    huge_costs(serve(service(MemoryStore::new())).await).await;
+async fn huge_hits_addends_are_denied_and_take_nothing_when_charged_admitted_in_memory() {
+    huge_costs(serve(admitted(MemoryStore::new())).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn huge_hits_addends_are_denied_and_take_nothing_on_redis() {
+async fn huge_hits_addends_are_denied_and_take_nothing_when_charged_admitted_on_redis() {
     let redis = Redis::start();
-    huge_costs(serve(service(redis_store(&redis))).await).await;
+    huge_costs(serve(admitted(redis_store(&redis))).await).await;
 }
 
 // ---- limit overrides ----------------------------------------------------
@@ -895,12 +910,13 @@ async fn a_huge_hits_addend_does_not_wrap_the_counters() {
     assert!(after >= before, "total_hits went from {before} to {after}");
 }
 
-/// A request of 5 hits against 3 left is OVER_LIMIT with
-/// `limit_remaining: 3`: what is left, untouched (the Go service, which
-/// counts the 5, answers 0).
+/// With `--charge admitted`, a request of 5 hits against 3 left is
+/// OVER_LIMIT with `limit_remaining: 3`: what is left, untouched (the Go
+/// service, which counts the 5, answers 0, and so does the default
+/// `over`, which records them: `tests/reports.rs`).
 #[tokio::test]
 async fn an_over_limit_descriptor_reports_what_is_left() {
-    let mut c = serve(service(MemoryStore::new())).await;
+    let mut c = serve(admitted(MemoryStore::new())).await;
     ask(&mut c, "api", vec![with_hits(desc(&[("five", "r")]), 2)], 0).await;
     let r = ask(&mut c, "api", vec![with_hits(desc(&[("five", "r")]), 5)], 0).await;
     assert_eq!(overall(&r), Code::OverLimit);
@@ -979,10 +995,11 @@ async fn a_zero_cost_look_at_a_zero_limit_is_ok() {
 
 /// 400 concurrent requests over the memory store, each two or three of
 /// 40 values in every order (shards locked together): all answered (no
-/// deadlock), and no value admitted past its 5.
+/// deadlock), and no value admitted past its 5; with `--charge admitted`,
+/// each value counts exactly what was admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_requests_in_every_order_neither_deadlock_nor_walk_past() {
-    let client = serve(service(MemoryStore::new())).await;
+    let client = serve(admitted(MemoryStore::new())).await;
     let mut tasks = Vec::new();
     for i in 0..400usize {
         let mut c = client.clone();

@@ -12,6 +12,7 @@ use tower_redis_ratelimit_server::pb::RateLimitDescriptor;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 use tower_redis_ratelimit_server::service::{GoHeaders, RlsService, ServiceOptions};
+use tower_redis_ratelimit_server::config::Charge;
 
 const CONFIG: &str = "\
 domain: api
@@ -130,7 +131,10 @@ fn slowlog_durations(redis: &Redis) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_never_fits_is_over_with_what_is_left_and_no_retry_after() {
     let redis = Redis::start();
-    for mut c in clients(&redis, ServiceOptions::default().headers(true)).await {
+    let options = ServiceOptions::default()
+        .headers(true)
+        .charge(Charge::Admitted);
+    for mut c in clients(&redis, options).await {
         let k = || desc(&[("k", "nf")]);
         ask(&mut c, "api", vec![with_hits(k(), 2)], 0).await;
         let r = ask(&mut c, "api", vec![with_hits(k(), 6)], 0).await;
@@ -341,7 +345,8 @@ descriptors:
 /// Descriptors whose hits would write more sliding-log times together
 /// than one store call may (`AllOrNothing::MAX_LOGGED`): the request is
 /// over as one that never fits (not an error, which Envoy's
-/// `failure_mode_deny: false` would let through), and takes nothing.
+/// `failure_mode_deny: false` would let through), and, with `--charge
+/// admitted`, takes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_too_many_to_log_in_one_call_are_over_not_an_error() {
     const LOG: &str = "\
@@ -351,7 +356,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10000, strategy: sliding-window-log}
 ";
     let redis = Redis::start();
-    let options = ServiceOptions::default().headers(true);
+    let options = ServiceOptions::default()
+        .headers(true)
+        .charge(Charge::Admitted);
     for mut c in [
         serve(RlsService::new(config(LOG), MemoryStore::new(), options.clone()).expect("service"))
             .await,
@@ -378,11 +385,15 @@ descriptors:
 
 /// Six copies of one descriptor against a fresh limit of 5 (summed hits 6):
 /// they can never fit together, so they are answered as a lone descriptor
-/// of 6 hits is: what is left, no `Retry-After`, nothing taken.
+/// of 6 hits is: what is left, no `Retry-After`, and, with `--charge
+/// admitted`, nothing taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_whose_summed_hits_never_fit_say_what_is_left() {
     let redis = Redis::start();
-    for mut c in clients(&redis, ServiceOptions::default().headers(true)).await {
+    let options = ServiceOptions::default()
+        .headers(true)
+        .charge(Charge::Admitted);
+    for mut c in clients(&redis, options).await {
         let six = (0..6).map(|_| desc(&[("k", "dup")])).collect();
         let r = ask(&mut c, "api", six, 1).await;
         assert_eq!(overall(&r), Code::OverLimit);

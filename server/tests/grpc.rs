@@ -10,7 +10,7 @@ use common::*;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tower_redis_ratelimit::{MemoryStore, RedisStore};
-use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+use tower_redis_ratelimit_server::config::{Charge, Config, LoadOptions};
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 use tower_redis_ratelimit_server::pb::{RateLimitRequest, RateLimitServiceServer};
@@ -122,7 +122,9 @@ async fn match_no_match_unknown_domain_and_remaining() {
 
 #[tokio::test]
 async fn nested_wildcard_unlimited_and_hits() {
-    let mut c = serve(memory(ServiceOptions::default())).await;
+    // (`--charge admitted`: a denied call takes nothing; by default it is
+    // recorded where it is over, `tests/reports.rs`)
+    let mut c = serve(memory(ServiceOptions::default().charge(Charge::Admitted))).await;
     // nested: tenant + user, 5 per hour; tenant alone has no limit
     let d = || desc(&[("tenant", "t1"), ("user", "u1")]);
     let r = ask(&mut c, "api", vec![d()], 3).await;
@@ -318,6 +320,7 @@ async fn redis_all_or_nothing_and_store_errors() {
             domain: "api".into(),
             descriptors: vec![ip()],
             hits_addend: 0,
+            hits_subtrahend: 0,
         })
         .await
         .expect_err("no store");

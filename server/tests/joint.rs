@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit::store::Store;
-use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+use tower_redis_ratelimit_server::config::{Charge, Config, LoadOptions};
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
@@ -32,9 +32,13 @@ descriptors:
 "#;
 
 fn service<S: Store + Clone>(store: S) -> RlsService {
+    service_with(store, ServiceOptions::default())
+}
+
+fn service_with<S: Store + Clone>(store: S, options: ServiceOptions) -> RlsService {
     let config =
         Config::from_sources([("api.yaml", CONFIG)], LoadOptions::default()).expect("config");
-    RlsService::new(config, store, ServiceOptions::default()).expect("service")
+    RlsService::new(config, store, options).expect("service")
 }
 
 /// 300 concurrent requests, each `[wide=k]` and `[narrow=k]`: exactly 50
@@ -103,10 +107,14 @@ async fn calls(redis: &Redis, cmd: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A request of three descriptors is one script call, admitted or denied
+/// (with `--charge admitted`: by default a denied call then records its
+/// hits where it is over, one call, and reads the states after, another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_of_three_descriptors_is_one_script_call_on_redis() {
     let redis = Redis::start();
-    let mut c = serve(service(redis_store(&redis))).await;
+    let options = ServiceOptions::default().charge(Charge::Admitted);
+    let mut c = serve(service_with(redis_store(&redis), options)).await;
     let three = || {
         vec![
             desc(&[("wide", "x")]),

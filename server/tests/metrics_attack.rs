@@ -40,6 +40,7 @@ async fn users(service: &RlsService, n: usize, len: usize) {
             domain: "d".into(),
             descriptors: vec![desc(&[("user", &value(i, len))])],
             hits_addend: 0,
+            hits_subtrahend: 0,
         };
         let r = service.should_rate_limit_inner(&req).await.expect("answer");
         assert_eq!(overall(&r), Code::Ok);

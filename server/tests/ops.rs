@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use tower_redis_ratelimit::{MemoryStore, RedisStore};
-use tower_redis_ratelimit_server::config::{Config, LoadOptions, OnStoreError};
+use tower_redis_ratelimit_server::config::{Charge, Config, LoadOptions, OnStoreError};
 use tower_redis_ratelimit_server::metrics;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::RateLimitOverride;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
@@ -184,7 +184,14 @@ fn five(text: &str, domain: &str, key: &str) -> [u64; 5] {
 
 #[tokio::test]
 async fn metrics_count_as_the_go_service() {
-    let service = memory(METRICS, ServiceOptions::default().max_metric_keys(3));
+    // (`--charge admitted`: the denied 2 takes nothing, so the 1 after it
+    // fits)
+    let service = memory(
+        METRICS,
+        ServiceOptions::default()
+            .max_metric_keys(3)
+            .charge(Charge::Admitted),
+    );
     let addr = serve_metrics(&service).await;
     let mut c = serve(service).await;
     let text = scrape(addr).await;
@@ -740,10 +747,13 @@ async fn reload_keeps_the_count_across_a_new_limit() {
         );
         Config::from_sources([("r.yaml", src.as_str())], LoadOptions::default()).expect("config")
     };
+    // (`--charge admitted`: the denied calls take nothing)
     let service = RlsService::new(
         load(5, "year"),
         MemoryStore::new(),
-        ServiceOptions::default().headers(true),
+        ServiceOptions::default()
+            .headers(true)
+            .charge(Charge::Admitted),
     )
     .expect("service");
     let mut c = serve(service.clone()).await;

@@ -135,7 +135,7 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64
 /// newest entries; an empty log is no state.
 fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
     if units > 0 {
-        let units = units.min(q.n);
+        let units = units.min(q.n + 1);
         let mut log = match slot.take() {
             Some(Entry {
                 value: Value::Log(log),
@@ -145,6 +145,12 @@ fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
         };
         let t = log.last().copied().map_or(now, |h| h.max(now));
         log.extend(std::iter::repeat_n(t, units as usize));
+        // (the n + 1 newest kept: admission reads no older one, and one
+        // past n denies even a cost of 0)
+        let keep = usize::try_from(q.n + 1).unwrap_or(usize::MAX);
+        if log.len() > keep {
+            log.drain(..log.len() - keep);
+        }
         *slot = Some(Entry {
             value: Value::Log(log),
             expires_at: now + ttl_us(t + q.period - now),

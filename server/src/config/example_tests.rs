@@ -183,6 +183,7 @@ fn request(descriptors: &[Vec<(String, String)>]) -> RateLimitRequest {
             })
             .collect(),
         hits_addend: 0,
+        hits_subtrahend: 0,
     }
 }
 

@@ -8,7 +8,9 @@ use tower_redis_ratelimit::{Calendar, CalendarUnit};
 use tower_redis_ratelimit::{Quota, Rate};
 
 use super::yaml::{self, Kind, Node as Y, Scalar};
-use super::{Config, ConfigError, ConfigWarning, LoadOptions, Node, OnStoreError, Rule, Unit};
+use super::{
+    Charge, Config, ConfigError, ConfigWarning, LoadOptions, Node, OnStoreError, Rule, Unit,
+};
 
 /// The keys the Go service accepts, anywhere in a file (its `validKeys`).
 const GO_KEYS: [&str; 16] = [
@@ -31,12 +33,13 @@ const GO_KEYS: [&str; 16] = [
 ];
 
 /// Our extensions, in `rate_limit` only.
-const EXT_KEYS: [&str; 5] = [
+const EXT_KEYS: [&str; 6] = [
     "strategy",
     "burst",
     "unit_multiplier",
     "duration",
     "calendar",
+    "charge",
 ];
 
 /// Our extensions, at the top of a file only.
@@ -515,6 +518,7 @@ fn read_descriptors(
                     strategy: None,
                     burst: None,
                     calendar: None,
+                    charge: None,
                 },
             )?),
             Some(v) => {
@@ -565,6 +569,7 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
     let mut multiplier = None;
     let mut duration = None;
     let mut calendar = None;
+    let mut charge_line = None;
     let mut count_line = v.line;
     for (k, val) in map_entries(v) {
         let name = k.text().unwrap_or_default();
@@ -617,6 +622,22 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
             }
             "duration" => duration = Some((string(ctx, val, &at)?, val.line)),
             "calendar" => calendar = Some((string(ctx, val, &at)?, k.line)),
+            "charge" => {
+                let c = string(ctx, val, &at)?;
+                let Some(charge) = Charge::parse(&c) else {
+                    return Err(ctx.err(
+                        &at,
+                        val.line,
+                        format!(
+                            "unknown charge {c:?}: `over` (the default: a denied call records its \
+                             hits where it is over), `admitted` (only admitted calls are charged) \
+                             or `always` (every call's hits are recorded: usage reports)"
+                        ),
+                    ));
+                };
+                rule.charge = Some(charge);
+                charge_line = Some(k.line);
+            }
             _ => misplaced(ctx, name, path, k.line, "in a `rate_limit`")?,
         }
     }
@@ -642,6 +663,7 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
             ("unit_multiplier", multiplier.map(|m| m.1)),
             ("duration", duration.as_ref().map(|d| d.1)),
             ("calendar", calendar.as_ref().map(|c| c.1)),
+            ("charge", charge_line),
         ];
         if let Some((key, Some(line))) = ext.into_iter().find(|(_, l)| l.is_some()) {
             return Err(ctx.err(

@@ -116,6 +116,7 @@ pub(crate) async fn try_ask(
             domain: domain.into(),
             descriptors,
             hits_addend: hits,
+            hits_subtrahend: 0,
         })
         .await
         .map(|r| r.into_inner())
