@@ -80,6 +80,7 @@ use tonic::{Request, Response, Status};
 use tower_redis_ratelimit::error::{ConfigError as LimiterConfigError, StoreError};
 use tower_redis_ratelimit::limiter::{AllOrNothing, JointDecision};
 use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
 
 use crate::config::{Charge, Config, OnStoreError, Rule, Unit};
@@ -1429,7 +1430,9 @@ impl Inner {
                 if back > 0 {
                     let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
                     let key = key.clone();
-                    refunds.push(boxed(async move { limiter.reward(key.as_bytes(), back).await }));
+                    refunds.push(boxed(
+                        async move { limiter.reward(key.as_bytes(), back).await },
+                    ));
                 }
             }
         }
@@ -1456,6 +1459,11 @@ impl Inner {
     async fn record(&self, domain: &str, slots: &mut [Slot<'_>]) {
         let mut charges = Vec::new();
         let mut recorded = Vec::new();
+        // sliding-log times written by one call's records, at most what
+        // one joint decision may write (a log keeps at most its count + 1
+        // times: no charge of one writes more)
+        let mut log_left = AllOrNothing::MAX_LOGGED;
+        let mut held_back = false;
         for (i, slot) in slots.iter().enumerate() {
             let State::Decided {
                 limiter,
@@ -1475,10 +1483,33 @@ impl Inner {
             if slot.shadow || *cost == 0 || !charged {
                 continue;
             }
+            let mut cost = *cost;
+            if slot
+                .rule
+                .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog))
+            {
+                let most = cost.min(slot.capacity.saturating_add(1));
+                cost = most.min(log_left);
+                log_left -= cost;
+                held_back |= cost < most;
+                if cost == 0 {
+                    continue;
+                }
+            }
             let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
-            let (key, cost) = (key.clone(), *cost);
-            charges.push(boxed(async move { limiter.penalize(key.as_bytes(), cost).await }));
+            let key = key.clone();
+            charges.push(boxed(async move {
+                limiter.penalize(key.as_bytes(), cost).await
+            }));
             recorded.push(i);
+        }
+        if held_back && let Some(held) = self.logs.refused.to_log() {
+            tracing::warn!(
+                domain = shown(domain),
+                held_back = held,
+                "a denied call's hits on sliding-window-log rules were recorded only in part: at most {} times in one call",
+                AllOrNothing::MAX_LOGGED
+            );
         }
         if charges.is_empty() {
             return;

@@ -8,11 +8,11 @@ mod common;
 use common::*;
 use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit::store::Store;
+use tower_redis_ratelimit_server::config::Charge;
 use tower_redis_ratelimit_server::pb::RateLimitDescriptor;
 use tower_redis_ratelimit_server::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
 use tower_redis_ratelimit_server::service::{GoHeaders, RlsService, ServiceOptions};
-use tower_redis_ratelimit_server::config::Charge;
 
 const CONFIG: &str = "\
 domain: api

@@ -44,6 +44,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100, strategy: leaky-bucket}
   - key: gcra
     rate_limit: {unit: hour, requests_per_unit: 100, strategy: gcra}
+  - key: biglog
+    rate_limit: {unit: hour, requests_per_unit: 10000, strategy: sliding-window-log}
 "#;
 
 const STRATEGIES: [&str; 5] = [
@@ -220,7 +222,10 @@ async fn charge_settings(svc: RlsService) {
     assert_eq!(r.statuses[2].limit_remaining, 960, "{r:?}");
     let look = call(
         &svc,
-        vec![with_hits(d("org", "o3"), 0), with_hits(d("member", "m3"), 0)],
+        vec![
+            with_hits(d("org", "o3"), 0),
+            with_hits(d("member", "m3"), 0),
+        ],
         0,
         0,
     )
@@ -262,7 +267,10 @@ async fn the_service_default_charge_always_counts_every_descriptor() {
     call(&svc, vec![with_hits(d("user", "u4"), 100)], 0, 0).await;
     let r = call(
         &svc,
-        vec![with_hits(d("user", "u4"), 40), with_hits(d("org", "o4"), 40)],
+        vec![
+            with_hits(d("user", "u4"), 40),
+            with_hits(d("org", "o4"), 40),
+        ],
         0,
         0,
     )
@@ -308,7 +316,11 @@ async fn reserve_then_settle(svc: RlsService) {
         let r = call(&svc, vec![with_hits(k("r1"), 100)], 0, 0).await;
         assert_eq!(overall(&r), Code::Ok, "{strategy}: {r:?}");
         let r = call(&svc, vec![with_hits(k("r1"), 1)], 0, 0).await;
-        assert_eq!(overall(&r), Code::OverLimit, "no more than the limit: {r:?}");
+        assert_eq!(
+            overall(&r),
+            Code::OverLimit,
+            "no more than the limit: {r:?}"
+        );
         // 50 reserved, 250 used: 200 more, a debt past the limit
         let r = call(&svc, vec![with_hits(k("r2"), 50)], 0, 0).await;
         assert_eq!(overall(&r), Code::Ok);
@@ -387,7 +399,12 @@ async fn recorded_hits_never_grow_a_sliding_log_past_its_limit() {
     for key in keys.lines().filter(|k| !k.is_empty()) {
         let kind = redis_cli(&redis, &["type", key]);
         if kind.trim() == "list" {
-            longest = longest.max(redis_cli(&redis, &["llen", key]).trim().parse().unwrap_or(0));
+            longest = longest.max(
+                redis_cli(&redis, &["llen", key])
+                    .trim()
+                    .parse()
+                    .unwrap_or(0),
+            );
         }
     }
     assert!(
@@ -403,4 +420,36 @@ fn redis_cli(redis: &Redis, args: &[&str]) -> String {
         .output()
         .expect("redis-cli on PATH (apt-get install redis-server)");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One denied call of 64 sliding-log descriptors of 20,000 hits each (a
+/// limit of 10,000 each): what it records is bounded as a joint decision's
+/// writes are (`AllOrNothing::MAX_LOGGED` times in all), where each alone
+/// could write 10,001: one call never stalls Redis with 640,000 writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_records_a_bounded_number_of_log_times() {
+    let redis = Redis::start();
+    let svc = service(redis_store(&redis));
+    let many = (0..64)
+        .map(|i| with_hits(d("biglog", &format!("v{i}")), 20_000))
+        .collect();
+    let r = call(&svc, many, 0, 0).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    let mut total = 0u64;
+    for key in redis_cli(&redis, &["--scan"])
+        .lines()
+        .filter(|k| !k.is_empty())
+    {
+        if redis_cli(&redis, &["type", key]).trim() == "list" {
+            total += redis_cli(&redis, &["llen", key])
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0);
+        }
+    }
+    let most = tower_redis_ratelimit::limiter::AllOrNothing::MAX_LOGGED;
+    assert!(
+        (1..=most).contains(&total),
+        "{total} log times written by one call (at most {most})"
+    );
 }
