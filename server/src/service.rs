@@ -869,7 +869,16 @@ struct Slot<'a> {
     /// Its state after its hits were recorded though not admitted
     /// ([`Inner::record`]), for the answer; the decision stays what
     /// decided the call (and what the metrics count).
-    after: Option<Decision>,
+    after: Option<After>,
+}
+
+/// A descriptor's state after [`Inner::record`] charged its hits.
+enum After {
+    /// Read again from the store.
+    Read(Decision),
+    /// A fixed window's: its decision's, less the hits recorded (the
+    /// window and its reset unchanged), with no second read.
+    Less(u64),
 }
 
 impl Slot<'_> {
@@ -1526,18 +1535,34 @@ impl Inner {
         if failed {
             self.metrics.store_error(domain);
         }
-        // the states after, for the answer
-        let mut joint = AllOrNothing::new();
+        // the states after, for the answer: a fixed window's is its
+        // decision's less the hits (the same window, and a count past the
+        // limit leaves nothing); a bucket's or a log's is read again
+        let mut read = Vec::new();
         for &i in &recorded {
+            let slot = &mut slots[i];
+            let fixed = slot
+                .rule
+                .is_none_or(|r| matches!(r.strategy, None | Some(Strategy::FixedWindow)));
+            match &slot.state {
+                State::Decided { cost, .. } if fixed => slot.after = Some(After::Less(*cost)),
+                _ => read.push(i),
+            }
+        }
+        let mut joint = AllOrNothing::new();
+        for &i in &read {
             if let State::Decided { limiter, key, .. } = &slots[i].state {
                 joint.push(limiter, key.as_bytes(), 0);
             }
         }
+        if read.is_empty() {
+            return;
+        }
         let Ok(after) = joint.peek().await else {
             return;
         };
-        for (&i, decision) in recorded.iter().zip(after.into_decisions()) {
-            slots[i].after = Some(decision);
+        for (&i, decision) in read.iter().zip(after.into_decisions()) {
+            slots[i].after = Some(After::Read(decision));
         }
     }
 
@@ -1581,9 +1606,13 @@ impl Inner {
                 } => {
                     // (a denied request's descriptors: their state, untouched,
                     // or after its hits were recorded)
-                    let shown = slot.after.as_ref().unwrap_or(decision);
+                    let (shown, less) = match &slot.after {
+                        Some(After::Read(d)) => (d, 0),
+                        Some(After::Less(hits)) => (decision, *hits),
+                        None => (decision, 0),
+                    };
                     let limit = shown.limit();
-                    let remaining = shown.remaining();
+                    let remaining = shown.remaining().saturating_sub(less);
                     let mut reset = shown.reset_after();
                     if reset.is_zero() {
                         // (a cost that can never fit: no state was read)
