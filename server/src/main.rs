@@ -289,8 +289,8 @@ fn auth_prefix(auth: Option<&str>) -> String {
 /// `CONFIG_TYPE` (`FILE` only), `BACKEND_TYPE` (`redis` only), `REDIS_URL`,
 /// `REDIS_TYPE`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`,
 /// `REDIS_TLS_CACERT`, `REDIS_SENTINEL_AUTH`,
-/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (what this service always
-/// does); refused when set so as to change behaviour: [`GO_REFUSED`];
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (`--charge admitted`, unless
+/// `--charge` says otherwise); refused when set so as to change behaviour: [`GO_REFUSED`];
 /// ignored (logged when set): [`GO_IGNORED`].
 const GO_IGNORED: &[(&str, &str)] = &[
     (
@@ -552,6 +552,7 @@ fn parse(
     let mut shadow = false;
     let mut quota = false;
     let mut options = ServiceOptions::default();
+    let mut charge = None;
     let mut allow_empty_config = false;
     let mut max_connections = None;
     let mut listener = ListenerOptions::default();
@@ -635,6 +636,7 @@ fn parse(
                 let c = Charge::parse(&v).ok_or_else(|| {
                     format!("--charge {v:?}: one of {}", Charge::NAMES.join(", "))
                 })?;
+                charge = Some(c);
                 options = options.charge(c);
             }
             Some("--max-connections") => {
@@ -737,9 +739,12 @@ fn parse(
         merge = true;
     }
     if go("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? == Some(true) {
+        if charge.is_none() {
+            options = options.charge(Charge::Admitted);
+        }
         notes.push(
-            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: what this service always does \
-             (a denied request is never counted)"
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: --charge admitted (a denied request \
+             is never counted, and a usage report past a limit is lost)"
                 .into(),
         );
     }
@@ -1620,6 +1625,14 @@ mod tests {
             })
         );
         assert!(a.notes.iter().any(|n| n.contains("never counted")));
+        assert_eq!(a.options.charge, Charge::Admitted);
+        let a = p(
+            &["--charge", "always"],
+            &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+        )
+        .unwrap();
+        assert_eq!(a.options.charge, Charge::Always, "the flag wins");
+        assert_eq!(p(&[], &[]).unwrap().options.charge, Charge::Over);
         // off, and the IETF headers stay off
         let a = p(
             &[],
