@@ -8,8 +8,8 @@
 //!
 //! # All or nothing
 //!
-//! A request whose answer is `OVER_LIMIT` consumes nothing in any of its
-//! descriptors: every limited descriptor is decided together, in one
+//! A request is admitted on all of its descriptors or on none: every
+//! limited descriptor is decided together, in one
 //! [`AllOrNothing`] decision of the library (a request with one limited
 //! descriptor: its limiter's own decision, which on Redis is batched with
 //! concurrent ones; a joint call never is). On the memory store, one Redis
@@ -20,13 +20,37 @@
 //! when one is over, what the slots before it took is given back: between
 //! a slot's call and that give-back (the round trips of the slots after it,
 //! plus the give-back's) a concurrent request may see those units as used
-//! and be denied because of them, never admitted past a limit. A
-//! descriptor of a denied request reports its limit's current state (its
-//! `limit_remaining` is what is left, untouched by the request). A request
+//! and be denied because of them, never admitted past a limit. A request
 //! denied whatever the store says (a limit of 0) only reads the others'
 //! states. A store error consumes nothing, except that a call which timed
 //! out may still be applied by Redis once it answers (as for any call of
 //! the library: its script was sent).
+//!
+//! # Usage reports: what a denied request still records
+//!
+//! Envoy also calls after the response (`apply_on_stream_done`) with the
+//! usage as `hits_addend`, and ignores the answer: the service cannot tell
+//! that report from a check. So what a denied request records is each
+//! rule's [`Charge`] (its `charge`, else [`ServiceOptions::charge`]): with
+//! `over` (the default) its hits are recorded, past the limit, on the
+//! descriptors it is over (as the Go service counts them: a fixed window's
+//! count runs past its limit, a bucket takes a debt repaid at its rate),
+//! so that the next call is denied, and the descriptors that had room are
+//! left as they were; with `admitted` nothing is recorded (a descriptor of
+//! a denied request then reports its limit's state untouched: its
+//! `limit_remaining` is what is left); with `always` every descriptor's
+//! hits are. That is a second store call (a third, to read a bucket's or a
+//! log's state after it for the answer), made only for a denied request.
+//! A sliding log records at most [`AllOrNothing::MAX_LOGGED`] times in one
+//! call, as a joint decision writes.
+//!
+//! `hits_subtrahend` gives back: each descriptor's hits less it; where it
+//! is larger, the difference goes back to the limit first
+//! ([`RateLimiter::reward`]: never more than is used, a leaky bucket gives
+//! nothing back) and the descriptor is only looked at; where it is
+//! smaller, the rest is decided as any hits. Envoy sends no id of the
+//! request a refund is for: a refund gives back what the key holds,
+//! whoever used it, so it must only follow an admitted reservation.
 //!
 //! # `quota_mode`
 //!
