@@ -321,13 +321,29 @@ pub(crate) struct StrategySpec {
 /// rate) or gives back (`units < 0`, never above the limit) units of a key.
 #[derive(Debug)]
 pub(crate) enum Adjust {
-    /// The strategy adjusts.
+    /// The strategy adjusts either way (and `set_remaining` sets it).
     Units {
         /// The Lua block (`lua/adjust_<name>.lua`), run once per quota in the
-        /// settle script; it reads key, n, period, burst, interval, units, now.
+        /// settle script as `A[<id>]`; it reads key, n, period, burst,
+        /// interval, units, now.
         lua: &'static str,
         /// Its memory twin, line by line.
         twin: state::AdjustFn,
+    },
+    /// The strategy takes a charge (`units > 0`: a debt, never lost) but
+    /// gives nothing back: a give-back, a reward and `set_remaining` leave
+    /// it as it is.
+    Charge {
+        /// The Lua block, run once per quota in the settle script as
+        /// `C[<id>]`, for a charge only (it reads what an `A[<id>]` block does).
+        lua: &'static str,
+        /// Its memory twin, line by line (called for a charge only).
+        twin: state::AdjustFn,
+        /// Why nothing is given back (the table of the guide's
+        /// [settling chapter](crate::guide::settle) says it to users; a test
+        /// holds every strategy to a reason).
+        #[allow(dead_code)]
+        no_give_back: &'static str,
     },
     /// The strategy has no units to adjust: why (the table of the guide's
     /// [settling chapter](crate::guide::settle) says it to users; a test holds every strategy to a reason).
@@ -336,11 +352,24 @@ pub(crate) enum Adjust {
 }
 
 impl Adjust {
-    /// The memory twin, if the strategy adjusts.
-    pub(crate) const fn twin(&self) -> Option<state::AdjustFn> {
+    /// The memory twin of an adjust by `units`, if the strategy takes it (a
+    /// charge-only strategy a charge alone), as `lua/give_back.lua` picks
+    /// the block.
+    pub(crate) const fn twin(&self, units: i64) -> Option<state::AdjustFn> {
         match self {
             Adjust::Units { twin, .. } => Some(*twin),
-            Adjust::Never(_) => None,
+            Adjust::Charge { twin, .. } if units > 0 => Some(*twin),
+            Adjust::Charge { .. } | Adjust::Never(_) => None,
+        }
+    }
+
+    /// The memory twin of a set (`set_remaining`: afresh, then charged), if
+    /// the strategy is set: only one that adjusts either way (starting a
+    /// charge-only strategy afresh would give back).
+    pub(crate) const fn set_twin(&self) -> Option<state::AdjustFn> {
+        match self {
+            Adjust::Units { twin, .. } => Some(*twin),
+            Adjust::Charge { .. } | Adjust::Never(_) => None,
         }
     }
 }
@@ -552,8 +581,10 @@ mod tests {
             assert_eq!(*k, Kind::of(s));
         }
         for s in Strategy::ALL {
-            if let Adjust::Never(why) = s.spec().adjust {
-                assert!(!why.is_empty(), "{s}");
+            match s.spec().adjust {
+                Adjust::Never(why) => assert!(!why.is_empty(), "{s}"),
+                Adjust::Charge { no_give_back, .. } => assert!(!no_give_back.is_empty(), "{s}"),
+                Adjust::Units { .. } => {}
             }
             assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
             // every variant is in ALL: this match has no wildcard, so a new

@@ -290,8 +290,8 @@ impl LimiterScript {
 
     /// The give-back (settle) script of a limiter: each used strategy's
     /// give-back block as a function `G[<id>]` and its adjust block as
-    /// `A[<id>]`, then `lua/give_back.lua`. Strategies without them are
-    /// skipped there.
+    /// `A[<id>]` (or, charge only, `C[<id>]`), then `lua/give_back.lua`.
+    /// Strategies without them are skipped there.
     pub(crate) fn for_give_back(strategies: &[Kind]) -> Self {
         shared(Shape::GiveBack(strategies.into()), || {
             Self::assemble_give_back(strategies)
@@ -317,16 +317,19 @@ impl LimiterScript {
             source.push_str(lua);
             source.push_str("end\nend\n");
         }
-        source.push_str("local A = {}\n");
+        // (A: adjusts either way; C: takes a charge only)
+        source.push_str("local A, C = {}, {}\n");
         for s in Kind::ALL {
-            let Adjust::Units { lua, .. } = s.spec().adjust else {
-                continue;
+            let (table, lua) = match s.spec().adjust {
+                Adjust::Units { lua, .. } => ('A', lua),
+                Adjust::Charge { lua, .. } => ('C', lua),
+                Adjust::Never(_) => continue,
             };
             if !strategies.contains(&s) {
                 continue;
             }
             source.push_str(&format!(
-                "A[{}] = function(key, n, period, burst, interval, units)\n\
+                "{table}[{}] = function(key, n, period, burst, interval, units)\n\
                  local now = NOW\ndo\n",
                 s.id()
             ));
