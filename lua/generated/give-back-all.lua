@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA dfab41914b5b33fe96710b174071c35aa462a02e).
+-- (SCRIPT LOAD, then EVALSHA f5964db783b8785ffa0b6e084b2c9094717750be).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -317,6 +317,25 @@ do
 local st = redis.call('HMGET', key, 's', 'c')
 local s, c = tonumber(st[1]), tonumber(st[2])
 if s and c and c > 0 and s + period == fin and now < fin then
+  if units >= c then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', -units))
+  end
+end
+end
+end
+G[9] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of a calendar FixedWindow (Quota::calendar): only into the take's
+-- own window, never below 0 (a count given back to 0 is no state: the key
+-- goes). The hash holds the window's end (e), which is the take's fin (its
+-- reset_after runs to that end), so no bounds are needed: a key of a later
+-- window (a month rolled over since the take) is left as it is.
+local st = redis.call('HMGET', key, 'e', 'c')
+local e, c = tonumber(st[1]), tonumber(st[2])
+if e and c and c > 0 and e == fin and now < fin then
   if units >= c then
     redis.call('DEL', key)
   else

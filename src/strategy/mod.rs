@@ -306,9 +306,9 @@ pub(crate) struct StrategySpec {
     pub(crate) denials_cacheable: bool,
     /// The `RateLimit-Policy` parameters of a quota of this strategy.
     pub(crate) header: HeaderPolicy,
-    /// How the unspent units of a local budget go back to the store
-    /// (the settle call, `src/limiter/local_budget.rs`), or why local budgets do
-    /// not apply to the strategy.
+    /// How the unspent units of a reservation (`RateLimiter::settle`) or
+    /// a local budget (`src/limiter/local_budget.rs`) go back to the store,
+    /// and why local budgets do not apply to the strategy, if they do not.
     pub(crate) give_back: GiveBack,
     /// How units are charged or given back outside a take: a penalty, a
     /// reward, a settle's excess over its reservation (see
@@ -390,6 +390,17 @@ pub(crate) enum GiveBack {
         /// the state they were taken from.
         horizon: fn(reset: i64, period: i64) -> i64,
     },
+    /// A reservation's unspent units go back (a settle below its estimate,
+    /// a joint decision's undo) as with `Units`, but local budgets do not
+    /// apply to the strategy: why (the build error).
+    Reservations {
+        /// The Lua block, as `Units`'.
+        lua: &'static str,
+        /// Its memory twin, line by line.
+        twin: state::GiveBackFn,
+        /// Why no local budget (the build error).
+        no_local_budget: &'static str,
+    },
     /// Local spending would break the strategy's meaning: the build error.
     Never(&'static str),
 }
@@ -398,8 +409,27 @@ impl GiveBack {
     /// The memory twin, if unspent units go back.
     pub(crate) const fn twin(&self) -> Option<state::GiveBackFn> {
         match self {
-            GiveBack::Units { twin, .. } => Some(*twin),
+            GiveBack::Units { twin, .. } | GiveBack::Reservations { twin, .. } => Some(*twin),
             GiveBack::Never(_) => None,
+        }
+    }
+
+    /// The Lua block, if unspent units go back.
+    pub(crate) const fn lua(&self) -> Option<&'static str> {
+        match self {
+            GiveBack::Units { lua, .. } | GiveBack::Reservations { lua, .. } => Some(*lua),
+            GiveBack::Never(_) => None,
+        }
+    }
+
+    /// Why local budgets do not apply, if they do not (the build error).
+    pub(crate) const fn no_local_budget(&self) -> Option<&'static str> {
+        match self {
+            GiveBack::Units { .. } => None,
+            GiveBack::Reservations {
+                no_local_budget, ..
+            } => Some(*no_local_budget),
+            GiveBack::Never(why) => Some(*why),
         }
     }
 }

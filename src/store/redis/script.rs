@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::strategy::{Adjust, GiveBack, Kind};
+use crate::strategy::{Adjust, Kind};
 
 #[cfg(test)]
 #[path = "script_keys.rs"]
@@ -303,7 +303,7 @@ impl LimiterScript {
         source.push_str(PRELUDE);
         source.push_str("local G = {}\n");
         for s in Kind::ALL {
-            let GiveBack::Units { lua, .. } = s.spec().give_back else {
+            let Some(lua) = s.spec().give_back.lua() else {
                 continue;
             };
             if !strategies.contains(&s) {
