@@ -15,6 +15,12 @@
 //! The budget shows about 2 000 − 12 left (the bucket refills 33 tokens a
 //! second), not 2 000 − 500: the unused part of the estimate went back.
 //!
+//! A monthly budget instead (feature `calendar`): in `budget_limiter`, the
+//! quota `Quota::fixed_window(Rate::per_day(BUDGET)).calendar(Calendar::month("Europe/Paris"))`
+//! (named `tokens`). Reservations and settles work alike; a spent budget
+//! is denied until local midnight on the 1st, when it starts whole
+//! (`tests/middleware/middleware_settle.rs` runs this app with one).
+//!
 //! Crates it needs besides this one (feature `axum`): `tokio` (features
 //! `macros`, `rt-multi-thread`, `net`), `axum`, `http`, `http-body`,
 //! `bytes`, `tracing-subscriber`.

@@ -14,8 +14,10 @@
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit; at most 2^50 us of the quota's rate either way,
--- and no state holds a debt longer than that) and now; no fins follow. A strategy without a block
--- of the kind asked is left as it is.
+-- and no state holds a debt longer than that) and now; no fins follow. A
+-- C[<id>] block (a strategy that takes a charge but gives nothing back: the
+-- leaky bucket) reads the same, and runs for a charge only. A strategy
+-- without a block of the kind asked is left as it is.
 --
 -- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
 -- each quota with an A[<id>] block starts afresh (DEL) and is charged the
@@ -27,7 +29,11 @@ for i = 1, nq do
   local o = 3 + (i - 1) * 5
   local id = tonumber(ARGV[o + 1])
   local f = G[id]
-  if not at then f = A[id] end
+  if not at then
+    f = A[id]
+    -- (a charge only: in the set mode units is 0)
+    if not f and units > 0 then f = C[id] end
+  end
   local last = tonumber(ARGV[3 + 5 * nq + i])
   if f and set then
     redis.call('DEL', KEYS[i])

@@ -251,7 +251,10 @@ impl Quota {
     /// [`Bound::AlignedWindow`]), every key resetting at the same instant;
     /// `reset_after` and a denial's `retry_after` are the rest of the
     /// window; a denial writes nothing; a cost of 0 peeks; a settle's
-    /// excess is a debt that ends with the window. The state is apart from
+    /// excess is a debt that ends with the window, and a settle below the
+    /// estimate gives the rest back into the reservation's window while it
+    /// lasts ([`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n): a
+    /// monthly token budget). The state is apart from
     /// every other quota's (the storage key starts with `z` and names the
     /// unit and zone). Rejected at build (`quota[i].calendar`): on another
     /// strategy, with [`aligned`](Self::aligned), an unknown zone; and a

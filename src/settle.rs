@@ -133,9 +133,10 @@ impl RateLimiter {
     /// call (none when they are equal): the unused part goes back (never
     /// above the limit, and only where the reserved units still count, see
     /// the strategies' table of the guide's [settling chapter](crate::guide::settle)),
-    /// the excess is charged even past the limit, so that the key waits
-    /// until the debt is repaid at the quota's rate. A refund to 0 is "do
-    /// not count this request".
+    /// the excess is charged even past the limit, on every strategy but
+    /// concurrency (whose lease is the cost), so that the key waits until
+    /// the debt is repaid at the quota's rate (a fixed window's, until the
+    /// window ends). A refund to 0 is "do not count this request".
     ///
     /// What was used is always charged, whatever was reserved: a
     /// reservation of 0 units (an estimate of 0) settled to 500 charges 500,
@@ -205,8 +206,10 @@ impl RateLimiter {
     /// Charges `units` to every quota of `key` for an application event
     /// (a failed login costs 5), past the limit if need be: the key is then
     /// denied until the debt is repaid at the quota's rate (at most
-    /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call;
-    /// leaky-bucket and concurrency quotas are left as they are.
+    /// [`MAX_DEBT`](Self::MAX_DEBT) of it per quota). One atomic call. A
+    /// leaky-bucket quota is charged too: the end of its queue is pushed
+    /// later by the units (no slot already promised moves), so the key waits
+    /// until they have drained; concurrency quotas are left as they are.
     pub async fn penalize(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         self.in_force().penalize_here(key.as_ref(), units).await
     }
@@ -219,7 +222,9 @@ impl RateLimiter {
     /// Gives `units` back to every quota of `key` (a successful login
     /// forgives failed ones), never above the limit (at most what the
     /// quota's rate repays in [`MAX_DEBT`](Self::MAX_DEBT)). One atomic call;
-    /// leaky-bucket and concurrency quotas are left as they are.
+    /// leaky-bucket quotas are never given back (that would let a later
+    /// request jump ahead of the slots already promised), and concurrency
+    /// quotas are left as they are.
     pub async fn reward(&self, key: impl AsRef<[u8]>, units: u64) -> Result<(), StoreError> {
         self.in_force().reward_here(key.as_ref(), units).await
     }
@@ -233,7 +238,8 @@ impl RateLimiter {
     /// the quota's capacity): each quota starts afresh with its capacity
     /// less `remaining` spent just now (a fixed window opens now, a bucket's
     /// arrival time is set from now). One atomic call; leaky-bucket and
-    /// concurrency quotas are left as they are.
+    /// concurrency quotas are left as they are (starting a leaky bucket
+    /// afresh would let a later request jump ahead of its queue).
     pub async fn set_remaining(
         &self,
         key: impl AsRef<[u8]>,

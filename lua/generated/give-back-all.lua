@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA b9268e1f29a5a87b0dcca294c85c5b37e8b51a43).
+-- (SCRIPT LOAD, then EVALSHA ef5789427f0ce0440a55bd11f6db865a648639db).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -325,7 +325,26 @@ if s and c and c > 0 and s + period == fin and now < fin then
 end
 end
 end
-local A = {}
+G[9] = function(key, n, period, burst, interval, units, at, fin)
+local now = NOW
+do
+-- Give-back of a calendar FixedWindow (Quota::calendar): only into the take's
+-- own window, never below 0 (a count given back to 0 is no state: the key
+-- goes). The hash holds the window's end (e), which is the take's fin (its
+-- reset_after runs to that end), so no bounds are needed: a key of a later
+-- window (a month rolled over since the take) is left as it is.
+local st = redis.call('HMGET', key, 'e', 'c')
+local e, c = tonumber(st[1]), tonumber(st[2])
+if e and c and c > 0 and e == fin and now < fin then
+  if units >= c then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', -units))
+  end
+end
+end
+end
+local A, C = {}, {}
 A[1] = function(key, n, period, burst, interval, units)
 local now = NOW
 do
@@ -559,12 +578,76 @@ if v and not tat then
     tat, moved = now + owed, tagged
   end
 end
--- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
--- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate, up to 2^50 us past
--- now); units < 0 takes it
--- back, never below now (never more than the burst left). It follows
--- tat_value.lua, which reads the value (rescaled if its interval changed).
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
+if t <= now then
+  redis.call('DEL', key)
+else
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+C[5] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat, iv, moved = tonumber(v), interval, false
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
+end
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)
@@ -619,12 +702,14 @@ if v and not tat then
     tat, moved = now + owed, tagged
   end
 end
--- Adjust of Gcra and TokenBucket: units > 0 pushes the TAT by
--- units * interval, past the burst if need be (a debt: denied until the TAT
--- is back within the burst, repaid at the quota's rate, up to 2^50 us past
--- now); units < 0 takes it
--- back, never below now (never more than the burst left). It follows
--- tat_value.lua, which reads the value (rescaled if its interval changed).
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
 if not tat or tat < now then tat = now end
 local t = tat + units * interval
 -- a debt reaches at most 2^50 us past now (lua/give_back.lua)
@@ -717,8 +802,10 @@ end
 -- reward, a settle's excess): each A[<id>] block reads key, n, period, burst,
 -- interval, units (> 0: charge, past the limit if need be; < 0: give back,
 -- never above the limit; at most 2^50 us of the quota's rate either way,
--- and no state holds a debt longer than that) and now; no fins follow. A strategy without a block
--- of the kind asked is left as it is.
+-- and no state holds a debt longer than that) and now; no fins follow. A
+-- C[<id>] block (a strategy that takes a charge but gives nothing back: the
+-- leaky bucket) reads the same, and runs for a charge only. A strategy
+-- without a block of the kind asked is left as it is.
 --
 -- With ARGV[3] = 'S' it sets what is left (src/settle.rs: set_remaining):
 -- each quota with an A[<id>] block starts afresh (DEL) and is charged the
@@ -730,7 +817,11 @@ for i = 1, nq do
   local o = 3 + (i - 1) * 5
   local id = tonumber(ARGV[o + 1])
   local f = G[id]
-  if not at then f = A[id] end
+  if not at then
+    f = A[id]
+    -- (a charge only: in the set mode units is 0)
+    if not f and units > 0 then f = C[id] end
+  end
   local last = tonumber(ARGV[3 + 5 * nq + i])
   if f and set then
     redis.call('DEL', KEYS[i])

@@ -454,7 +454,7 @@ fn validate_budget(
         return Err(ConfigError::new(field, "must be at least 1"));
     }
     for (i, q) in specs.iter().enumerate() {
-        if let crate::strategy::GiveBack::Never(why) = q.spec().give_back {
+        if let Some(why) = q.spec().give_back.no_local_budget() {
             return Err(ConfigError::new(
                 field,
                 format!("not for quota[{i}] ({}): {why}", q.strategy),

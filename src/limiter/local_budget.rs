@@ -346,7 +346,8 @@ impl LocalBudgets {
                 GiveBack::Units { horizon, .. } => {
                     horizon(o.reset_after.as_micros() as i64, q.period_us as i64)
                 }
-                GiveBack::Never(_) => 0,
+                // (rejected at build)
+                GiveBack::Reservations { .. } | GiveBack::Never(_) => 0,
             })
             .min()
             .unwrap_or(0)

@@ -80,8 +80,9 @@ pub(super) const ALIGNED: StrategySpec = StrategySpec {
 
 /// A fixed window of a calendar (`Quota::calendar`): a month or a year of
 /// a time zone, whose bounds each call brings (`Params::calendar`). Its own
-/// key tag and Lua id; no local budgets (their give-back does not carry the
-/// bounds).
+/// key tag and Lua id; a reservation's unspent units go back into its own
+/// window (keyed by the window's end, which is the take's `fin`), but no
+/// local budgets.
 pub(super) const CALENDAR: StrategySpec = StrategySpec {
     name: "fixed-window",
     tag: "fwc",
@@ -105,9 +106,11 @@ pub(super) const CALENDAR: StrategySpec = StrategySpec {
     guarantee: "at most n in one calendar window, so at most 2n across the end of one",
     denials_cacheable: true,
     header: HeaderPolicy::Window,
-    give_back: GiveBack::Never(
-        "a calendar window's bounds come with each decision, and a local budget's give-back does not send them",
-    ),
+    give_back: GiveBack::Reservations {
+        lua: include_str!("../../lua/give_back_fixed_window_calendar.lua"),
+        twin: give_back_calendar,
+        no_local_budget: "local budgets are not supported on a calendar quota",
+    },
     adjust: Adjust::Units {
         lua: include_str!("../../lua/adjust_fixed_window_calendar.lua"),
         twin: adjust_calendar,
@@ -149,6 +152,33 @@ fn decide_calendar(
     let left = (e - now).max(1);
     let (raw, _) = window_decision(now + left, c, q.n, 0, now, cost);
     (raw, raw.ok.then_some(Value::Window { s: e, c: c + cost }))
+}
+
+/// The twin of `lua/give_back_fixed_window_calendar.lua`: only into the
+/// take's window, whose end (the state's `s`) is `fin`; a count given back
+/// to 0 is no state.
+fn give_back_calendar(
+    slot: &mut Option<Entry>,
+    _q: Params,
+    now: i64,
+    units: i64,
+    _at: i64,
+    fin: i64,
+) {
+    let Some(Entry {
+        value: Value::Window { s, c },
+        ..
+    }) = slot
+    else {
+        return;
+    };
+    if *c > 0 && *s == fin && now < fin {
+        if units >= *c {
+            *slot = None;
+        } else {
+            *c -= units;
+        }
+    }
 }
 
 /// The twin of `lua/adjust_fixed_window_calendar.lua`.

@@ -1,6 +1,8 @@
 //! [`Strategy::LeakyBucket`](super::Strategy::LeakyBucket): GCRA admission on one timestamp
 //! (`lua/leaky_bucket.lua` then `lua/tat.lua`); an admitted request waits
-//! until its slot (`delay`).
+//! until its slot (`delay`). A charge (a settle's excess, `penalize`)
+//! pushes the end of the queue, as the GCRA's adjust does; nothing is given
+//! back.
 
 use super::state::Algorithm;
 use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
@@ -31,7 +33,12 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     give_back: GiveBack::Never(
         "a leaky bucket gives each request its own delay: units spent locally would skip the queue",
     ),
-    adjust: Adjust::Never(
-        "a leaky bucket's admitted requests already hold their slots in the queue: units charged or given back later would move slots already promised",
-    ),
+    // A charge pushes the TAT, the end of the queue, past the burst if need
+    // be (a debt, as `lua/adjust_tat.lua` does for the GCRA): no slot
+    // already promised moves, later requests wait behind the charged units.
+    adjust: Adjust::Charge {
+        lua: tat::ADJUST_LUA,
+        twin: tat::adjust,
+        no_give_back: "a leaky bucket's admitted requests already hold their slots in the queue: units given back would let a later request jump ahead of them",
+    },
 };

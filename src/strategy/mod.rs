@@ -306,9 +306,9 @@ pub(crate) struct StrategySpec {
     pub(crate) denials_cacheable: bool,
     /// The `RateLimit-Policy` parameters of a quota of this strategy.
     pub(crate) header: HeaderPolicy,
-    /// How the unspent units of a local budget go back to the store
-    /// (the settle call, `src/limiter/local_budget.rs`), or why local budgets do
-    /// not apply to the strategy.
+    /// How the unspent units of a reservation (`RateLimiter::settle`) or
+    /// a local budget (`src/limiter/local_budget.rs`) go back to the store,
+    /// and why local budgets do not apply to the strategy, if they do not.
     pub(crate) give_back: GiveBack,
     /// How units are charged or given back outside a take: a penalty, a
     /// reward, a settle's excess over its reservation (see
@@ -321,13 +321,29 @@ pub(crate) struct StrategySpec {
 /// rate) or gives back (`units < 0`, never above the limit) units of a key.
 #[derive(Debug)]
 pub(crate) enum Adjust {
-    /// The strategy adjusts.
+    /// The strategy adjusts either way (and `set_remaining` sets it).
     Units {
         /// The Lua block (`lua/adjust_<name>.lua`), run once per quota in the
-        /// settle script; it reads key, n, period, burst, interval, units, now.
+        /// settle script as `A[<id>]`; it reads key, n, period, burst,
+        /// interval, units, now.
         lua: &'static str,
         /// Its memory twin, line by line.
         twin: state::AdjustFn,
+    },
+    /// The strategy takes a charge (`units > 0`: a debt, never lost) but
+    /// gives nothing back: a give-back, a reward and `set_remaining` leave
+    /// it as it is.
+    Charge {
+        /// The Lua block, run once per quota in the settle script as
+        /// `C[<id>]`, for a charge only (it reads what an `A[<id>]` block does).
+        lua: &'static str,
+        /// Its memory twin, line by line (called for a charge only).
+        twin: state::AdjustFn,
+        /// Why nothing is given back (the table of the guide's
+        /// [settling chapter](crate::guide::settle) says it to users; a test
+        /// holds every strategy to a reason).
+        #[allow(dead_code)]
+        no_give_back: &'static str,
     },
     /// The strategy has no units to adjust: why (the table of the guide's
     /// [settling chapter](crate::guide::settle) says it to users; a test holds every strategy to a reason).
@@ -336,11 +352,24 @@ pub(crate) enum Adjust {
 }
 
 impl Adjust {
-    /// The memory twin, if the strategy adjusts.
-    pub(crate) const fn twin(&self) -> Option<state::AdjustFn> {
+    /// The memory twin of an adjust by `units`, if the strategy takes it (a
+    /// charge-only strategy a charge alone), as `lua/give_back.lua` picks
+    /// the block.
+    pub(crate) const fn twin(&self, units: i64) -> Option<state::AdjustFn> {
         match self {
             Adjust::Units { twin, .. } => Some(*twin),
-            Adjust::Never(_) => None,
+            Adjust::Charge { twin, .. } if units > 0 => Some(*twin),
+            Adjust::Charge { .. } | Adjust::Never(_) => None,
+        }
+    }
+
+    /// The memory twin of a set (`set_remaining`: afresh, then charged), if
+    /// the strategy is set: only one that adjusts either way (starting a
+    /// charge-only strategy afresh would give back).
+    pub(crate) const fn set_twin(&self) -> Option<state::AdjustFn> {
+        match self {
+            Adjust::Units { twin, .. } => Some(*twin),
+            Adjust::Charge { .. } | Adjust::Never(_) => None,
         }
     }
 }
@@ -361,6 +390,17 @@ pub(crate) enum GiveBack {
         /// the state they were taken from.
         horizon: fn(reset: i64, period: i64) -> i64,
     },
+    /// A reservation's unspent units go back (a settle below its estimate,
+    /// a joint decision's undo) as with `Units`, but local budgets do not
+    /// apply to the strategy: why (the build error).
+    Reservations {
+        /// The Lua block, as `Units`'.
+        lua: &'static str,
+        /// Its memory twin, line by line.
+        twin: state::GiveBackFn,
+        /// Why no local budget (the build error).
+        no_local_budget: &'static str,
+    },
     /// Local spending would break the strategy's meaning: the build error.
     Never(&'static str),
 }
@@ -369,8 +409,27 @@ impl GiveBack {
     /// The memory twin, if unspent units go back.
     pub(crate) const fn twin(&self) -> Option<state::GiveBackFn> {
         match self {
-            GiveBack::Units { twin, .. } => Some(*twin),
+            GiveBack::Units { twin, .. } | GiveBack::Reservations { twin, .. } => Some(*twin),
             GiveBack::Never(_) => None,
+        }
+    }
+
+    /// The Lua block, if unspent units go back.
+    pub(crate) const fn lua(&self) -> Option<&'static str> {
+        match self {
+            GiveBack::Units { lua, .. } | GiveBack::Reservations { lua, .. } => Some(*lua),
+            GiveBack::Never(_) => None,
+        }
+    }
+
+    /// Why local budgets do not apply, if they do not (the build error).
+    pub(crate) const fn no_local_budget(&self) -> Option<&'static str> {
+        match self {
+            GiveBack::Units { .. } => None,
+            GiveBack::Reservations {
+                no_local_budget, ..
+            } => Some(*no_local_budget),
+            GiveBack::Never(why) => Some(*why),
         }
     }
 }
@@ -552,8 +611,10 @@ mod tests {
             assert_eq!(*k, Kind::of(s));
         }
         for s in Strategy::ALL {
-            if let Adjust::Never(why) = s.spec().adjust {
-                assert!(!why.is_empty(), "{s}");
+            match s.spec().adjust {
+                Adjust::Never(why) => assert!(!why.is_empty(), "{s}"),
+                Adjust::Charge { no_give_back, .. } => assert!(!no_give_back.is_empty(), "{s}"),
+                Adjust::Units { .. } => {}
             }
             assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
             // every variant is in ALL: this match has no wildcard, so a new

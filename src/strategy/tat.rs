@@ -152,7 +152,8 @@ pub(super) fn give_back(
     }
 }
 
-/// The adjust block (`lua/adjust_tat.lua`) of the GCRA and the token bucket.
+/// The adjust block (`lua/adjust_tat.lua`) of the GCRA and the token bucket,
+/// and the charge block of the leaky bucket (run for `units > 0` only).
 pub(super) const ADJUST_LUA: &str = concat!(
     include_str!("../../lua/tat_value.lua"),
     include_str!("../../lua/adjust_tat.lua")
@@ -161,7 +162,8 @@ pub(super) const ADJUST_LUA: &str = concat!(
 /// The twin of `lua/adjust_tat.lua`: moves the TAT (at least now; one
 /// written under another interval rescaled first) by `units * interval`,
 /// past the burst for a charge (at most `MAX_DEBT_US` past now), never
-/// below now.
+/// below now. The leaky bucket's charge alone (`units > 0`): it pushes the
+/// end of its queue, and no slot already promised.
 pub(super) fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
     let interval = q.interval;
     let tat = match read(slot) {

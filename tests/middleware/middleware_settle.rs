@@ -394,6 +394,123 @@ async fn an_overspending_caller_is_denied_until_the_debt_is_repaid() {
     assert_eq!(res.status(), StatusCode::OK);
 }
 
+/// A stream reserved at 20 reports 250 of a budget of 100: the excess is
+/// charged past the limit (a debt, never lost), so the next request (20
+/// again) is denied, with a `Retry-After`, for `until` after the stream, and
+/// admitted from then on: until the debt is repaid at the rate (a bucket) or
+/// the window ends (a fixed window, a calendar month).
+async fn an_overspending_stream_is_charged_past_the_limit(
+    limiter: RateLimiter,
+    clock: &ManualClock,
+    until: Duration,
+) {
+    let layer = RateLimitLayer::new(limiter.clone(), key::Global)
+        .cost_from_response(ResponseCost::new().estimate(|_| 20));
+    let (tx, rx) = mpsc::channel(8);
+    let (_open, gate) = watch::channel(true);
+    let app = app(layer.clone(), gate, Arc::new(Mutex::new(Some(rx))));
+    let res = send(&app, get_req("/stream")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(remaining(&limiter).await, 80, "the estimate is reserved");
+    for _ in 0..5 {
+        tx.send((50, "x")).await.unwrap();
+    }
+    drop(tx);
+    assert_eq!(text(res).await, "xxxxx");
+    assert_eq!(layer.stats().settle_errors, 0);
+    // in debt: even a peek is denied, and so is the next request
+    let g = limiter.get("global").await.unwrap();
+    assert!(!g.allowed(), "{g:?}");
+    assert_eq!(g.remaining(), 0);
+    let res = send(&app, get_req("/ok")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry = res.headers()["retry-after"].to_str().unwrap().to_owned();
+    assert_eq!(retry, until.as_secs().to_string());
+    clock.advance(until - Duration::from_micros(1));
+    let res = send(&app, get_req("/ok")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "a µs early");
+    clock.advance(Duration::from_micros(1));
+    let res = send(&app, get_req("/ok")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await, "ok");
+}
+
+/// The quotas of `an_overspending_stream_is_charged_past_the_limit`: 100
+/// a 100 s (a unit a second), and when the next request is admitted after
+/// the stream.
+fn overspent_quotas() -> Vec<(&'static str, Quota, Duration)> {
+    let rate = Rate::new(100, Duration::from_secs(100));
+    vec![
+        // 250 owed, 100 of burst, 20 asked: 170 s
+        ("tb", Quota::token_bucket(rate), Duration::from_secs(170)),
+        ("gcra", Quota::gcra(rate), Duration::from_secs(170)),
+        // the window's end, 100 s after its first hit
+        ("fw", Quota::fixed_window(rate), Duration::from_secs(100)),
+    ]
+}
+
+#[tokio::test]
+async fn an_overspending_stream_is_charged_past_the_limit_on_memory() {
+    for (prefix, quota, until) in overspent_quotas() {
+        let clock = clock();
+        let limiter = limiter(&clock, prefix, [quota]);
+        an_overspending_stream_is_charged_past_the_limit(limiter, &clock, until).await;
+    }
+}
+
+#[tokio::test]
+async fn an_overspending_stream_is_charged_past_the_limit_on_redis() {
+    let redis = RedisServer::start();
+    for (prefix, quota, until) in overspent_quotas() {
+        let clock = clock();
+        let limiter = RateLimiter::builder()
+            .store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+            .prefix(prefix)
+            .clock(clock.clone())
+            .quota(quota)
+            .build()
+            .unwrap();
+        an_overspending_stream_is_charged_past_the_limit(limiter, &clock, until).await;
+    }
+}
+
+/// 2024-02-10 00:00 UTC, in seconds since the epoch.
+#[cfg(feature = "calendar")]
+const FEB_10: u64 = 1_707_523_200;
+/// Local midnight on March 1st 2024 in Paris (CET): 2024-02-29 23:00 UTC.
+#[cfg(feature = "calendar")]
+const MAR_1_PARIS: u64 = 1_709_247_600;
+
+/// A budget of `n` per calendar month of Paris.
+#[cfg(feature = "calendar")]
+fn paris_month(n: u64) -> Quota {
+    Quota::fixed_window(Rate::per_day(n))
+        .calendar(tower_redis_ratelimit::Calendar::month("Europe/Paris"))
+}
+
+/// A calendar month's debt ends at local midnight on the 1st.
+#[cfg(feature = "calendar")]
+#[tokio::test]
+async fn an_overspending_stream_on_a_calendar_month_is_denied_until_the_1st() {
+    let redis = RedisServer::start();
+    for on_redis in [false, true] {
+        let clock = ManualClock::new(Duration::from_secs(FEB_10));
+        let b = RateLimiter::builder()
+            .prefix("month")
+            .clock(clock.clone())
+            .quota(paris_month(100));
+        let limiter = if on_redis {
+            b.store(RedisStore::new(redis.pool(4)).timeout(GENEROUS))
+        } else {
+            b.store(tower_redis_ratelimit::MemoryStore::new())
+        }
+        .build()
+        .unwrap();
+        let until = Duration::from_secs(MAR_1_PARIS - FEB_10);
+        an_overspending_stream_is_charged_past_the_limit(limiter, &clock, until).await;
+    }
+}
+
 fn stream_app(limiter: &RateLimiter) -> (Router, mpsc::Sender<(u64, &'static str)>) {
     let layer = RateLimitLayer::new(limiter.clone(), key::Global)
         .cost_from_response(ResponseCost::new().estimate(|_| 20));
@@ -701,6 +818,90 @@ async fn the_token_budget_example_limits_key_guesses_per_ip() {
         send(&app, no_peer).await.status(),
         StatusCode::INTERNAL_SERVER_ERROR
     );
+}
+
+/// `examples/token_budget.rs`'s app with a budget of its 2 000 tokens per
+/// calendar month of Paris instead of per minute: each completion reserves
+/// its `max_tokens` and is settled to what it streamed (the rest back into
+/// the month), and a spent budget is denied until local midnight on the
+/// 1st, when it starts whole.
+#[cfg(feature = "calendar")]
+async fn the_token_budget_example_runs_a_calendar_month_budget(
+    limiter: RateLimiter,
+    guard: RateLimiter,
+    clock: &ManualClock,
+) {
+    let app = token_budget::app(
+        limiter.clone(),
+        guard,
+        token_budget::demo_tenants(),
+        Duration::ZERO,
+    );
+    let res = send(&app, as_alice("/v1/complete?max_tokens=500&words=120")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await.split_whitespace().count(), 120);
+    assert_eq!(tokens_left(&limiter).await, 2_000 - 120, "380 back");
+    // more than is left: denied before the completion starts
+    let res = send(&app, as_alice("/v1/complete?max_tokens=2000&words=5")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1880&words=2000")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await.split_whitespace().count(), 1_880);
+    let res = send(&app, as_alice("/v1/budget")).await;
+    assert_eq!(text(res).await, "0 of 2000 tokens left\n");
+    // spent: denied to local midnight on March 1st
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry = res.headers()["retry-after"].to_str().unwrap().to_owned();
+    assert_eq!(retry, (MAR_1_PARIS - FEB_10).to_string());
+    clock.set(Duration::from_secs(MAR_1_PARIS) - Duration::from_micros(1));
+    let res = send(&app, as_alice("/v1/complete?max_tokens=1&words=1")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    clock.set(Duration::from_secs(MAR_1_PARIS));
+    let res = send(&app, as_alice("/v1/complete?max_tokens=2000&words=7")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(text(res).await.split_whitespace().count(), 7);
+    let res = send(&app, as_alice("/v1/budget")).await;
+    assert_eq!(text(res).await, "1993 of 2000 tokens left\n");
+}
+
+/// The example's budget of [`token_budget::BUDGET`] tokens, a calendar month's.
+#[cfg(feature = "calendar")]
+fn month_budget(builder: tower_redis_ratelimit::limiter::RateLimiterBuilder) -> RateLimiter {
+    builder
+        .prefix("tokens")
+        .quota(paris_month(token_budget::BUDGET).name("tokens"))
+        .build()
+        .unwrap()
+}
+
+#[cfg(feature = "calendar")]
+#[tokio::test]
+async fn the_token_budget_example_runs_a_calendar_month_budget_on_memory() {
+    let clock = ManualClock::new(Duration::from_secs(FEB_10));
+    let store = tower_redis_ratelimit::MemoryStore::new();
+    let limiter = month_budget(
+        RateLimiter::builder()
+            .store(store.clone())
+            .clock(clock.clone()),
+    );
+    let guard =
+        token_budget::guard_limiter(RateLimiter::builder().store(store).clock(clock.clone()))
+            .unwrap();
+    the_token_budget_example_runs_a_calendar_month_budget(limiter, guard, &clock).await;
+}
+
+#[cfg(feature = "calendar")]
+#[tokio::test]
+async fn the_token_budget_example_runs_a_calendar_month_budget_on_redis() {
+    let redis = RedisServer::start();
+    let clock = ManualClock::new(Duration::from_secs(FEB_10));
+    let store = || RedisStore::new(redis.pool(4)).timeout(GENEROUS);
+    let limiter = month_budget(RateLimiter::builder().store(store()).clock(clock.clone()));
+    let guard =
+        token_budget::guard_limiter(RateLimiter::builder().store(store()).clock(clock.clone()))
+            .unwrap();
+    the_token_budget_example_runs_a_calendar_month_budget(limiter, guard, &clock).await;
 }
 
 /// Waits (10 s at most) until alice has `expected` tokens left.

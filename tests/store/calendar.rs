@@ -205,7 +205,145 @@ async fn a_calendar_month_decides_alike_on_memory_and_redis() {
             mem.penalize("k", 2).await.unwrap();
             red.penalize("k", 2).await.unwrap();
         }
+        // reserved, then settled below or past the estimate
+        if i % 13 == 0 {
+            let estimate = (x >> 40) % 4;
+            let (a, b) = (
+                mem.reserve_n("k", estimate).await.unwrap(),
+                red.reserve_n("k", estimate).await.unwrap(),
+            );
+            assert_eq!(
+                (a.decision().allowed(), a.decision().remaining()),
+                (b.decision().allowed(), b.decision().remaining()),
+                "step {i}: {a:?} vs {b:?}"
+            );
+            assert_eq!(
+                a.decision().reset_after(),
+                b.decision().reset_after(),
+                "step {i}"
+            );
+            let actual = (x >> 48) % 7;
+            mem.settle(&a, actual).await.unwrap();
+            red.settle(&b, actual).await.unwrap();
+            let (a, b) = (mem.get("k").await.unwrap(), red.get("k").await.unwrap());
+            assert_eq!(a.remaining(), b.remaining(), "step {i}: settled {actual}");
+            assert_eq!(a.allowed(), b.allowed(), "step {i}");
+        }
     }
+}
+
+/// A monthly token budget of 1 000 (Paris), reserved then settled: the
+/// unused part of an estimate goes back into its month, usage past the
+/// estimate is charged past the limit (a debt: denied, even a cost of 0,
+/// until the month ends at local midnight on the 1st), and a settle after
+/// the month rolled over gives nothing back to the new month but charges
+/// its excess there.
+async fn a_month_budget_is_reserved_and_settled(lim: &RateLimiter, clock: &ManualClock) {
+    let bounds = paris_bounds();
+    clock.set(Duration::from_secs(utc(2024, 2, 10, 0)));
+    let rest_of_february = Duration::from_secs(bounds[1] - utc(2024, 2, 10, 0));
+    let r = lim.reserve_n("t", 500).await.unwrap();
+    assert!(r.decision().allowed());
+    assert_eq!(r.decision().remaining(), 500);
+    assert_eq!(r.decision().reset_after(), rest_of_february);
+    // the reservation counts at once: a second one sees it
+    assert_eq!(lim.get("t").await.unwrap().remaining(), 500);
+    lim.settle(&r, 120).await.unwrap();
+    assert_eq!(lim.get("t").await.unwrap().remaining(), 880, "380 back");
+    // used past the estimate and the budget: all of it charged
+    let r = lim.reserve_n("t", 400).await.unwrap();
+    assert_eq!(r.decision().remaining(), 480);
+    lim.settle(&r, 1_500).await.unwrap();
+    let g = lim.get("t").await.unwrap();
+    assert!(!g.allowed(), "in debt: {g:?}");
+    assert_eq!(g.remaining(), 0);
+    assert_eq!(g.retry_after(), Some(rest_of_february));
+    // denied to the last microsecond of February, even a small estimate
+    clock.set(Duration::from_secs(bounds[1]) - Duration::from_micros(1));
+    assert!(!lim.reserve_n("t", 1).await.unwrap().decision().allowed());
+    assert!(!lim.get("t").await.unwrap().allowed());
+    // March opens at local midnight with the whole budget
+    clock.set(Duration::from_secs(bounds[1]));
+    let r = lim.reserve_n("t", 1_000).await.unwrap();
+    assert!(r.decision().allowed(), "{:?}", r.decision());
+    lim.settle(&r, 1_000).await.unwrap();
+    assert_eq!(lim.get("t").await.unwrap().remaining(), 0);
+
+    // reserved in March, settled in April
+    clock.set(Duration::from_secs(bounds[2]) - Duration::from_secs(10));
+    let early = lim.reserve_n("u", 300).await.unwrap();
+    let late = lim.reserve_n("u", 300).await.unwrap();
+    assert_eq!(late.decision().remaining(), 400);
+    clock.set(Duration::from_secs(bounds[2]) + Duration::from_secs(10));
+    lim.settle(&early, 100).await.unwrap();
+    assert_eq!(
+        lim.get("u").await.unwrap().remaining(),
+        1_000,
+        "nothing into April"
+    );
+    lim.settle(&late, 500).await.unwrap();
+    assert_eq!(
+        lim.get("u").await.unwrap().remaining(),
+        800,
+        "the excess is April's"
+    );
+}
+
+#[tokio::test]
+async fn a_calendar_month_budget_is_reserved_and_settled_on_the_memory_store() {
+    let clock = ManualClock::new(Duration::from_secs(utc(2024, 1, 15, 0)));
+    let lim = budget_limiter(None, &clock, "calbudget");
+    a_month_budget_is_reserved_and_settled(&lim, &clock).await;
+}
+
+#[tokio::test]
+async fn a_calendar_month_budget_is_reserved_and_settled_on_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(Duration::from_secs(utc(2024, 1, 15, 0)));
+    let lim = budget_limiter(Some(&server), &clock, "calbudget");
+    a_month_budget_is_reserved_and_settled(&lim, &clock).await;
+}
+
+/// On Redis's own clock a reservation counts in the current month too (its
+/// call brings the bounds of the caller's month, as a check's does), and a
+/// settle gives back into it.
+#[tokio::test]
+async fn a_calendar_month_reservation_on_redis_clock_counts_in_this_month() {
+    let server = RedisServer::start();
+    let lim = RateLimiter::builder()
+        .store(RedisStore::new(server.pool(2)).timeout(Duration::from_secs(20)))
+        .prefix("calres")
+        .clock(Clock::Store)
+        .quota(Quota::fixed_window(Rate::per_day(10)).calendar(Calendar::month("UTC")))
+        .build()
+        .unwrap();
+    let r = lim.reserve_n("u", 6).await.unwrap();
+    assert!(r.decision().allowed());
+    assert!(
+        r.decision().reset_after() > Duration::from_secs(1),
+        "{:?}",
+        r.decision()
+    );
+    assert_eq!(lim.get("u").await.unwrap().remaining(), 4);
+    lim.settle(&r, 2).await.unwrap();
+    assert_eq!(lim.get("u").await.unwrap().remaining(), 8);
+    let r = lim.reserve_n("u", 1).await.unwrap();
+    lim.settle(&r, 30).await.unwrap();
+    assert!(!lim.get("u").await.unwrap().allowed());
+}
+
+/// A limiter of a monthly budget of 1 000 (Paris) on Redis or memory.
+fn budget_limiter(redis: Option<&RedisServer>, clock: &ManualClock, prefix: &str) -> RateLimiter {
+    let b = RateLimiter::builder()
+        .prefix(prefix)
+        .clock(clock.clone())
+        .quota(month_quota(1_000));
+    match redis {
+        Some(server) => b.store(RedisStore::new(server.pool(2)).timeout(Duration::from_secs(20))),
+        None => b.store(MemoryStore::new()),
+    }
+    .build()
+    .unwrap()
 }
 
 #[test]
@@ -224,4 +362,13 @@ fn a_calendar_quota_is_rejected_at_build_naming_the_field() {
     let e = build(Quota::fixed_window(Rate::per_day(5)).calendar(Calendar::month("Mars/Olympus")));
     assert_eq!(e.field(), "quota[0].calendar", "{e}");
     assert!(e.to_string().contains("Mars/Olympus"), "{e}");
+    // reservations settle into their month, but local budgets are refused
+    let e = RateLimiter::builder()
+        .store(MemoryStore::new())
+        .quota(month_quota(1_000))
+        .local_budget(10)
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "local_budget", "{e}");
+    assert!(e.to_string().contains("calendar"), "{e}");
 }

@@ -331,6 +331,54 @@ fn memory_and_redis_decide_identically_for_several_quotas() {
     });
 }
 
+/// Leaky buckets charged (`penalize`, a settle's excess: the end of the
+/// queue pushed past the burst) and never given back (`reward`, a settle
+/// below the estimate), alone or beside a GCRA, which adjusts both ways:
+/// decisions, delays included, and what each adjustment left alike.
+#[test]
+fn memory_and_redis_decide_identically_for_charged_leaky_buckets() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let leaky = (
+        1u64..6,
+        proptest::sample::select(vec![1_000u64, 7_000, 10_000]),
+        proptest::option::of(1u64..7),
+    )
+        .prop_map(|(n, period_ms, burst)| {
+            quota_of(
+                Strategy::LeakyBucket,
+                n,
+                Duration::from_millis(period_ms),
+                burst,
+            )
+        });
+    let quotas = (leaky, any::<bool>()).prop_map(|(q, beside)| {
+        let mut qs = vec![q];
+        if beside {
+            qs.push(Quota::gcra(Rate::new(4, Duration::from_secs(5))));
+        }
+        qs
+    });
+    let check = (0u8..2, prop_oneof![3 => Just(1u64), 1 => 0u64..6])
+        .prop_map(|(key, cost)| Op::Check { key, cost });
+    let adjust = (0u8..2, -6i64..9).prop_map(|(key, units)| Op::Adjust { key, units });
+    let settle = (0u8..2, 0u64..5, 0u64..12).prop_map(|(key, estimate, actual)| Op::Settle {
+        key,
+        estimate,
+        actual,
+    });
+    let ops = prop_oneof![
+        3 => (0u64..4_000_000).prop_map(Op::Advance),
+        1 => (0u64..3).prop_map(Op::Advance),
+        4 => check,
+        2 => adjust,
+        2 => settle,
+    ];
+    proptest!(ProptestConfig::with_cases(150), |(qs in quotas, ops in proptest::collection::vec(ops, 1..60))| {
+        rt.block_on(run_case(&server, qs, ops))?;
+    });
+}
+
 /// The sliding log with longer logs than `quota()` gives: many entries leave
 /// the window between two requests (the script's gallop and bisection), and
 /// costs above 1 (a batched push).

@@ -19,6 +19,15 @@ fn requests() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64)>> {
     )
 }
 
+/// An operation of `bucket_strategies_are_charged_as_a_continuous_bucket_in_debt`.
+#[derive(Debug, Clone, Copy)]
+enum Charged {
+    Check(u64),
+    Penalize(u64),
+    Reward(u64),
+    Settle { estimate: u64, actual: u64 },
+}
+
 fn limiter(quota: Quota, clock: &ManualClock) -> RateLimiter {
     RateLimiter::builder()
         .store(MemoryStore::new())
@@ -147,6 +156,97 @@ proptest! {
             }
             ok
         })?;
+    }
+
+    /// Token bucket, GCRA and leaky bucket under charges and give-backs
+    /// (`penalize`, `reward`, `reserve_n` then `settle`): the continuous
+    /// bucket above, whose credit a charge takes below zero (a debt: even a
+    /// cost of 0 is denied until it is repaid at the rate) and a give-back
+    /// returns, never above the burst. A leaky bucket is charged alike but
+    /// never given back, and an admitted request waits until the debt and
+    /// the queue ahead of it have drained (its delay: the burst's worth less
+    /// the credit).
+    #[test]
+    fn bucket_strategies_are_charged_as_a_continuous_bucket_in_debt(
+        n in 1u64..6,
+        burst in proptest::option::of(1u64..8),
+        which in 0usize..3,
+        ops in proptest::collection::vec(
+            (
+                prop_oneof![2 => Just(0u64), 3 => 0u64..3_000_000, 1 => 0u64..30_000_000],
+                prop_oneof![
+                    4 => (0u64..4).prop_map(Charged::Check),
+                    1 => (0u64..9).prop_map(Charged::Penalize),
+                    1 => (0u64..9).prop_map(Charged::Reward),
+                    2 => (0u64..5, 0u64..12).prop_map(|(estimate, actual)| Charged::Settle { estimate, actual }),
+                ],
+            ),
+            1..100,
+        ),
+    ) {
+        let period = Duration::from_secs(10);
+        let rate = Rate::new(n, period);
+        let mut quota = [Quota::token_bucket(rate), Quota::gcra(rate), Quota::leaky_bucket(rate)][which].clone();
+        if let Some(b) = burst {
+            quota = quota.burst(b);
+        }
+        let queue = which == 2;
+        let b = burst.unwrap_or(n) as i64;
+        let interval = (period.as_micros() as i64 + n as i64 - 1) / n as i64;
+        let cap = b * interval;
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let clock = ManualClock::new(Duration::from_secs(1_000_000));
+        let lim = limiter(quota, &clock);
+        let mut credit = cap;
+        // a take of `cost`: admitted or not, and the delay of the admitted
+        let take = |credit: &mut i64, cost: i64| {
+            let ok = cost * interval <= *credit;
+            let delay = if ok && queue && cost > 0 { cap - *credit } else { 0 };
+            if ok {
+                *credit -= cost * interval;
+            }
+            (ok, Duration::from_micros(delay as u64))
+        };
+        for (i, &(step, op)) in ops.iter().enumerate() {
+            clock.advance(Duration::from_micros(step));
+            credit = (credit + step as i64).min(cap);
+            let ctx = format!("op {i} {op:?} of {ops:?}");
+            match op {
+                Charged::Check(cost) => {
+                    let d = rt.block_on(lim.check_n("k", cost)).unwrap();
+                    let (ok, delay) = take(&mut credit, cost as i64);
+                    prop_assert_eq!(d.allowed(), ok, "{}: {:?}", ctx, d);
+                    prop_assert_eq!(d.delay().unwrap_or_default(), delay, "{}: {:?}", ctx, d);
+                }
+                Charged::Penalize(units) => {
+                    rt.block_on(lim.penalize("k", units)).unwrap();
+                    credit -= units as i64 * interval;
+                }
+                Charged::Reward(units) => {
+                    rt.block_on(lim.reward("k", units)).unwrap();
+                    if !queue {
+                        credit = (credit + units as i64 * interval).min(cap);
+                    }
+                }
+                Charged::Settle { estimate, actual } => {
+                    let r = rt.block_on(lim.reserve_n("k", estimate)).unwrap();
+                    let (ok, delay) = take(&mut credit, estimate as i64);
+                    prop_assert_eq!(r.decision().allowed(), ok, "{}: {:?}", ctx, r.decision());
+                    prop_assert_eq!(r.decision().delay().unwrap_or_default(), delay, "{}", ctx);
+                    rt.block_on(lim.settle(&r, actual)).unwrap();
+                    // (a denied reservation reserved nothing: all is charged)
+                    let reserved = if ok { estimate } else { 0 };
+                    if actual > reserved {
+                        credit -= (actual - reserved) as i64 * interval;
+                    } else if !queue {
+                        credit = (credit + (reserved - actual) as i64 * interval).min(cap);
+                    }
+                }
+            }
+            // in debt exactly when even a cost of 0 is denied
+            let g = rt.block_on(lim.get("k")).unwrap();
+            prop_assert_eq!(g.allowed(), credit >= 0, "after {}: {:?} (credit {})", ctx, g, credit);
+        }
     }
 
     /// Never more than n within one aligned window, hence at most 2n in any

@@ -255,12 +255,16 @@ impl MemoryStore {
                 call.scopes[i],
                 rest,
                 |slot| match adjustment {
-                    Adjustment::By(units) => {
-                        eval::adjust(slot, q.spec().adjust.twin(), &q.params_at(now), now, units)
-                    }
+                    Adjustment::By(units) => eval::adjust(
+                        slot,
+                        q.spec().adjust.twin(units),
+                        &q.params_at(now),
+                        now,
+                        units,
+                    ),
                     // as the give-back script's `S` mode: afresh, then charged
                     Adjustment::Set(units) => {
-                        let twin = q.spec().adjust.twin();
+                        let twin = q.spec().adjust.set_twin();
                         if twin.is_some() {
                             *slot = None;
                             if let Some(&u) = units.get(i)

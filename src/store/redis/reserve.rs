@@ -21,12 +21,13 @@ pub(crate) struct Scripts {
     take: LimiterScript,
     give_back: LimiterScript,
     /// The take's `ARGV[3..]`: exactly the decision's (see `lua/single.lua`,
-    /// `lua/multi.lua`).
+    /// `lua/multi.lua`); a calendar quota's are each call's (`calendar`).
     take_args: Box<[Vec<u8>]>,
     /// The give-back's per-quota arguments (see `lua/give_back.lua`).
     give_back_args: Box<[Vec<u8>]>,
-    /// The quotas, if one is a calendar's: an adjust's arguments are then
-    /// its call's (local budgets of a calendar quota are rejected at build).
+    /// The quotas, if one is a calendar's: a take's and an adjust's
+    /// arguments are then their call's (a give-back's need no bounds: it
+    /// finds the take's window by its end, `fin`).
     calendar: Option<Box<[QuotaSpec]>>,
 }
 
@@ -76,7 +77,16 @@ pub(crate) async fn take<P: Pooled>(
         .arg(call.keys);
     clock_arg(&mut cmd, call.now_us);
     cmd.arg(call.cost);
-    for a in scripts.take_args.iter() {
+    // (a calendar quota's numbers are its call's: the bounds of its window)
+    let at;
+    let args = match &scripts.calendar {
+        None => &scripts.take_args,
+        Some(quotas) => {
+            at = super::protocol::quota_args_at(quotas, super::protocol::bounds_time(call.now_us));
+            &at
+        }
+    };
+    for a in args.iter() {
         cmd.arg(a.as_slice());
     }
     // (a concurrency quota's lease id)

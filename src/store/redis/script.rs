@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::strategy::{Adjust, GiveBack, Kind};
+use crate::strategy::{Adjust, Kind};
 
 #[cfg(test)]
 #[path = "script_keys.rs"]
@@ -290,8 +290,8 @@ impl LimiterScript {
 
     /// The give-back (settle) script of a limiter: each used strategy's
     /// give-back block as a function `G[<id>]` and its adjust block as
-    /// `A[<id>]`, then `lua/give_back.lua`. Strategies without them are
-    /// skipped there.
+    /// `A[<id>]` (or, charge only, `C[<id>]`), then `lua/give_back.lua`.
+    /// Strategies without them are skipped there.
     pub(crate) fn for_give_back(strategies: &[Kind]) -> Self {
         shared(Shape::GiveBack(strategies.into()), || {
             Self::assemble_give_back(strategies)
@@ -303,7 +303,7 @@ impl LimiterScript {
         source.push_str(PRELUDE);
         source.push_str("local G = {}\n");
         for s in Kind::ALL {
-            let GiveBack::Units { lua, .. } = s.spec().give_back else {
+            let Some(lua) = s.spec().give_back.lua() else {
                 continue;
             };
             if !strategies.contains(&s) {
@@ -317,16 +317,19 @@ impl LimiterScript {
             source.push_str(lua);
             source.push_str("end\nend\n");
         }
-        source.push_str("local A = {}\n");
+        // (A: adjusts either way; C: takes a charge only)
+        source.push_str("local A, C = {}, {}\n");
         for s in Kind::ALL {
-            let Adjust::Units { lua, .. } = s.spec().adjust else {
-                continue;
+            let (table, lua) = match s.spec().adjust {
+                Adjust::Units { lua, .. } => ('A', lua),
+                Adjust::Charge { lua, .. } => ('C', lua),
+                Adjust::Never(_) => continue,
             };
             if !strategies.contains(&s) {
                 continue;
             }
             source.push_str(&format!(
-                "A[{}] = function(key, n, period, burst, interval, units)\n\
+                "{table}[{}] = function(key, n, period, burst, interval, units)\n\
                  local now = NOW\ndo\n",
                 s.id()
             ));

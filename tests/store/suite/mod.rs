@@ -764,8 +764,8 @@ store_suite! {
             let g = lim.get("u").await.unwrap();
             assert!(g.allowed(), "{s}: {g:?}");
             assert_eq!(g.remaining(), 0, "{s}");
-            if matches!(s, Strategy::LeakyBucket | Strategy::Concurrency) {
-                continue; // (no debt: they cannot be charged)
+            if s == Strategy::Concurrency {
+                continue; // (no debt: the lease is the cost)
             }
             // in debt: even a cost of 0 does not fit until it is repaid
             lim.penalize("u", 5).await.unwrap();
@@ -888,6 +888,56 @@ store_suite! {
             assert!(!d.allowed(), "{s}");
             assert_eq!(d.remaining(), 0, "{s}");
         }
+    }
+
+    /// A leaky bucket takes a charge as a debt (`penalize`, a settle's
+    /// excess): the end of its queue is pushed later, past the burst, so
+    /// the key is denied until the debt has drained and later requests
+    /// queue behind it; the slots already promised do not move. Nothing is
+    /// ever given back (`reward`, a settle below the estimate,
+    /// `set_remaining`): a later request would jump ahead of them.
+    async fn a_leaky_bucket_is_charged_past_its_queue_and_never_given_back(h: &impl Harness) {
+        // drains one request every 2 s; three may wait
+        let q = Quota::leaky_bucket(Rate::new(5, Duration::from_secs(10))).burst(3);
+        let (lim, clock) = manual(h, "lbdebt", q);
+        let a = lim.check("u").await.unwrap();
+        allowed(&a, 2, ms(2_000));
+        let b = lim.check("u").await.unwrap();
+        allowed(&b, 1, ms(4_000));
+        assert_eq!(b.delay(), Some(ms(2_000)));
+        // 4 units charged: the queue ends 12 s from now, 6 s past its burst
+        lim.penalize("u", 4).await.unwrap();
+        let g = lim.get("u").await.unwrap();
+        denied(&g, 0, Some(ms(6_000)));
+        denied(&lim.check("u").await.unwrap(), 0, Some(ms(8_000)));
+        // never given back, nor set
+        lim.reward("u", 100).await.unwrap();
+        denied(&lim.get("u").await.unwrap(), 0, Some(ms(6_000)));
+        lim.set_remaining("u", 3).await.unwrap();
+        denied(&lim.get("u").await.unwrap(), 0, Some(ms(6_000)));
+        // repaid: the next request waits behind the charged units
+        clock.advance(ms(8_000));
+        let c = lim.check("u").await.unwrap();
+        allowed(&c, 0, ms(6_000));
+        assert_eq!(c.delay(), Some(ms(4_000)));
+
+        // a settle: the excess is charged, an unused estimate stays
+        let r = lim.reserve_n("s", 1).await.unwrap();
+        allowed(r.decision(), 2, ms(2_000));
+        lim.settle(&r, 9).await.unwrap(); // 8 more: the queue ends 18 s from now
+        denied(&lim.get("s").await.unwrap(), 0, Some(ms(12_000)));
+        denied(&lim.check("s").await.unwrap(), 0, Some(ms(14_000)));
+        clock.advance(ms(14_000));
+        let d = lim.check("s").await.unwrap();
+        allowed(&d, 0, ms(6_000));
+        assert_eq!(d.delay(), Some(ms(4_000)));
+        let r = lim.reserve_n("t", 3).await.unwrap();
+        allowed(r.decision(), 0, ms(6_000));
+        lim.settle(&r, 1).await.unwrap();
+        denied(&lim.check("t").await.unwrap(), 0, Some(ms(2_000)));
+        // a charge on a fresh key is a debt as well
+        lim.penalize("v", 5).await.unwrap();
+        denied(&lim.get("v").await.unwrap(), 0, Some(ms(4_000)));
     }
 
     async fn set_remaining_sets_every_adjustable_quota_at_once(h: &impl Harness) {
