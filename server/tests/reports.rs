@@ -48,11 +48,12 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10000, strategy: sliding-window-log}
 "#;
 
-const STRATEGIES: [&str; 5] = [
+const STRATEGIES: [&str; 6] = [
     "fixed-window",
     "sliding-window-log",
     "sliding-window-counter",
     "token-bucket",
+    "leaky-bucket",
     "gcra",
 ];
 

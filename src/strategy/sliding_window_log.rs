@@ -130,9 +130,10 @@ fn give_back(slot: &mut Option<Entry>, q: Params, now: i64, units: i64, _at: i64
     }
 }
 
-/// The twin of `lua/adjust_sliding_window_log.lua`: a charge logs up to `n`
-/// entries at now (or the newest time, if later), a give-back drops the
-/// newest entries; an empty log is no state.
+/// The twin of `lua/adjust_sliding_window_log.lua`: a charge logs up to
+/// `n + 1` entries at now (or the newest time, if later) and keeps the
+/// `n + 1` newest, a give-back drops the newest entries; an empty log is no
+/// state.
 fn adjust(slot: &mut Option<Entry>, q: Params, now: i64, units: i64) {
     if units > 0 {
         let units = units.min(q.n + 1);
