@@ -333,7 +333,8 @@ async fn the_example_config_answers_as_its_comments_say() {
         assert_eq!(r.overall_code, Code::Ok as i32, "write {i}");
     }
     // the 21st write within the second is over (the bucket refills 5 a
-    // second: this runs well within one), and takes nothing anywhere
+    // second: this runs well within one), and takes nothing of the
+    // descriptors that had room (the bucket, over, records it as debt)
     let r = service
         .should_rate_limit_inner(&request(&all))
         .await
@@ -407,8 +408,7 @@ struct Gateway {
 
 impl Gateway {
     fn new(config: Config) -> Gateway {
-        let service = match RlsService::new(config, MemoryStore::new(), ServiceOptions::default())
-        {
+        let service = match RlsService::new(config, MemoryStore::new(), ServiceOptions::default()) {
             Ok(s) => s,
             Err(e) => panic!("{e}"),
         };
@@ -476,7 +476,13 @@ impl Gateway {
 
     /// A settle at the protocol level: the stream-done descriptors with
     /// `usage`, and `hits_subtrahend` (what was reserved).
-    async fn settle(&self, user: &str, org: &str, usage: u64, subtrahend: u32) -> RateLimitResponse {
+    async fn settle(
+        &self,
+        user: &str,
+        org: &str,
+        usage: u64,
+        subtrahend: u32,
+    ) -> RateLimitResponse {
         self.send(self.request(true, user, org, usage, subtrahend))
             .await
     }
@@ -509,8 +515,7 @@ fn the_token_example_checks_before_the_request_and_reports_when_the_stream_is_do
     let config = load(TOKENS_CONFIG);
     assert!(config.warnings().is_empty(), "{:?}", config.warnings());
     let limits = envoy.limits();
-    let (done, before): (Vec<&Limit>, Vec<&Limit>) =
-        limits.iter().partition(|l| l.on_stream_done);
+    let (done, before): (Vec<&Limit>, Vec<&Limit>) = limits.iter().partition(|l| l.on_stream_done);
     assert!(!before.is_empty() && !done.is_empty());
     // before the request a look (0 hits); when the stream is done the
     // tokens that AI Gateway's external processor puts in the metadata
@@ -576,10 +581,7 @@ fn the_token_example_checks_before_the_request_and_reports_when_the_stream_is_do
     };
     for phase in [&before, &done] {
         assert_eq!(
-            phase
-                .iter()
-                .filter_map(|l| l.descriptor(&alone, 0))
-                .count(),
+            phase.iter().filter_map(|l| l.descriptor(&alone, 0)).count(),
             1
         );
     }
@@ -691,10 +693,17 @@ async fn a_budget_is_overspent_by_at_most_the_streams_in_flight() {
     }
     assert!(used <= USER_BUDGET + IN_FLIGHT as u64 * MAX_USAGE, "{used}");
     assert!(used > USER_BUDGET, "the budget ran out ({used} tokens)");
-    assert!(admitted > 10 && denied > 10, "{admitted} admitted, {denied} denied");
+    assert!(
+        admitted > 10 && denied > 10,
+        "{admitted} admitted, {denied} denied"
+    );
     let look = gw.check("u9", "o9").await;
     assert!(!ok(&look));
-    assert_eq!(left(&look).1 as u64, ORG_BUDGET - used, "every token counted");
+    assert_eq!(
+        left(&look).1 as u64,
+        ORG_BUDGET - used,
+        "every token counted"
+    );
 }
 
 /// The values a report or a refund may carry that make no sense, on the
