@@ -23,7 +23,8 @@
 //! 9. [Simulator](simulator): any strategy against traffic patterns, drawn
 //!    as a chart.
 //! 10. [Behind Envoy](envoy): the workspace's rate limit service for Envoy
-//!     gateways, its configuration and the Envoy side.
+//!     gateways, its configuration, the Envoy side, and token budgets
+//!     reported after the response.
 
 #[doc = include_str!("../docs/guide/quick-start.md")]
 pub mod quick_start {}

@@ -57,7 +57,7 @@
 //! | [Plans](guide::plans) | plans (tiers), limits changed while running, limits from configuration |
 //! | [Settling](guide::settle) | reserve then settle, refunds by response, the penalty box, the admin API |
 //! | [Simulator](guide::simulator) | any strategy against traffic patterns, as a chart |
-//! | [Behind Envoy](guide::envoy) | the workspace's rate limit service for Envoy: running it, its configuration, Envoy's side, bounds, operations |
+//! | [Behind Envoy](guide::envoy) | the workspace's rate limit service for Envoy: running it, its configuration, Envoy's side, token budgets reported after the response, bounds, operations |
 //!
 //! # Modules
 //!
