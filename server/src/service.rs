@@ -1825,52 +1825,71 @@ async fn take(
 
 /// Records each part's decision of `joint` in its slots (`parts` pairs a
 /// slot with its part); `consumed`: the joint decision took its units.
-/// `looked` gets each slot's state before, for [`undo`].
+/// `looked` gets each slot decided, for [`undo`].
 fn decided(
     slots: &mut [Slot<'_>],
     parts: &[(usize, usize)],
     joint: &Joint,
     consumed: bool,
-    looked: &mut Vec<(usize, State)>,
+    looked: &mut Vec<usize>,
 ) {
     for &(i, part) in parts {
         let Some(decision) = joint.decisions.get(part) else {
             continue;
         };
         let slot = &mut slots[i];
-        let (State::Pending {
+        // (its limiter and key move: no copy)
+        let (limiter, key, cost, period) = match std::mem::replace(&mut slot.state, State::Free) {
+            State::Pending {
+                limiter,
+                key,
+                cost,
+                period,
+            }
+            | State::Decided {
+                limiter,
+                key,
+                cost,
+                period,
+                ..
+            } => (limiter, key, cost, period),
+            other => {
+                slot.state = other;
+                continue;
+            }
+        };
+        slot.state = State::Decided {
             limiter,
             key,
+            decision: decision.clone(),
+            // (a shadow quota that would deny takes nothing)
+            consumed: consumed && cost > 0 && !decision.shadow_denied(),
             cost,
             period,
-        }
-        | State::Decided {
+        };
+        looked.push(i);
+    }
+}
+
+/// Makes the slots [`decided`] decided pending again.
+fn undo(slots: &mut [Slot<'_>], looked: Vec<usize>) {
+    for i in looked {
+        let slot = &mut slots[i];
+        if let State::Decided {
             limiter,
             key,
             cost,
             period,
             ..
-        }) = &slot.state
-        else {
-            continue;
-        };
-        let state = State::Decided {
-            limiter: limiter.clone(),
-            key: key.clone(),
-            decision: decision.clone(),
-            // (a shadow quota that would deny takes nothing)
-            consumed: consumed && *cost > 0 && !decision.shadow_denied(),
-            cost: *cost,
-            period: *period,
-        };
-        looked.push((i, std::mem::replace(&mut slot.state, state)));
-    }
-}
-
-/// Puts back the states [`decided`] replaced.
-fn undo(slots: &mut [Slot<'_>], looked: Vec<(usize, State)>) {
-    for (i, state) in looked {
-        slots[i].state = state;
+        } = std::mem::replace(&mut slot.state, State::Free)
+        {
+            slot.state = State::Pending {
+                limiter,
+                key,
+                cost,
+                period,
+            };
+        }
     }
 }
 
