@@ -919,12 +919,12 @@ async fn storm(services: &[RlsService], n: usize, seed: u64) {
             let key = rng.pick(&KEYS);
             let value = format!("v{}", rng.next() % 3);
             let mut x = d(key, &value);
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 x.hits_addend = Some(rng.pick(&hits));
             }
             // (an override beside its quota-mode or shadow rule: a bug of
             // its own, below)
-            if rng.next() % 8 == 0 && !key.starts_with("quota") && key != "shadow" {
+            if rng.next().is_multiple_of(8) && !key.starts_with("quota") && key != "shadow" {
                 x = with_override(x, rng.pick(&overrides));
             }
             ds.push(x);
