@@ -858,6 +858,14 @@ fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
+/// The most units one call records on `rule` ([`Inner::record`]): what its
+/// rate repays in 366 days, the longest period.
+fn debt_cap(rule: &Rule) -> u64 {
+    const LONGEST_US: u64 = 366 * 86_400 * 1_000_000;
+    let periods = LONGEST_US.div_ceil(rule.period_us.max(1));
+    u64::from(rule.requests_per_unit).saturating_mul(periods)
+}
+
 fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
@@ -890,6 +898,12 @@ struct Slot<'a> {
     /// When its hits are charged ([`Charge`]: its rule's, else the
     /// service's).
     charge: Charge,
+    /// Denied with its request as too large for one store call
+    /// ([`StoreError::TooLarge`]), not over a limit of its own.
+    too_large: bool,
+    /// The most units one call records on a bucket rule: what its rate
+    /// repays in the longest period (366 days).
+    debt_cap: u64,
     /// Its state after its hits were recorded though not admitted
     /// ([`Inner::record`]), for the answer; the decision stays what
     /// decided the call (and what the metrics count).
@@ -1061,6 +1075,8 @@ impl Inner {
             never_fits: false,
             capacity: u64::MAX,
             charge: self.options.charge,
+            too_large: false,
+            debt_cap: u64::MAX,
             after: None,
         };
         let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
@@ -1120,9 +1136,15 @@ impl Inner {
                     user_key(&entries, &[]),
                 ),
             };
+            // (it counts in its rule's key: charged as its rule says)
+            let charge = matched
+                .as_ref()
+                .and_then(|m| m.rule.charge)
+                .unwrap_or(self.options.charge);
             match self.override_limiter(prefix, name, o.requests_per_unit, unit) {
                 Ok(limiter) => {
                     return Slot {
+                        charge,
                         limit,
                         state: State::Pending {
                             limiter,
@@ -1196,6 +1218,8 @@ impl Inner {
             metric_key: Some(m.metric_key),
             hits: cost,
             charge: rule.charge.unwrap_or(self.options.charge),
+            too_large: false,
+            debt_cap: debt_cap(rule),
             after: None,
         }
     }
@@ -1418,6 +1442,7 @@ impl Inner {
                     if !slot.shadow && matches!(slot.state, State::Pending { cost, .. } if cost > 0)
                     {
                         slot.never_fits = true;
+                        slot.too_large = true;
                     }
                 }
                 joint.peek().await.map(|d| (Joint::from(d), false))
@@ -1428,7 +1453,7 @@ impl Inner {
             Ok((joint, taking)) => {
                 let taken = taking && joint.allowed;
                 decided(&mut slots, &parts, &joint, taken, &mut Vec::new());
-                self.record(&req.domain, &mut slots).await;
+                self.record(&req.domain, &mut slots, &parts).await;
                 Ran {
                     slots,
                     failed: None,
@@ -1460,7 +1485,12 @@ impl Inner {
             {
                 *cost = net;
                 slot.never_fits = !slot.shadow && net > slot.capacity;
-                if back > 0 {
+                // (a sliding log gives back only the times a reservation
+                // wrote, which a refund does not name: nothing)
+                let log = slot
+                    .rule
+                    .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog));
+                if back > 0 && !log {
                     let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
                     let key = key.clone();
                     refunds.push(boxed(
@@ -1489,7 +1519,7 @@ impl Inner {
     /// report is never lost and the next call sees it; then the recorded
     /// descriptors' states are read again for the answer. A shadow
     /// descriptor records nothing.
-    async fn record(&self, domain: &str, slots: &mut [Slot<'_>]) {
+    async fn record(&self, domain: &str, slots: &mut [Slot<'_>], parts: &[(usize, usize)]) {
         let mut charges = Vec::new();
         let mut recorded = Vec::new();
         // sliding-log times written by one call's records, at most what
@@ -1509,7 +1539,9 @@ impl Inner {
                 continue;
             };
             let charged = match slot.charge {
-                Charge::Over => slot.over(),
+                // (a request too large for one store call was over no
+                // limit of its own: nothing is recorded where it had room)
+                Charge::Over => slot.over() && !slot.too_large,
                 Charge::Admitted => false,
                 Charge::Always => true,
             };
@@ -1517,24 +1549,28 @@ impl Inner {
                 continue;
             }
             let mut cost = *cost;
-            if slot
-                .rule
-                .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog))
-            {
-                let most = cost.min(slot.capacity.saturating_add(1));
-                cost = most.min(log_left);
-                log_left -= cost;
-                held_back |= cost < most;
-                if cost == 0 {
-                    continue;
+            match slot.rule.and_then(|r| r.strategy) {
+                Some(Strategy::SlidingWindowLog) => {
+                    let most = cost.min(slot.capacity.saturating_add(1));
+                    cost = most.min(log_left);
+                    log_left -= cost;
+                    held_back |= cost < most;
+                    if cost == 0 {
+                        continue;
+                    }
                 }
+                // a bucket's debt from one call: at most what its rate
+                // repays in the longest period (366 days), as a window
+                // forgets its count at its end
+                Some(Strategy::FixedWindow) | None => {}
+                Some(_) => cost = cost.min(slot.debt_cap),
             }
             let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
             let key = key.clone();
             charges.push(boxed(async move {
                 limiter.penalize(key.as_bytes(), cost).await
             }));
-            recorded.push(i);
+            recorded.push((i, cost));
         }
         if held_back && let Some(held) = self.logs.refused.to_log() {
             tracing::warn!(
@@ -1547,40 +1583,62 @@ impl Inner {
         if charges.is_empty() {
             return;
         }
-        let mut failed = false;
-        for result in futures_util::future::join_all(charges).await {
-            if let Err(e) = result {
-                failed = true;
-                if let Some(held) = self.logs.failed.to_log() {
-                    tracing::error!(error = %e, held_back = held, "store error: the hits of a denied call were not recorded");
+        let results = futures_util::future::join_all(charges).await;
+        let mut done = Vec::with_capacity(recorded.len());
+        for ((i, cost), result) in recorded.into_iter().zip(results) {
+            match result {
+                Ok(()) => done.push((i, cost)),
+                Err(e) => {
+                    self.metrics.store_error(domain);
+                    if let Some(held) = self.logs.failed.to_log() {
+                        tracing::error!(error = %e, held_back = held, "store error: the hits of a denied call were not recorded");
+                    }
                 }
             }
         }
-        if failed {
-            self.metrics.store_error(domain);
-        }
-        // the states after, for the answer: a fixed window's is its
-        // decision's less the hits (the same window, and a count past the
-        // limit leaves nothing); a bucket's or a log's is read again
+        // the states after, for the answer: an aligned fixed window's is
+        // its decision's less the hits recorded in its key (the same
+        // window, known without a read; a count past the limit leaves
+        // nothing); any other's is read again, for the call's own hits
+        // (its Retry-After is when they fit)
+        let part_of = |i: usize| parts.iter().find(|&&(s, _)| s == i).map(|&(_, p)| p);
         let mut read = Vec::new();
-        for &i in &recorded {
-            let slot = &mut slots[i];
-            let fixed = slot
+        for &(i, _) in &done {
+            let aligned = slots[i]
                 .rule
-                .is_none_or(|r| matches!(r.strategy, None | Some(Strategy::FixedWindow)));
-            match &slot.state {
-                State::Decided { cost, .. } if fixed => slot.after = Some(After::Less(*cost)),
-                _ => read.push(i),
-            }
-        }
-        let mut joint = AllOrNothing::new();
-        for &i in &read {
-            if let State::Decided { limiter, key, .. } = &slots[i].state {
-                joint.push(limiter, key.as_bytes(), 0);
+                .is_none_or(|r| r.strategy.is_none() && r.calendar.is_none());
+            if aligned {
+                let p = part_of(i);
+                let spent = done
+                    .iter()
+                    .filter(|&&(j, _)| part_of(j) == p)
+                    .fold(0u64, |sum, &(_, c)| sum.saturating_add(c));
+                slots[i].after = Some(After::Less(spent));
+            } else {
+                read.push(i);
             }
         }
         if read.is_empty() {
             return;
+        }
+        let mut joint = AllOrNothing::new();
+        let mut logged = 0u64;
+        for &i in &read {
+            let slot = &slots[i];
+            if let State::Decided {
+                limiter, key, cost, ..
+            } = &slot.state
+            {
+                let mut ask = (*cost).min(slot.capacity);
+                if slot
+                    .rule
+                    .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog))
+                {
+                    ask = ask.min(AllOrNothing::MAX_LOGGED - logged);
+                    logged += ask;
+                }
+                joint.push(limiter, key.as_bytes(), ask);
+            }
         }
         let Ok(after) = joint.peek().await else {
             return;
