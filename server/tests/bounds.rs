@@ -80,9 +80,9 @@ async fn a_request_past_the_descriptor_or_entry_bound_is_invalid_and_takes_nothi
 async fn the_largest_allowed_request_holds_redis_for_milliseconds() {
     let redis = Redis::start();
     let c = serve(service(redis_store(&redis), ServiceOptions::default())).await;
-    cli(&redis, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    cli(&redis, &["CONFIG", "SET", "slowlog-max-len", "100000"]);
-    cli(&redis, &["SLOWLOG", "RESET"]);
+    redis_cli(&redis, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    redis_cli(&redis, &["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    redis_cli(&redis, &["SLOWLOG", "RESET"]);
     let value = "v".repeat(4096);
     let mut tasks = Vec::new();
     for t in 0..8 {
@@ -107,19 +107,9 @@ async fn the_largest_allowed_request_holds_redis_for_milliseconds() {
     assert!(max < 100_000, "a call held Redis {max} µs");
 }
 
-/// `redis-cli` against `redis`: its output.
-fn cli(redis: &Redis, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli on PATH (apt-get install redis-server)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The duration (µs) of each command in Redis's slow log.
 fn slowlog_durations(redis: &Redis) -> Vec<u64> {
-    let out = cli(redis, &["--no-raw", "SLOWLOG", "GET", "100000"]);
+    let out = redis_cli(redis, &["--no-raw", "SLOWLOG", "GET", "100000"]);
     // `redis-cli --no-raw` writes each entry as
     //  1) 1) (integer) id  2) (integer) time  3) (integer) duration ...
     out.lines()

@@ -169,27 +169,6 @@ fn retry_after(r: &RateLimitResponse) -> Option<u64> {
     header(r, "Retry-After").and_then(|v| v.parse().ok())
 }
 
-/// Waits out the last seconds of an hour, so that a test of hour-long
-/// windows aligned to the epoch runs inside one of them.
-async fn inside_one_hour() {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let into = now.as_secs() % 3600;
-    if into >= 3600 - 30 {
-        tokio::time::sleep(Duration::from_secs(3600 - into + 1)).await;
-    }
-}
-
-fn redis_cli(redis: &Redis, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli on PATH (apt-get install redis-server)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn redis_keys(redis: &Redis) -> Vec<String> {
     redis_cli(redis, &["--scan"])
         .lines()

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use common::*;
 use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit::store::Store;
@@ -81,18 +79,6 @@ async fn call(
 
 fn d(key: &str, value: &str) -> RateLimitDescriptor {
     desc(&[(key, value)])
-}
-
-/// Waits out the last seconds of an hour, so that a test of hour-long
-/// windows aligned to the epoch runs inside one of them.
-async fn inside_one_hour() {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let into = now.as_secs() % 3600;
-    if into >= 3600 - 30 {
-        tokio::time::sleep(Duration::from_secs(3600 - into + 1)).await;
-    }
 }
 
 /// The trial: ten times a check of 1 before the request, then a
@@ -412,15 +398,6 @@ async fn recorded_hits_never_grow_a_sliding_log_past_its_limit() {
         (1..=101).contains(&longest),
         "a log of {longest} times for a limit of 100 (one past it denies a look)"
     );
-}
-
-fn redis_cli(redis: &Redis, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli on PATH (apt-get install redis-server)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One denied call of 64 sliding-log descriptors of 20,000 hits each (a

@@ -237,6 +237,28 @@ impl Drop for Redis {
     }
 }
 
+/// `redis-cli -p <port of redis> args...`: its output.
+pub(crate) fn redis_cli(redis: &Redis, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli on PATH (apt-get install redis-server)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits out the last 30 seconds of an hour, so that a test of hour-long
+/// windows aligned to the epoch runs inside one of them.
+pub(crate) async fn inside_one_hour() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into = now.as_secs() % 3600;
+    if into >= 3600 - 30 {
+        tokio::time::sleep(Duration::from_secs(3600 - into + 1)).await;
+    }
+}
+
 /// A fresh empty directory under the system's temporary one, removed on
 /// drop.
 pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
