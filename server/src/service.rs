@@ -920,6 +920,13 @@ enum After {
 }
 
 impl Slot<'_> {
+    /// Whether its rule is a sliding-window log (which keeps a time per
+    /// unit: what one call writes to it is bounded).
+    fn is_log(&self) -> bool {
+        self.rule
+            .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog))
+    }
+
     /// Whether this descriptor is over its limit and not in shadow mode
     /// (a quota-mode one decided as a shadow quota is over when it would
     /// deny).
@@ -1479,18 +1486,16 @@ impl Inner {
             let net = slot.hits.saturating_sub(subtrahend);
             let back = subtrahend.saturating_sub(slot.hits);
             slot.hits = net;
+            // (a sliding log gives back only the times a reservation
+            // wrote, which a refund does not name: nothing)
+            let refunds_here = back > 0 && !slot.is_log();
             if let State::Pending {
                 limiter, key, cost, ..
             } = &mut slot.state
             {
                 *cost = net;
                 slot.never_fits = !slot.shadow && net > slot.capacity;
-                // (a sliding log gives back only the times a reservation
-                // wrote, which a refund does not name: nothing)
-                let log = slot
-                    .rule
-                    .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog));
-                if back > 0 && !log {
+                if refunds_here {
                     let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
                     let key = key.clone();
                     refunds.push(boxed(
@@ -1630,10 +1635,7 @@ impl Inner {
             } = &slot.state
             {
                 let mut ask = (*cost).min(slot.capacity);
-                if slot
-                    .rule
-                    .is_some_and(|r| r.strategy == Some(Strategy::SlidingWindowLog))
-                {
+                if slot.is_log() {
                     ask = ask.min(AllOrNothing::MAX_LOGGED - logged);
                     logged += ask;
                 }
