@@ -901,9 +901,6 @@ struct Slot<'a> {
     /// Denied with its request as too large for one store call
     /// ([`StoreError::TooLarge`]), not over a limit of its own.
     too_large: bool,
-    /// The most units one call records on a bucket rule: what its rate
-    /// repays in the longest period (366 days).
-    debt_cap: u64,
     /// Its state after its hits were recorded though not admitted
     /// ([`Inner::record`]), for the answer; the decision stays what
     /// decided the call (and what the metrics count).
@@ -1083,7 +1080,6 @@ impl Inner {
             capacity: u64::MAX,
             charge: self.options.charge,
             too_large: false,
-            debt_cap: u64::MAX,
             after: None,
         };
         let values: Vec<Cow<'_, str>> = d.entries.iter().map(|e| value_text(&e.value)).collect();
@@ -1226,7 +1222,6 @@ impl Inner {
             hits: cost,
             charge: rule.charge.unwrap_or(self.options.charge),
             too_large: false,
-            debt_cap: debt_cap(rule),
             after: None,
         }
     }
@@ -1568,7 +1563,7 @@ impl Inner {
                 // repays in the longest period (366 days), as a window
                 // forgets its count at its end
                 Some(Strategy::FixedWindow) | None => {}
-                Some(_) => cost = cost.min(slot.debt_cap),
+                Some(_) => cost = cost.min(slot.rule.map_or(u64::MAX, debt_cap)),
             }
             let limiter = slot.strict.as_ref().unwrap_or(limiter).clone();
             let key = key.clone();
