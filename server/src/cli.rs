@@ -259,14 +259,15 @@ pub(crate) struct Cli {
     pub(crate) quota_mode: bool,
 
     /// When a call's hits are charged, for the rules whose rate_limit does
-    /// not say (charge): over records a denied call's hits where it is
-    /// over a limit (a usage report is never lost), admitted only admitted
+    /// not say (charge): always records every call's, denied or not, as
+    /// envoyproxy/ratelimit counts (a usage report is never lost); over a
+    /// denied call's only where it is over a limit; admitted only admitted
     /// calls' (envoyproxy/ratelimit's
-    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), always every call's.
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true).
     #[arg(
         long,
         value_name = "WHEN",
-        default_value = "over",
+        default_value = "always",
         value_parser = Checked { parse: charge, names: &Charge::NAMES },
         env = "RATELIMIT_CHARGE",
         help_heading = "Answers"
@@ -1611,7 +1612,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a.options.charge, Charge::Always, "the flag wins");
-        assert_eq!(p(&[], &[]).unwrap().options.charge, Charge::Over);
+        assert_eq!(p(&[], &[]).unwrap().options.charge, Charge::Always);
         // off, and the IETF headers stay off
         let a = p(
             &[],
@@ -1939,7 +1940,7 @@ mod tests {
             "[default: 250]",
             "[default: 127.0.0.1:8081]",
             "[default: 10s]",
-            "[default: over]",
+            "[default: always]",
             "[possible values: allow, deny, unavailable]",
         ] {
             assert!(help.contains(default), "{default}: {help}");

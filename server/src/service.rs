@@ -175,8 +175,9 @@ pub struct ServiceOptions {
     pub max_entries: usize,
     /// When a call's hits are charged, for the rules that do not say
     /// (`charge` in their `rate_limit`, [`Charge`]). Default:
-    /// [`Charge::Over`]: a denied call still records its hits where it is
-    /// over a limit, so that a usage report is never lost.
+    /// [`Charge::Always`]: a denied call still records its hits on every
+    /// descriptor, as the Go service counts them, so that a usage report is
+    /// never lost.
     pub charge: Charge,
 }
 
@@ -216,7 +217,7 @@ impl Default for ServiceOptions {
             near_limit_ratio: NearLimitRatio::default(),
             max_descriptors: 64,
             max_entries: 32,
-            charge: Charge::Over,
+            charge: Charge::Always,
         }
     }
 }

@@ -31,19 +31,21 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 0}
 "#;
 
+/// The service with `--charge over`: a denied call's hits are recorded
+/// only where it is over a limit, the descriptors with room keep theirs
+/// (by default, `always`, every descriptor records them:
+/// `tests/reports.rs`).
 fn service<S: Store + Clone>(store: S) -> RlsService {
     RlsService::new(
         config(CONFIG),
         store,
-        ServiceOptions::default().headers(true),
+        ServiceOptions::default().headers(true).charge(Charge::Over),
     )
     .expect("service")
 }
 
 /// [`service`] with `--charge admitted`: a denied call takes nothing
-/// anywhere (the rules of checks whose hits a client chooses). By default
-/// (`over`) a denied call's hits are recorded where it is over a limit
-/// (`tests/reports.rs`).
+/// anywhere (the rules of checks whose hits a client chooses).
 fn admitted<S: Store + Clone>(store: S) -> RlsService {
     RlsService::new(
         config(CONFIG),
@@ -375,7 +377,9 @@ async fn odd_requests_get_answers_not_panics() {
 async fn many_descriptors_in_one_request() {
     let redis = Redis::start();
     fn service<S: Store + Clone>(store: S) -> RlsService {
-        let options = ServiceOptions::default().max_descriptors(3000);
+        let options = ServiceOptions::default()
+            .max_descriptors(3000)
+            .charge(Charge::Over);
         assert_eq!(options.max_descriptors, 256);
         RlsService::new(config(CONFIG), store, options).expect("service")
     }

@@ -202,7 +202,8 @@ async fn limit_override_and_shadow_mode() {
 
 #[tokio::test]
 async fn a_denied_request_consumes_nothing_anywhere() {
-    let mut c = serve(memory(ServiceOptions::default())).await;
+    // (`--charge over`: by default, `always`, ip would record them too)
+    let mut c = serve(memory(ServiceOptions::default().charge(Charge::Over))).await;
     let ip = || desc(&[("remote_address", "1.2.3.4")]);
     let login = || desc(&[("path", "/login")]);
     // spend login (2 per minute)
@@ -292,7 +293,9 @@ fn redis_service(redis: &Redis) -> RlsService {
     let store = RedisStore::from_url(&redis.url())
         .expect("store")
         .timeout(Duration::from_secs(10));
-    RlsService::new(config(), store, ServiceOptions::default()).expect("service")
+    // (`--charge over`: a denied call takes nothing where it had room)
+    RlsService::new(config(), store, ServiceOptions::default().charge(Charge::Over))
+        .expect("service")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

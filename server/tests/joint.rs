@@ -31,8 +31,11 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 4}
 "#;
 
+/// The service with `--charge over`: a denied call takes nothing from
+/// the descriptors that had room (by default, `always`, they record its
+/// hits too, as the Go service counts them).
 fn service<S: Store + Clone>(store: S) -> RlsService {
-    service_with(store, ServiceOptions::default())
+    service_with(store, ServiceOptions::default().charge(Charge::Over))
 }
 
 fn service_with<S: Store + Clone>(store: S, options: ServiceOptions) -> RlsService {

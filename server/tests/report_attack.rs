@@ -245,7 +245,7 @@ async fn too_large_charges_nothing_where_there_was_room<S: Store + Clone>(
     _: Option<&Redis>,
 ) {
     inside_one_hour().await;
-    let svc = service(store, ServiceOptions::default());
+    let svc = service(store, ServiceOptions::default().charge(Charge::Over));
     let r = call(
         &svc,
         vec![
@@ -582,29 +582,44 @@ both_stores!(
     denied_reservation_refund_nets_to_zero
 );
 
-/// A hazard the docs leave to the gateway (pinned here): a refund cannot
-/// tell whether its reservation was admitted, so one sent for a denied
+/// A refund cannot tell whether its reservation was admitted. By default
+/// (`charge: always`) a denied reservation is recorded on every
+/// descriptor, so its refund nets to zero everywhere. A hazard the docs
+/// leave to the gateway (pinned here): a refund sent for a denied
 /// reservation gives back, on each of its descriptors, what that denial
-/// never took there: the organisation's descriptor (room left: untouched
-/// by the denial, `charge: over`) and every descriptor of a `charge:
-/// admitted` rule. A gateway must send `hits_subtrahend` only for
-/// reservations that were admitted.
+/// never took there, under `charge: over` (the organisation's descriptor,
+/// room left, untouched by the denial) and on every descriptor of a
+/// `charge: admitted` rule. A gateway must then send `hits_subtrahend`
+/// only for reservations that were admitted.
 async fn denied_reservation_refund_gives_back_elsewhere<S: Store + Clone>(
     store: S,
     _: Option<&Redis>,
 ) {
     inside_one_hour().await;
+    for (charge, org, user) in [(None, "o-dr", "u-dr"), (Some(Charge::Over), "o-do", "u-do")] {
+        let options = match charge {
+            Some(c) => ServiceOptions::default().charge(c),
+            None => ServiceOptions::default(),
+        };
+        let svc = service(store.clone(), options);
+        // the org has 500 used by others; the user is spent
+        call(&svc, vec![h("org", org, 500)], 0, 0).await;
+        call(&svc, vec![h("fw", user, 100)], 0, 0).await;
+        // a reservation of 50, denied by the user's limit: the org charged
+        // by default, untouched under `over`
+        let r = call(&svc, vec![d("fw", user), d("org", org)], 50, 0).await;
+        assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
+        let denied = count_of(&svc, "org", org).await;
+        // its refund
+        call(&svc, vec![d("fw", user), d("org", org)], 0, 50).await;
+        let refunded = count_of(&svc, "org", org).await;
+        if charge.is_none() {
+            assert_eq!((denied, refunded), (550, 500), "nets to zero");
+        } else {
+            assert_eq!((denied, refunded), (500, 450), "the org gets 50 it never gave");
+        }
+    }
     let svc = service(store, ServiceOptions::default());
-    // the org has 500 used by others; the user is spent
-    call(&svc, vec![h("org", "o-dr", 500)], 0, 0).await;
-    call(&svc, vec![h("fw", "u-dr", 100)], 0, 0).await;
-    // a reservation of 50, denied by the user's limit: the org untouched
-    let r = call(&svc, vec![d("fw", "u-dr"), d("org", "o-dr")], 50, 0).await;
-    assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
-    assert_eq!(count_of(&svc, "org", "o-dr").await, 500);
-    // its refund: the org gets 50 it never gave
-    call(&svc, vec![d("fw", "u-dr"), d("org", "o-dr")], 0, 50).await;
-    assert_eq!(count_of(&svc, "org", "o-dr").await, 450);
     // `charge: admitted`: 60 used, 60 more denied (nothing taken), refunded
     call(&svc, vec![h("admitted", "a-dr", 60)], 0, 0).await;
     let r = call(&svc, vec![h("admitted", "a-dr", 60)], 0, 0).await;

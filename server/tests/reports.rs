@@ -18,14 +18,17 @@ use tower_redis_ratelimit_server::pb::{RateLimitDescriptor, RateLimitRequest, Ra
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
 /// A copied envoyproxy/ratelimit file (no extension): 100 an hour per
-/// user; and the extensions' strategies, each 100 an hour.
+/// user, 1,000 per team; the extensions' `charge` settings; and their
+/// strategies, each 100 an hour.
 const CONFIG: &str = r#"
 domain: ai
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: org
+  - key: team
     rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: org
+    rate_limit: {unit: hour, requests_per_unit: 1000, charge: over}
   - key: member
     rate_limit: {unit: hour, requests_per_unit: 1000, charge: always}
   - key: admitted
@@ -184,11 +187,12 @@ async fn every_strategy_records_a_report_past_its_limit_on_redis() {
     every_strategy_records(service(redis_store(&redis))).await;
 }
 
-/// Two descriptors in one report, the user's over its limit: the
-/// organisation's (default `charge: over`, room left) is left as it was,
-/// all or nothing; a rule with `charge: always` is charged whatever the
-/// answer; one with `charge: admitted` takes nothing when the call is
-/// denied, even where it is the one over.
+/// Descriptors in one report, the user's over its limit: the team's (a
+/// copied rule: the default `charge: always`, as the Go service counts) and
+/// the member's (`charge: always`) are charged whatever the answer; the
+/// organisation's (`charge: over`, room left) is left as it was; one with
+/// `charge: admitted` takes nothing when the call is denied, even where it
+/// is the one over.
 async fn charge_settings(svc: RlsService) {
     inside_one_hour().await;
     // the user spends its 100
@@ -199,6 +203,7 @@ async fn charge_settings(svc: RlsService) {
         with_hits(d("user", "u3"), 40),
         with_hits(d("org", "o3"), 40),
         with_hits(d("member", "m3"), 40),
+        with_hits(d("team", "t3"), 40),
     ];
     let r = call(&svc, report, 0, 0).await;
     assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
@@ -207,11 +212,13 @@ async fn charge_settings(svc: RlsService) {
     // the org's untouched, the member's charged (and the answer says so)
     assert_eq!(r.statuses[1].limit_remaining, 1000, "{r:?}");
     assert_eq!(r.statuses[2].limit_remaining, 960, "{r:?}");
+    assert_eq!(r.statuses[3].limit_remaining, 960, "{r:?}");
     let look = call(
         &svc,
         vec![
             with_hits(d("org", "o3"), 0),
             with_hits(d("member", "m3"), 0),
+            with_hits(d("team", "t3"), 0),
         ],
         0,
         0,
@@ -219,6 +226,7 @@ async fn charge_settings(svc: RlsService) {
     .await;
     assert_eq!(look.statuses[0].limit_remaining, 1000);
     assert_eq!(look.statuses[1].limit_remaining, 960);
+    assert_eq!(look.statuses[2].limit_remaining, 960);
     // `charge: admitted`: 60 then 60 more, denied, takes nothing
     let r = call(&svc, vec![with_hits(d("admitted", "a3"), 60)], 0, 0).await;
     assert_eq!(overall(&r), Code::Ok);
@@ -240,23 +248,20 @@ async fn charge_over_admitted_and_always_on_redis() {
     charge_settings(service(redis_store(&redis))).await;
 }
 
-/// `--charge always` counts every descriptor of every call, as
-/// envoyproxy/ratelimit does: the org's limit gets the report too.
+/// The service's default, `--charge always`, counts every descriptor of
+/// every call, as envoyproxy/ratelimit does: the team's limit (a copied
+/// rule) gets the report too; `--charge over` leaves it as it was.
 #[tokio::test]
 async fn the_service_default_charge_always_counts_every_descriptor() {
     inside_one_hour().await;
-    let svc = RlsService::new(
-        config(CONFIG),
-        MemoryStore::new(),
-        ServiceOptions::default().charge(Charge::Always),
-    )
-    .expect("service");
+    let svc = RlsService::new(config(CONFIG), MemoryStore::new(), ServiceOptions::default())
+        .expect("service");
     call(&svc, vec![with_hits(d("user", "u4"), 100)], 0, 0).await;
     let r = call(
         &svc,
         vec![
             with_hits(d("user", "u4"), 40),
-            with_hits(d("org", "o4"), 40),
+            with_hits(d("team", "t4"), 40),
         ],
         0,
         0,
@@ -264,6 +269,25 @@ async fn the_service_default_charge_always_counts_every_descriptor() {
     .await;
     assert_eq!(overall(&r), Code::OverLimit);
     assert_eq!(r.statuses[1].limit_remaining, 960, "{r:?}");
+    let svc = RlsService::new(
+        config(CONFIG),
+        MemoryStore::new(),
+        ServiceOptions::default().charge(Charge::Over),
+    )
+    .expect("service");
+    call(&svc, vec![with_hits(d("user", "u4"), 100)], 0, 0).await;
+    let r = call(
+        &svc,
+        vec![
+            with_hits(d("user", "u4"), 40),
+            with_hits(d("team", "t4"), 40),
+        ],
+        0,
+        0,
+    )
+    .await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert_eq!(r.statuses[1].limit_remaining, 1000, "{r:?}");
 }
 
 /// Reserve, then settle: a reservation of 50 (`hits_addend` from the

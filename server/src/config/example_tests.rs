@@ -369,6 +369,9 @@ const TOKENS_FILE: &str = "examples/tokens/config/ai.yaml";
 /// The budgets of `examples/tokens/config/ai.yaml`.
 const USER_BUDGET: u64 = 100_000;
 const ORG_BUDGET: u64 = 10_000_000;
+/// The lines of `ai.yaml` that set them (an edit adds a `charge` after).
+const USER_LIMIT: &str = "      requests_per_unit: 100000\n";
+const ORG_LIMIT: &str = "      requests_per_unit: 10000000\n";
 
 /// Waits out the last seconds of an hour, so that a test of the example's
 /// hour (a fixed window aligned to the epoch) and calendar month of UTC
@@ -557,8 +560,9 @@ fn the_token_example_checks_before_the_request_and_reports_when_the_stream_is_do
             "no budget for the descriptor {d:?}"
         );
     }
-    // what the comments say: the user's hour with the service's default
-    // charge, the organisation's calendar month charged every report
+    // what the comments say: the user's hour and the organisation's
+    // calendar month, both with the service's default charge (every
+    // report counted)
     let Some(user) = config.lookup("ai", &[("user", "u1")]) else {
         panic!("no user budget");
     };
@@ -571,7 +575,7 @@ fn the_token_example_checks_before_the_request_and_reports_when_the_stream_is_do
     };
     assert_eq!(
         (org.requests_per_unit, org.unit, org.charge),
-        (ORG_BUDGET as u32, Some(Unit::Month), Some(Charge::Always))
+        (ORG_BUDGET as u32, Some(Unit::Month), None)
     );
     assert!(org.calendar.is_some());
     // a request without x-org-id sends the user's descriptor alone
@@ -589,7 +593,8 @@ fn the_token_example_checks_before_the_request_and_reports_when_the_stream_is_do
 
 /// A look before each request, then a report of 30,000 tokens: the report
 /// that takes the user past 100,000 is charged (120,000 recorded) and the
-/// next request is denied; the organisation's budget (`charge: always`)
+/// next request is denied; the organisation's budget (the default
+/// `charge: always`)
 /// counted every report, the denied one too.
 #[tokio::test]
 async fn a_report_past_the_budget_is_charged_and_denies_the_next_request() {
@@ -622,14 +627,15 @@ async fn a_report_past_the_budget_is_charged_and_denies_the_next_request() {
     );
 }
 
-/// Why the organisation's budget says `charge: always`: with `over`, the
-/// report denied by the user's budget leaves the organisation's (which had
-/// room) as it was, and its 30,000 tokens are never counted there.
+/// Why the organisation's budget keeps the default `charge: always`: with
+/// `over`, the report denied by the user's budget leaves the
+/// organisation's (which had room) as it was, and its 30,000 tokens are
+/// never counted there.
 #[tokio::test]
 async fn with_charge_over_the_org_would_miss_the_report_its_user_was_denied() {
     inside_one_hour().await;
     let gw = Gateway::new(tokens_config_edited(|t| {
-        t.replace("      charge: always\n", "")
+        t.replace(ORG_LIMIT, &format!("{ORG_LIMIT}      charge: over\n"))
     }));
     while ok(&gw.check("u1", "o1").await) {
         gw.report("u1", "o1", 30_000).await;
@@ -745,10 +751,8 @@ async fn a_huge_report_spends_the_budgets_to_the_end_of_their_windows() {
 async fn reserve_then_settle_with_hits_subtrahend_on_the_example_budgets() {
     inside_one_hour().await;
     let gw = Gateway::new(tokens_config_edited(|t| {
-        t.replace("charge: always", "charge: admitted").replace(
-            "      requests_per_unit: 100000\n",
-            "      requests_per_unit: 100000\n      charge: admitted\n",
-        )
+        t.replace(ORG_LIMIT, &format!("{ORG_LIMIT}      charge: admitted\n"))
+            .replace(USER_LIMIT, &format!("{USER_LIMIT}      charge: admitted\n"))
     }));
     let (user, org) = (USER_BUDGET as u32, ORG_BUDGET as u32);
     // 5,000 reserved, 2,000 used: 3,000 back
@@ -788,7 +792,7 @@ async fn reserve_then_settle_with_hits_subtrahend_on_the_example_budgets() {
 async fn a_refund_for_a_denied_reservation_gives_back_what_others_used() {
     inside_one_hour().await;
     let gw = Gateway::new(tokens_config_edited(|t| {
-        t.replace("charge: always", "charge: admitted")
+        t.replace(ORG_LIMIT, &format!("{ORG_LIMIT}      charge: admitted\n"))
     }));
     // a used 8,000 of the organisation's month
     assert!(ok(&gw.reserve("a", "o8", 8_000).await));

@@ -629,9 +629,9 @@ fn read_rate_limit(ctx: &mut Ctx<'_>, v: &Y, mut rule: Rule) -> Result<Rule, Con
                         &at,
                         val.line,
                         format!(
-                            "unknown charge {c:?}: `over` (the default: a denied call records its \
-                             hits where it is over), `admitted` (only admitted calls are charged) \
-                             or `always` (every call's hits are recorded: usage reports)"
+                            "unknown charge {c:?}: `always` (the default: every call's hits are \
+                             recorded, as envoyproxy/ratelimit counts), `over` (a denied call's \
+                             only where it is over) or `admitted` (only admitted calls are charged)"
                         ),
                     ));
                 };

@@ -63,13 +63,14 @@
 //!   response's `duration_until_reset` runs to the local midnight. Rejected:
 //!   an unknown zone, another unit, a `unit_multiplier`, a `strategy` other
 //!   than `fixed-window`.
-//! * `charge`: `over`, `admitted` or `always`, when a call's hits are
+//! * `charge`: `always`, `over` or `admitted`, when a call's hits are
 //!   charged to the limit ([`Charge`]; without it the service's default,
-//!   `over`): by default a call that is denied still records its hits on
-//!   the descriptors it is over (a usage report is never lost there);
+//!   `always`): by default every call's hits are recorded, past the limit
+//!   if need be, as the Go service counts them (a usage report is never
+//!   lost); `over` records a denied call's hits only on the descriptors it
+//!   is over (a client over its own limit spends nothing of a shared one);
 //!   `admitted` records nothing of a denied call (checks whose hits a
-//!   client chooses); `always` records them on this descriptor whatever
-//!   the call's answer (a rule that receives usage reports beside others).
+//!   client chooses).
 //!
 //! A period is at most 366 days, the library's longest (`unit: day` takes a
 //! `unit_multiplier` up to 366, `unit: year` none above 1). What the
@@ -305,44 +306,50 @@ pub struct Rule {
 /// When a call's hits are charged to a limit: the extension `charge` of
 /// `rate_limit`, else the service's default
 /// ([`ServiceOptions::charge`](crate::service::ServiceOptions::charge),
-/// [`Charge::Over`] unless set).
+/// [`Charge::Always`] unless set, as envoyproxy/ratelimit counts).
 ///
 /// The service cannot tell a check before a request from a usage report
 /// after the response (Envoy's `apply_on_stream_done`, whose answer Envoy
 /// ignores): both are the same call. A report that is denied must still be
-/// counted, or a budget is overspent; a check that is denied should take
-/// nothing, or a client that asks for too much spends the budget of
-/// everyone on its descriptors. Which one a rule gets is this setting.
+/// counted on every descriptor it names, or a budget is overspent; a check
+/// that is denied should take nothing, or a client that asks for too much
+/// spends the budget of everyone on its descriptors. Which one a rule gets
+/// is this setting. Admission is all or nothing under each: a call is
+/// admitted only when every descriptor fits, and an admitted call is
+/// charged on every descriptor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Charge {
-    /// `over`, the default: charged when the call is admitted (all of its
-    /// descriptors together, or none); when it is denied, its hits are
-    /// still recorded on the descriptors that are over their limit, past
-    /// it (a fixed window's count runs past the limit, a bucket takes them
-    /// as debt, repaid at its rate), where the Go service counts them, and
-    /// the descriptors that had room are left as they were. A usage report
-    /// past a limit is counted, so the next check is denied.
+    /// `always`, the default: every call's hits are recorded, admitted or
+    /// denied, past the limit if need be (a fixed window's count runs past
+    /// the limit, a bucket takes them as debt, repaid at its rate), as the
+    /// Go service counts every descriptor of every call. A usage report is
+    /// never lost, whichever of its descriptors denied it, and a settle
+    /// (`hits_subtrahend`) gives back exactly what its reservation took. A
+    /// copied envoyproxy/ratelimit configuration counts as it did there.
     #[default]
+    Always,
+    /// `over`: when a call is denied, its hits are recorded on the
+    /// descriptors that are over their limit, past it, and the descriptors
+    /// that had room are left as they were: a client over its own limit
+    /// spends nothing of a shared one (a per-organisation limit beside a
+    /// per-user one). For rules that see checks before the request and
+    /// single-descriptor reports; a report denied by another descriptor of
+    /// its call is not counted here.
     Over,
     /// `admitted`: charged only when the call is admitted; a denied call
-    /// takes nothing anywhere (all or nothing). For rules that only see
-    /// checks before the request, where the hits come from the client (a
-    /// `max_tokens`): a request too large for the limit is denied and
-    /// spends nothing. A usage report denied here is lost.
+    /// takes nothing anywhere (all or nothing), as envoyproxy/ratelimit
+    /// with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`. For rules that
+    /// only see checks before the request, where the hits come from the
+    /// client (a `max_tokens`): a request too large for the limit is denied
+    /// and spends nothing. A usage report denied here is lost.
     Admitted,
-    /// `always`: every call's hits are recorded, admitted or denied, past
-    /// the limit if need be, as the Go service counts every descriptor:
-    /// for a rule that receives usage reports beside other descriptors (a
-    /// report denied by another descriptor of the call is still charged
-    /// here).
-    Always,
 }
 
 impl Charge {
     /// The names, as `charge` takes them.
-    pub const NAMES: [&'static str; 3] = ["over", "admitted", "always"];
+    pub const NAMES: [&'static str; 3] = ["always", "over", "admitted"];
 
-    /// The setting named `s` (`over`, `admitted`, `always`).
+    /// The setting named `s` (`always`, `over`, `admitted`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "over" => Some(Charge::Over),
