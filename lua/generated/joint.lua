@@ -4,7 +4,7 @@
 -- lua/joint.lua; one script for every joint decision.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA adc88bb539f22bd3affbf2eec000c888a0313e7d).
+-- (SCRIPT LOAD, then EVALSHA 1fd4a4cddeabc36783415d38937f77ddc342f30c).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -721,20 +721,468 @@ end
 end
 return ok, rem, reset, retry, delay
 end
+local A, C = {}, {}
+A[1] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of FixedWindow (penalize, reward, a settle's excess): units > 0
+-- charges the current window, past n if need be (a debt: the window denies
+-- until it ends; a debt is not carried past the window's end), starting a
+-- window if there is none; units < 0 gives back, never below 0 (a count of 0
+-- is no state). The key's TTL is kept, or set for a window it starts. A
+-- count stays at most n plus what the rate repays in 2^50 us (top).
+local top = n + math.floor(1125899906842624 / math.abs(interval))
+if not MANUAL then
+  local c = tonumber(redis.call('GET', key) or '0')
+  if units > 0 then
+    if c + units > top then units = top - c end
+    if units > 0 then
+      redis.call('INCRBY', key, fmt('%d', units))
+      if c == 0 then redis.call('PEXPIRE', key, fmt('%d', ceil(period / 1000))) end
+    end
+  elseif c > 0 then
+    if c + units <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('DECRBY', key, fmt('%d', -units))
+    end
+  end
+else
+  local st = redis.call('HMGET', key, 's', 'c')
+  local s, c = tonumber(st[1]), tonumber(st[2])
+  if not s or not c or now >= s + period then s, c = now, 0 end
+  if units > 0 then
+    if c + units > top then units = math.max(top - c, 0) end
+    redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', c + units))
+    redis.call('PEXPIRE', key, fmt('%d', ceil((s + period - now) / 1000) + GRACE))
+  elseif c > 0 then
+    if c + units <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HINCRBY', key, 'c', fmt('%d', units))
+    end
+  end
+end
+end
+end
+A[2] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of SlidingWindowLog: units > 0 logs that many times (at most
+-- n + 1: more would leave the window at the same time) at now, or at the
+-- newest logged time if later, past n if need be (a debt: denied, even a
+-- cost of 0, until they leave the window), keeping the n + 1 newest times
+-- (admission reads no older one, so repeated charges never grow a log past
+-- n + 1); units < 0 drops that many newest times (an empty log is no
+-- key; the TTL is kept). Either layout (lua/sliding_window_log.lua); a
+-- string that would pass 32 times becomes a list.
+local log = redis.pcall('GET', key)
+local to_list
+if type(log) == 'table' then
+  if units > 0 then
+    if units > n + 1 then units = n + 1 end
+    local t = now
+    local head = tonumber(redis.call('LINDEX', key, 0))
+    if head and head > t then t = head end
+    local s = fmt('%d', t)
+    local i = 0
+    while i < units do
+      local batch, j = {}, 0
+      while j < 256 and i < units do
+        j, i = j + 1, i + 1
+        batch[j] = s
+      end
+      redis.call('LPUSH', key, unpack(batch))
+    end
+    redis.call('LTRIM', key, '0', fmt('%d', n))
+    redis.call('PEXPIRE', key, fmt('%d', ceil((t + period - now) / 1000) + GRACE))
+  else
+    redis.call('LTRIM', key, fmt('%d', -units), '-1')
+  end
+elseif units > 0 then
+  if units > n + 1 then units = n + 1 end
+  local t, len = now, 0
+  if log then
+    len = #log / 7
+    local head = struct.unpack('<I7', log, #log - 6)
+    if head > t then t = head end
+  end
+  local ttl = fmt('%d', ceil((t + period - now) / 1000) + GRACE)
+  -- (the oldest times past the n + 1 newest are dropped)
+  local from = len + units - n - 1
+  if from < 0 then from = 0 end
+  if len + units <= 32 then
+    local s = (log or '') .. string.rep(struct.pack('<I7', t), units)
+    redis.call('SET', key, string.sub(s, from * 7 + 1), 'PX', ttl)
+  else
+    -- the log becomes a list (lua/log_to_list.lua, after this): its times,
+    -- then the charge's
+    to_list = { from = from, len = len, count = units, t = t, ttl = ttl }
+  end
+elseif log and units < 0 then
+  local keep = #log - 7 * -units
+  local pttl = redis.call('PTTL', key)
+  if keep <= 0 or pttl == 0 then
+    redis.call('DEL', key)
+  elseif pttl > 0 then
+    redis.call('SET', key, string.sub(log, 1, keep), 'PX', fmt('%d', pttl))
+  else
+    redis.call('SET', key, string.sub(log, 1, keep))
+  end
+end
+-- The end of the sliding log's decision and adjust
+-- (lua/sliding_window_log.lua, lua/adjust_sliding_window_log.lua): a string
+-- log that a write would take past 32 times becomes a list. `to_list` (nil:
+-- no change) says what goes in it, oldest first: the times of `log` from
+-- the `from`-th (0-based) of its `len`, then `count` times `t`; `ttl` is
+-- its TTL in ms, as text.
+if to_list then
+  local l = to_list
+  local items, j = {}, 0
+  for i = l.from, l.len - 1 do
+    j = j + 1
+    items[j] = fmt('%d', struct.unpack('<I7', log, i * 7 + 1))
+  end
+  local s = fmt('%d', l.t)
+  for _ = 1, l.count do
+    j = j + 1
+    items[j] = s
+  end
+  redis.call('DEL', key)
+  for i = 1, j, 256 do
+    local r = redis.pcall('LPUSH', key, unpack(items, i, math.min(i + 255, j)))
+    if type(r) == 'table' then
+      -- refused (maxmemory): the string is put back, the call fails
+      if log then redis.pcall('SET', key, log, 'PX', l.ttl) else redis.pcall('DEL', key) end
+      error(r)
+    end
+  end
+  redis.call('PEXPIRE', key, l.ttl)
+end
+end
+end
+A[3] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of SlidingWindowCounter: units > 0 adds to the current aligned
+-- window's count, past n if need be (a debt: the estimate denies until it
+-- weighs little enough, in the next window; no debt is carried further);
+-- units < 0 takes off at most the current count. Read as the strategy's block
+-- reads it; written with the TTL the new state needs.
+local w = math.floor(now / period)
+local packed = not MANUAL and n < 2097152 and period >= 1000
+local v = redis.call('GET', key)
+local x = tonumber(v)
+local sw, c, p
+if x then
+  if packed then
+    local d = (w - x % 1024) % 1024
+    if d <= 8 then sw = w - d elseif d >= 1016 then sw = w + 1024 - d end
+    x = math.floor(x / 1024)
+    c = math.floor(x / 2097152)
+    p = x - c * 2097152
+  end
+elseif v then
+  local a, b, e = string.match(v, '^(%d+) (%d+) (%d+)$')
+  sw, c, p = tonumber(a), tonumber(b), tonumber(e)
+end
+if not sw or not c or not p then
+  c, p = 0, 0
+elseif sw == w - 1 then
+  c, p = 0, c
+elseif sw > w then
+  w = sw
+elseif sw ~= w then
+  c, p = 0, 0
+end
+local c2 = c + units
+if c2 < 0 then c2 = 0 end
+-- (at most n plus what the rate repays in 2^50 us: lua/give_back.lua)
+local top = n + math.floor(1125899906842624 / math.abs(interval))
+if c2 > top then c2 = math.max(c, top) end
+local reset = 0
+if c2 > 0 then reset = (w + 2) * period - now elseif p > 0 then reset = (w + 1) * period - now end
+if reset <= 0 then
+  redis.call('DEL', key)
+else
+  local ttl = fmt('%d', ceil(reset / 1000) + GRACE)
+  if packed and p < 2097152 and c2 < 2097152 then
+    redis.call('SET', key, fmt('%d', (c2 * 2097152 + p) * 1024 + w % 1024), 'PX', ttl)
+  else
+    redis.call('SET', key, fmt('%d %d %d', w, c2, p), 'PX', ttl)
+  end
+end
+end
+end
+A[4] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat, iv, moved = tonumber(v), interval, false
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
+end
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
+if t <= now then
+  redis.call('DEL', key)
+else
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+C[5] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat, iv, moved = tonumber(v), interval, false
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
+end
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
+if t <= now then
+  redis.call('DEL', key)
+else
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+A[6] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
+end
+local v = redis.call('GET', key)
+local tat, iv, moved = tonumber(v), interval, false
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
+  end
+end
+-- Adjust of Gcra and TokenBucket, and the charge of LeakyBucket (run for
+-- units > 0 only: pushing the end of its queue moves no slot already
+-- promised, giving back would let a later request jump ahead of them).
+-- units > 0 pushes the TAT by units * interval, past the burst if need be (a
+-- debt: denied until the TAT is back within the burst, repaid at the quota's
+-- rate, up to 2^50 us past now); units < 0 takes it back, never below now
+-- (never more than the burst left). It follows tat_value.lua, which reads
+-- the value (rescaled if its interval changed).
+if not tat or tat < now then tat = now end
+local t = tat + units * interval
+-- a debt reaches at most 2^50 us past now (lua/give_back.lua)
+if t > now + 1125899906842624 then t = now + 1125899906842624 end
+if t <= now then
+  redis.call('DEL', key)
+else
+  local val
+  if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
+  redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
+end
+end
+end
+A[8] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of an aligned FixedWindow (Quota::aligned), as adjust_fixed_window.lua
+-- does under a manual clock, on every clock: units > 0 charges the current
+-- aligned window, past n if need be (a debt, not carried past the window's
+-- end), starting it if there is none; units < 0 gives back, never below 0
+-- (a count of 0 is no state). A count stays at most n plus what the rate
+-- repays in 2^50 us (top).
+local top = n + math.floor(1125899906842624 / math.abs(interval))
+local s = math.floor(now / period) * period
+local st = redis.call('HMGET', key, 's', 'c')
+local ws, c = tonumber(st[1]), tonumber(st[2])
+if not ws or not c or ws < s then c = 0 else s = ws end
+if units > 0 then
+  if c + units > top then units = math.max(top - c, 0) end
+  redis.call('HSET', key, 's', fmt('%d', s), 'c', fmt('%d', c + units))
+  redis.call('PEXPIRE', key, fmt('%d', ceil((s + period - now) / 1000) + GRACE))
+elseif c > 0 then
+  if c + units <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', units))
+  end
+end
+end
+end
+A[9] = function(key, n, period, burst, interval, units)
+local now = NOW
+do
+-- Adjust of a calendar FixedWindow (Quota::calendar), as
+-- adjust_fixed_window_aligned.lua does in the window fixed_window_calendar.lua
+-- picks (period and burst: the bounds the client sent, as there): units > 0
+-- charges it, past n if need be (a debt, not carried past the window's end),
+-- starting it if there is none; units < 0 gives back, never below 0 (a count
+-- of 0 is no state). A count stays at most n plus what the rate repays in
+-- 2^50 us (top).
+local top = n + math.floor(1125899906842624 / math.abs(interval))
+local l1 = math.floor(burst / 33554432)
+local e = period
+if now < period - l1 * 1000000 then
+  e = period - l1 * 1000000
+elseif now >= period then
+  e = period + (burst - l1 * 33554432) * 1000000
+end
+local st = redis.call('HMGET', key, 'e', 'c')
+local we, c = tonumber(st[1]), tonumber(st[2])
+if not we or not c or we < e then c = 0 else e = we end
+local left = e - now
+if left < 1 then left = 1 end
+if units > 0 then
+  if c + units > top then units = math.max(top - c, 0) end
+  redis.call('HSET', key, 'e', fmt('%d', e), 'c', fmt('%d', c + units))
+  redis.call('PEXPIRE', key, fmt('%d', ceil(left / 1000) + GRACE))
+elseif c > 0 then
+  if c + units <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HINCRBY', key, 'c', fmt('%d', units))
+  end
+end
+end
+end
 -- Several limiters decided together, all or nothing (src/limiter/joint.rs):
 -- each part is one limiter's quotas on one user key, with its own cost and
 -- clock. Follows the prelude (READS_TIME true) and every strategy's function
--- S[<id>] (as multi.lua's; no lease-holding strategy).
+-- S[<id>] (as multi.lua's; no lease-holding strategy) and adjust function
+-- A[<id>] or C[<id>] (as lua/give_back.lua's).
 -- KEYS: every part's quota keys, part after part.
 -- ARGV: [1] 'T' when a part is on Redis's clock (TIME is then read once, for
--- every such part), else a part's time; [2] '1' to consume, '0' to check
--- only (nothing is consumed); [3] the number of parts; then per part: its
--- clock ('T' or its time in microseconds), its cost, its number of quotas,
--- then per quota: strategy id, count, period, burst, interval (as multi.lua),
--- capacity, and 1 if it is a shadow quota, else 0.
+-- every such part), else a part's time; [2] '1' to consume (a denial
+-- records), '0' to check only (nothing is consumed or recorded), 'R' for a
+-- decision already denied (nothing is consumed; the denial records);
+-- [3] the number of parts; then per part: its clock ('T' or its time in
+-- microseconds), its cost, its number of quotas, what its denial records
+-- (0 nothing, 1 on its quotas that deny, 2 on all its enforced quotas:
+-- RateLimiterBuilder::on_denial), then per quota: strategy id, count,
+-- period, burst, interval (as multi.lua), capacity, and 1 if it is a shadow
+-- quota, else 0.
 -- Reply: one string of integers: 1 if every part was admitted and consumed,
--- then per part: its verdict (1: every enforced quota allows), its NOW, then
--- per quota: ok, remaining, reset_after, retry_after, delay.
+-- then per part: its verdict (1: every enforced quota allows) plus 2 if its
+-- denial recorded, its NOW, then per quota: ok, remaining, reset_after,
+-- retry_after, delay.
 --
 -- Every quota of every part is checked before any is consumed (as in
 -- multi.lua). A key that several parts count in is checked with the units
@@ -745,9 +1193,13 @@ end
 -- other (every strategy's admission adds up), every key written with its
 -- strategy's own state and TTL. Denied (or checked only), nothing is
 -- consumed: quotas that would allow report their current state (cost 0),
--- as in multi.lua.
+-- as in multi.lua. Denied (not checked only), a part that records has its
+-- cost recorded, part after part, as lua/record.lua records one limiter's
+-- (a quota that denies: as checked, with the parts before it on its key),
+-- and a quota recorded on reports its state after (as a check of the
+-- part's cost, capped just past the capacity, would).
 local STORE_NOW = NOW
-local APPLY = ARGV[2] == '1'
+local APPLY, RECORDS = ARGV[2] == '1', ARGV[2] ~= '0'
 local np = tonumber(ARGV[3])
 
 -- a part's clock: the prelude's MANUAL, NOW and GRACE, which the strategy
@@ -771,8 +1223,9 @@ local parts = {}
 local a, k = 4, 0
 for p = 1, np do
   local nq = tonumber(ARGV[a + 2])
-  parts[p] = { c = ARGV[a], cost = tonumber(ARGV[a + 1]), nq = nq, o = a + 3, k = k }
-  a, k = a + 3 + 7 * nq, k + nq
+  parts[p] = { c = ARGV[a], cost = tonumber(ARGV[a + 1]), nq = nq, rec = tonumber(ARGV[a + 3]),
+    o = a + 4, k = k }
+  a, k = a + 4 + 7 * nq, k + nq
 end
 
 local res, verdict, taken = {}, {}, {}
@@ -803,16 +1256,41 @@ for p = 1, np do
 end
 if not APPLY then all = 0 end
 
+local recorded = {}
 for p = 1, np do
   local part = parts[p]
   clock(part.c)
+  recorded[p] = 0
+  local rec = RECORDS and all == 0 and part.cost > 0 and part.rec
   for i = 1, part.nq do
     local o = part.o + (i - 1) * 7
     if all == 1 then
       -- (a quota that would deny, a shadow one, writes nothing)
       res[p][i] = { run(part.k + i, o, part.cost, true) }
-    elseif res[p][i][1] == 1 then
-      res[p][i] = { run(part.k + i, o, 0, false) }
+    else
+      if rec and rec > 0 and ARGV[o + 6] ~= '1' and (rec == 2 or res[p][i][1] == 0) then
+        local id, iv = tonumber(ARGV[o]), tonumber(ARGV[o + 4])
+        local u = math.floor(1125899906842624 / math.abs(iv))
+        if u > part.cost then u = part.cost end
+        local n, period, burst = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+        local done = false
+        if A[id] then
+          A[id](KEYS[part.k + i], n, period, burst, iv, u)
+          done = true
+        elseif C[id] then
+          C[id](KEYS[part.k + i], n, period, burst, iv, u)
+          done = true
+        end
+        if done then
+          recorded[p] = 2
+          local c, cap = part.cost, tonumber(ARGV[o + 5])
+          if c > cap then c = cap + 1 end
+          res[p][i] = { run(part.k + i, o, c, false) }
+        end
+      end
+      if res[p][i][1] == 1 then
+        res[p][i] = { run(part.k + i, o, 0, false) }
+      end
     end
   end
 end
@@ -821,7 +1299,7 @@ local out = { tostring(all) }
 for p = 1, np do
   local part = parts[p]
   clock(part.c)
-  out[#out + 1] = fmt('%d %d', verdict[p], NOW)
+  out[#out + 1] = fmt('%d %d', verdict[p] + recorded[p], NOW)
   for i = 1, part.nq do
     local r = res[p][i]
     out[#out + 1] = fmt('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])

@@ -18,6 +18,7 @@ use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
+use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Call, Outcome, QuotaOutcome};
 use crate::strategy::Kind;
@@ -42,6 +43,9 @@ pub(crate) struct Prepared {
     /// The quotas, if one is a calendar's: the arguments are then each
     /// call's (never batched: a lane's are shared).
     calendar: Option<Box<[QuotaSpec]>>,
+    /// The script takes the arguments of several quotas whatever their
+    /// number (a recording limiter's: [`LimiterScript::for_recording`]).
+    multi_form: bool,
 }
 
 /// The batching lanes of a limiter's decisions: its script's and its fast
@@ -68,8 +72,16 @@ impl Prepared {
     /// The script and arguments for a limiter with `quotas`, in order.
     /// `block`: see [`LimiterScript::for_quotas`]. `batching`: the
     /// connections of a store that batches decisions, `None` if it does not.
-    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>, batching: Option<usize>) -> Self {
-        let quota_args = quota_args(quotas);
+    /// `on_denial`: what a denial records; a limiter that records runs
+    /// [`LimiterScript::for_recording`] (no fast path, and batched wrapped).
+    pub(crate) fn new(
+        quotas: &[QuotaSpec],
+        block: Option<u64>,
+        batching: Option<usize>,
+        on_denial: OnDenial,
+    ) -> Self {
+        let multi_form = on_denial.records();
+        let quota_args = quota_args_in(quotas, 0, multi_form);
         let calendar = quotas
             .iter()
             .any(|q| q.calendar.is_some())
@@ -77,11 +89,17 @@ impl Prepared {
         let batching = batching.filter(|_| calendar.is_none());
         let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
+        // (a recording limiter has no fast path: its denials run the
+        // quota's adjust, which the fast path's script does not hold)
         let fast_window = match quotas {
-            [q] if block.is_none() => FastWindow::new(q),
+            [q] if block.is_none() && !multi_form => FastWindow::new(q),
             _ => None,
         };
-        let decide = LimiterScript::for_quotas(&strategies, &shadow, block);
+        let decide = if multi_form {
+            LimiterScript::for_recording(&strategies, &shadow, block, on_denial.script_flag())
+        } else {
+            LimiterScript::for_quotas(&strategies, &shadow, block)
+        };
         // every call's keys: one per quota, then the block key
         let keys = quotas.len() + usize::from(block.is_some());
         // and the entries each logs per unit of its cost
@@ -90,7 +108,9 @@ impl Prepared {
             // one quota without blocking: its block in a loop
             // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
             let (layout, batch) = match quotas {
-                [q] if block.is_none() => (Layout::One, LimiterScript::batch_one(q.kind)),
+                [q] if block.is_none() && !multi_form => {
+                    (Layout::One, LimiterScript::batch_one(q.kind))
+                }
                 _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
             };
             let fast = fast_window.as_ref().and_then(|f| {
@@ -120,6 +140,7 @@ impl Prepared {
             fast_window,
             lanes,
             calendar,
+            multi_form,
         }
     }
 }
@@ -142,6 +163,20 @@ pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
 /// one quota of a calendar sends three doubles, its count and its bounds
 /// (`lua/fixed_window_calendar.lua`).
 pub(crate) fn quota_args_at(quotas: &[QuotaSpec], now: i64) -> Box<[Vec<u8>]> {
+    quota_args_in(quotas, now, false)
+}
+
+/// [`quota_args_at`], or, `multi_form`, the arguments of several quotas
+/// whatever their number (five numbers per quota, as text: a recording
+/// limiter's script, [`LimiterScript::for_recording`]).
+fn quota_args_in(quotas: &[QuotaSpec], now: i64, multi_form: bool) -> Box<[Vec<u8>]> {
+    if multi_form {
+        return quotas
+            .iter()
+            .flat_map(|q| script_numbers_at(q, now))
+            .map(|v| v.to_string().into_bytes())
+            .collect();
+    }
     match quotas {
         [q] if q.calendar.is_some() => {
             let p = q.params_at(now);
@@ -311,6 +346,7 @@ impl FastWindow {
         let reset = Duration::from_millis(reset);
         Ok(Outcome {
             allowed,
+            recorded: false,
             quotas: vec![QuotaOutcome {
                 allowed,
                 remaining: remaining.clamp(0, i128::from(u64::MAX)) as u64,
@@ -417,7 +453,7 @@ fn one_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
     let args = match &prepared.calendar {
         None => &prepared.quota_args,
         Some(quotas) => {
-            at = quota_args_at(quotas, bounds_time(call.now_us));
+            at = quota_args_in(quotas, bounds_time(call.now_us), prepared.multi_form);
             &at
         }
     };
@@ -726,7 +762,9 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
             .and_then(|s| s.parse::<i64>().ok())
     });
     let mut next = || numbers.next().flatten().ok_or_else(bad);
-    let allowed = next()? == 1;
+    // (1: allowed; 2: denied, and the denial recorded: lua/record.lua)
+    let first = next()?;
+    let (allowed, recorded) = (first == 1, first == 2);
     let mut out = Vec::with_capacity(quotas);
     for _ in 0..quotas {
         out.push(quota_outcome(&mut next)?);
@@ -736,6 +774,7 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
     }
     Ok(Outcome {
         allowed,
+        recorded,
         quotas: out,
     })
 }

@@ -52,6 +52,9 @@ enum Shape {
         shadow: Box<[bool]>,
         take: bool,
         block: Option<u64>,
+        /// [`OnDenial::script_flag`](crate::limiter::OnDenial): 0, or a
+        /// recording limiter's script (`lua/record.lua`).
+        record: u8,
     },
     GiveBack(Box<[Kind]>),
     /// A strategy, a limit and a window in ms.
@@ -180,6 +183,12 @@ if all == 0 and cost > 0 and BLOCK_US > 0 then\n\
   end\n\
 end\n";
 const MULTI_OUT: &str = "local out = { tostring(all) }";
+/// The branch of `multi.lua` a denial takes, which a recording limiter's
+/// script replaces with `lua/record.lua`, and its reply's first number:
+/// `all`, plus 2 when the denial recorded.
+const MULTI_DENIED: &str = "elseif all == 0 then\n  -- nothing is consumed: quotas that would allow report their current state\n  for i = 1, nq do\n    if res[i][1] == 1 then\n      res[i] = { run(i, 0, false) }\n    end\n  end\nend\n";
+const RECORD: &str = include_str!("../../../lua/record.lua");
+const RECORD_OUT: &str = "local out = { tostring(all + RECORDED) }";
 /// Shadow quotas (`Quota::shadow`), in the scripts of limiters of several
 /// quotas with one at least (others are byte-identical without it): the
 /// flags are part of the script, `local SHADOW = { false, true }` (no
@@ -236,6 +245,31 @@ fn push_function(source: &mut String, s: Kind) {
     source.push_str("end\nreturn ok, rem, reset, retry, delay\nend\n");
 }
 
+/// Each of `strategies`' adjust block as a function, `A[<id>]` for a
+/// strategy that adjusts either way, `C[<id>]` for one that takes a charge
+/// only (the give-back script, `lua/give_back.lua`; what a denial records,
+/// `lua/record.lua`, `lua/joint.lua`).
+fn push_adjust_functions(source: &mut String, strategies: &[Kind]) {
+    source.push_str("local A, C = {}, {}\n");
+    for s in Kind::ALL {
+        let (table, lua) = match s.spec().adjust {
+            Adjust::Units { lua, .. } => ('A', lua),
+            Adjust::Charge { lua, .. } => ('C', lua),
+            Adjust::Never(_) => continue,
+        };
+        if !strategies.contains(&s) {
+            continue;
+        }
+        source.push_str(&format!(
+            "{table}[{}] = function(key, n, period, burst, interval, units)\n\
+             local now = NOW\ndo\n",
+            s.id()
+        ));
+        source.push_str(lua);
+        source.push_str("end\nend\n");
+    }
+}
+
 /// The line a fast-path script starts with: the quota's numbers, written in.
 fn fast_numbers(limit: u64, window_ms: u64) -> String {
     format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n")
@@ -249,25 +283,49 @@ impl LimiterScript {
     /// the call's last key (`lua/block.lua`).
     /// `shadow`: each quota's `Quota::shadow` flag (empty: none shadow).
     pub(crate) fn for_quotas(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
-        Self::quotas(strategies, shadow, false, block)
+        Self::quotas(strategies, shadow, false, block, 0)
+    }
+
+    /// The script of a limiter whose denials record their cost
+    /// (`record`: [`OnDenial::script_flag`](crate::limiter::OnDenial), 1 or
+    /// 2): the form of several quotas whatever their number (`multi.lua`,
+    /// its arguments five numbers per quota), with each used strategy's
+    /// adjust block as a function `A[<id>]` (or `C[<id>]`) and
+    /// `lua/record.lua` in the denial's branch.
+    pub(crate) fn for_recording(
+        strategies: &[Kind],
+        shadow: &[bool],
+        block: Option<u64>,
+        record: u8,
+    ) -> Self {
+        Self::quotas(strategies, shadow, false, block, record)
     }
 
     /// [`for_quotas`](Self::for_quotas) or, `take`, [`for_take`](Self::for_take), shared.
-    fn quotas(strategies: &[Kind], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
+    fn quotas(
+        strategies: &[Kind],
+        shadow: &[bool],
+        take: bool,
+        block: Option<u64>,
+        record: u8,
+    ) -> Self {
         let shape = Shape::Quotas {
             strategies: strategies.into(),
             shadow: shadow.into(),
             take,
             block,
+            record,
         };
-        shared(shape, || Self::assemble(strategies, shadow, take, block))
+        shared(shape, || {
+            Self::assemble(strategies, shadow, take, block, record)
+        })
     }
 
     /// The take script of a limiter with local budgets
     /// (`src/limiter/local_budget.rs`): its decision script, which always reads the time
     /// and ends its reply with the decision's `NOW` (a take has no fast path).
     pub(crate) fn for_take(strategies: &[Kind], shadow: &[bool], block: Option<u64>) -> Self {
-        Self::quotas(strategies, shadow, true, block)
+        Self::quotas(strategies, shadow, true, block, 0)
     }
 
     /// The script of a joint decision over several limiters
@@ -279,11 +337,15 @@ impl LimiterScript {
         flag(&mut source, "READS_TIME", true);
         source.push_str(PRELUDE);
         source.push_str("local S = {}\n");
-        for s in Kind::ALL {
-            if !s.spec().holds_leases {
-                push_function(&mut source, s);
-            }
+        let joined: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|s| !s.spec().holds_leases)
+            .collect();
+        for &s in &joined {
+            push_function(&mut source, s);
         }
+        // (what a denial records: lua/record.lua)
+        push_adjust_functions(&mut source, &joined);
         source.push_str(JOINT);
         LimiterScript::new(source)
     }
@@ -317,25 +379,7 @@ impl LimiterScript {
             source.push_str(lua);
             source.push_str("end\nend\n");
         }
-        // (A: adjusts either way; C: takes a charge only)
-        source.push_str("local A, C = {}, {}\n");
-        for s in Kind::ALL {
-            let (table, lua) = match s.spec().adjust {
-                Adjust::Units { lua, .. } => ('A', lua),
-                Adjust::Charge { lua, .. } => ('C', lua),
-                Adjust::Never(_) => continue,
-            };
-            if !strategies.contains(&s) {
-                continue;
-            }
-            source.push_str(&format!(
-                "{table}[{}] = function(key, n, period, burst, interval, units)\n\
-                 local now = NOW\ndo\n",
-                s.id()
-            ));
-            source.push_str(lua);
-            source.push_str("end\nend\n");
-        }
+        push_adjust_functions(&mut source, strategies);
         source.push_str(GIVE_BACK);
         LimiterScript::new(source)
     }
@@ -431,7 +475,13 @@ impl LimiterScript {
         }))
     }
 
-    fn assemble(strategies: &[Kind], shadow: &[bool], take: bool, block: Option<u64>) -> Self {
+    fn assemble(
+        strategies: &[Kind],
+        shadow: &[bool],
+        take: bool,
+        block: Option<u64>,
+        record: u8,
+    ) -> Self {
         let mut source = String::new();
         // Scripts whose strategies never read `now` on Redis's clock skip TIME
         // (see prelude.lua); the penalty box reads it.
@@ -440,7 +490,11 @@ impl LimiterScript {
             "READS_TIME",
             take || block.is_some() || strategies.iter().any(|s| s.spec().lua.reads_time),
         );
-        if let [only] = strategies {
+        let single = match strategies {
+            [only] if record == 0 => Some(*only),
+            _ => None,
+        };
+        if let Some(only) = single {
             // what single.lua parses (see there)
             flag(&mut source, "READS_BURST", only.spec().lua.reads_burst);
         }
@@ -452,7 +506,7 @@ impl LimiterScript {
             source.push_str(&format!("local BLOCK_US, TAKE = {us}, {take}\n"));
             source.push_str(BLOCK);
         }
-        if let [only] = strategies {
+        if let Some(only) = single {
             let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
             source.push_str(head);
             push_block(&mut source, only.spec().lua.body);
@@ -467,12 +521,25 @@ impl LimiterScript {
                     push_function(&mut source, s);
                 }
             }
+            if record > 0 {
+                push_adjust_functions(&mut source, strategies);
+                let flags: Vec<&str> = (0..strategies.len())
+                    .map(|i| if shadow.get(i) == Some(&true) { "true" } else { "false" })
+                    .collect();
+                source.push_str(&format!(
+                    "-- a denial records (lua/record.lua)\nlocal RECORD, RECORDED = {record}, 0\n\
+                     local SHADOW = {{ {} }}\n",
+                    flags.join(", ")
+                ));
+            }
             let multi = if shadow.contains(&true) {
                 let flags: Vec<&str> = shadow
                     .iter()
                     .map(|&s| if s { "true" } else { "false" })
                     .collect();
-                source.push_str(&format!("local SHADOW = {{ {} }}\n", flags.join(", ")));
+                if record == 0 {
+                    source.push_str(&format!("local SHADOW = {{ {} }}\n", flags.join(", ")));
+                }
                 MULTI
                     .replace(MULTI_DENIES, SHADOW_DENIES)
                     .replace(MULTI_APPLIES, SHADOW_APPLIES)
@@ -485,6 +552,13 @@ impl LimiterScript {
                     .replace("#KEYS", "(#KEYS - 1)")
                     .replace(MULTI_OUT, &format!("{BLOCK_MULTI}{MULTI_OUT}")),
                 None => multi,
+            };
+            let multi = if record > 0 {
+                multi
+                    .replace(MULTI_DENIED, RECORD)
+                    .replace(MULTI_OUT, RECORD_OUT)
+            } else {
+                multi
             };
             match multi.rsplit_once(MULTI_RETURN) {
                 Some((head, tail)) if take => {
@@ -566,6 +640,37 @@ mod tests {
                 + one.source.matches("local function ").count();
             let helpers = if s.spec().lua.zset_helpers { 2 } else { 0 };
             assert_eq!(functions, 1 + helpers, "{s}");
+        }
+    }
+
+    /// A recording limiter's script (one quota or several) is the form of
+    /// several quotas with `lua/record.lua` in the denial's branch and the
+    /// adjust blocks of its strategies; other scripts are unchanged.
+    #[test]
+    fn recording_scripts_replace_the_denials_branch_of_multi() {
+        assert_eq!(MULTI.matches(MULTI_DENIED).count(), 1);
+        assert_eq!(MULTI.matches(MULTI_OUT).count(), 1);
+        for strategies in [
+            vec![Strategy::Gcra.into()],
+            vec![Strategy::FixedWindow.into(), Strategy::SlidingWindowLog.into()],
+        ] {
+            for shadow in [vec![], vec![true; strategies.len()]] {
+                for block in [None, Some(1_000)] {
+                    let plain = LimiterScript::for_quotas(&strategies, &shadow, block);
+                    let record = LimiterScript::for_recording(&strategies, &shadow, block, 1);
+                    assert!(!plain.source.contains("RECORD"));
+                    assert!(record.source.contains(RECORD) && record.source.contains(RECORD_OUT));
+                    assert!(!record.source.contains(MULTI_DENIED) && !record.source.contains(SPLICE));
+                    assert!(record.source.contains("local RECORD, RECORDED = 1, 0\n"));
+                    assert!(record.source.contains("local SHADOW = {"));
+                    for s in &strategies {
+                        assert!(record.source.contains(&format!("A[{}] = function(", s.id())));
+                    }
+                    let two = LimiterScript::for_recording(&strategies, &shadow, block, 2);
+                    assert!(two.source.contains("local RECORD, RECORDED = 2, 0\n"));
+                    assert_ne!(two.sha, record.sha);
+                }
+            }
         }
     }
 
@@ -700,6 +805,24 @@ mod tests {
             Kind::ALL.to_vec(),
         ));
         out.push((
+            "record-gcra".to_owned(),
+            "one gcra quota whose denials record (on_denial(OnDenial::Record)):\n\
+             -- the form of several quotas, its adjust block, lua/record.lua"
+                .to_owned(),
+            vec![Strategy::Gcra.into()],
+        ));
+        out.push((
+            "record-multi".to_owned(),
+            "a fixed-window, a sliding-window-log and a leaky-bucket quota whose\n\
+             -- denials record on the quotas over (on_denial(OnDenial::RecordIfOver))"
+                .to_owned(),
+            vec![
+                Strategy::FixedWindow.into(),
+                Strategy::SlidingWindowLog.into(),
+                Strategy::LeakyBucket.into(),
+            ],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow.into(); 2],
@@ -741,6 +864,10 @@ mod tests {
                 LimiterScript::batch_one(strategies[0])
             } else if stem.ends_with("-fast") {
                 LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap()
+            } else if stem == "record-gcra" {
+                LimiterScript::for_recording(&strategies, &[], None, 2)
+            } else if stem.starts_with("record-") {
+                LimiterScript::for_recording(&strategies, &[], None, 1)
             } else if stem.starts_with("take-") {
                 LimiterScript::for_take(&strategies, &[], None)
             } else if stem.starts_with("give-back-") {
