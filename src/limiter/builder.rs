@@ -13,10 +13,10 @@ use crate::error::ConfigError;
 use crate::quota::{Quota, QuotaSpec};
 use crate::store::{Backend, Store};
 
+use super::OnDenial;
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::engine::Engine;
 use super::keys::KeyScheme;
-use super::OnDenial;
 use super::local_budget::LocalBudgets;
 use super::rate_limiter::{Inner, RateLimiter, RuntimeLimits};
 

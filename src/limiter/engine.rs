@@ -68,7 +68,8 @@ impl Engine {
         budgets: bool,
         on_denial: OnDenial,
     ) -> Engine {
-        let direct = direct(&store, &quotas, budgets, block, &clock).filter(|_| !on_denial.records());
+        let direct =
+            direct(&store, &quotas, budgets, block, &clock).filter(|_| !on_denial.records());
         let max_capacity = quotas.iter().map(QuotaSpec::capacity).max().unwrap_or(0);
         Engine {
             on_denial,

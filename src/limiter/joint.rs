@@ -498,11 +498,15 @@ fn check_logged(
     parts: &[JointPart<'_>],
     logs: impl Fn(usize, &crate::quota::QuotaSpec) -> u64,
 ) -> Result<(), StoreError> {
-    let logged = engines.iter().zip(parts).enumerate().fold(0u64, |sum, (i, (e, _))| {
-        e.quotas()
-            .iter()
-            .fold(sum, |sum, q| sum.saturating_add(logs(i, q)))
-    });
+    let logged = engines
+        .iter()
+        .zip(parts)
+        .enumerate()
+        .fold(0u64, |sum, (i, (e, _))| {
+            e.quotas()
+                .iter()
+                .fold(sum, |sum, q| sum.saturating_add(logs(i, q)))
+        });
     if logged > AllOrNothing::MAX_LOGGED {
         return Err(StoreError::TooLarge(format!(
             "the parts of a joint decision would log {logged} units (each part's cost times its \

@@ -559,15 +559,7 @@ impl MemoryStore {
                     let units = (part.cost as i64).min(state::MAX_DEBT_US);
                     eval::adjust(slot, q.spec().adjust.twin(units), &params, nows[p], units);
                 }
-                eval::run(
-                    slot,
-                    q.spec().algorithm,
-                    &params,
-                    nows[p],
-                    cost,
-                    "",
-                    apply,
-                )
+                eval::run(slot, q.spec().algorithm, &params, nows[p], cost, "", apply)
             })
         };
         // what the parts before take of each key (its scope and user key)

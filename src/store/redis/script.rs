@@ -524,7 +524,13 @@ impl LimiterScript {
             if record > 0 {
                 push_adjust_functions(&mut source, strategies);
                 let flags: Vec<&str> = (0..strategies.len())
-                    .map(|i| if shadow.get(i) == Some(&true) { "true" } else { "false" })
+                    .map(|i| {
+                        if shadow.get(i) == Some(&true) {
+                            "true"
+                        } else {
+                            "false"
+                        }
+                    })
                     .collect();
                 source.push_str(&format!(
                     "-- a denial records (lua/record.lua)\nlocal RECORD, RECORDED = {record}, 0\n\
@@ -652,7 +658,10 @@ mod tests {
         assert_eq!(MULTI.matches(MULTI_OUT).count(), 1);
         for strategies in [
             vec![Strategy::Gcra.into()],
-            vec![Strategy::FixedWindow.into(), Strategy::SlidingWindowLog.into()],
+            vec![
+                Strategy::FixedWindow.into(),
+                Strategy::SlidingWindowLog.into(),
+            ],
         ] {
             for shadow in [vec![], vec![true; strategies.len()]] {
                 for block in [None, Some(1_000)] {
@@ -660,11 +669,17 @@ mod tests {
                     let record = LimiterScript::for_recording(&strategies, &shadow, block, 1);
                     assert!(!plain.source.contains("RECORD"));
                     assert!(record.source.contains(RECORD) && record.source.contains(RECORD_OUT));
-                    assert!(!record.source.contains(MULTI_DENIED) && !record.source.contains(SPLICE));
+                    assert!(
+                        !record.source.contains(MULTI_DENIED) && !record.source.contains(SPLICE)
+                    );
                     assert!(record.source.contains("local RECORD, RECORDED = 1, 0\n"));
                     assert!(record.source.contains("local SHADOW = {"));
                     for s in &strategies {
-                        assert!(record.source.contains(&format!("A[{}] = function(", s.id())));
+                        assert!(
+                            record
+                                .source
+                                .contains(&format!("A[{}] = function(", s.id()))
+                        );
                     }
                     let two = LimiterScript::for_recording(&strategies, &shadow, block, 2);
                     assert!(two.source.contains("local RECORD, RECORDED = 2, 0\n"));
