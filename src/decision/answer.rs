@@ -51,7 +51,7 @@ impl Decision {
 
     /// Whether this denied request's cost was recorded anyway, past the
     /// limit, in the same atomic store call (a limiter built with
-    /// [`on_denial`](crate::RateLimiterBuilder::on_denial) other than
+    /// [`on_denial`](crate::limiter::RateLimiterBuilder::on_denial) other than
     /// [`OnDenial::Nothing`](crate::limiter::OnDenial::Nothing), and at
     /// least one quota recorded on). The decision then shows the state
     /// after the recording: [`remaining`](Self::remaining) and

@@ -133,7 +133,7 @@ async fn differential(store: &Store, quotas: &[Quota], mode: OnDenial, seed: u64
         .map(|q| {
             store.limiter(
                 &format!("ref-{tag}"),
-                &[q.clone()],
+                std::slice::from_ref(q),
                 &clock,
                 OnDenial::Nothing,
             )
@@ -227,7 +227,7 @@ async fn a_recorded_denial_leaves_what_check_n_then_penalize_leaves_on_one_quota
         for (i, s) in recording_strategies().into_iter().enumerate() {
             let q = quota(s, 4, Duration::from_secs(10), "a");
             for mode in [OnDenial::Record, OnDenial::RecordIfOver] {
-                differential(store, &[q.clone()], mode, 11 + i as u64, 80).await;
+                differential(store, std::slice::from_ref(&q), mode, 11 + i as u64, 80).await;
             }
         }
     }
@@ -263,7 +263,7 @@ async fn a_recorded_denial_on_a_calendar_window_is_its_penalize() {
             .calendar(Calendar::month("UTC"))
             .name("a");
         for mode in [OnDenial::Record, OnDenial::RecordIfOver] {
-            differential(store, &[q.clone()], mode, 7, 60).await;
+            differential(store, std::slice::from_ref(&q), mode, 7, 60).await;
             let quotas = [
                 q.clone(),
                 quota(Some(Strategy::Gcra), 3, Duration::from_secs(5), "b"),
