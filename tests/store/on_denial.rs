@@ -767,3 +767,112 @@ fn recording_with_local_budgets_is_rejected_at_build() {
         .build()
         .unwrap();
 }
+
+/// `number_of_cached_scripts` of `INFO memory`.
+async fn cached_scripts(server: &RedisServer) -> u64 {
+    let mut conn = server.conn().await;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    common::info_field(&info, "number_of_cached_scripts")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// A storage key's count (GET), 0 for none.
+async fn count_of(server: &RedisServer, pattern: &str) -> u64 {
+    let mut conn = server.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match keys.as_slice() {
+        [] => 0,
+        [key] => redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap(),
+        more => panic!("{more:?}"),
+    }
+}
+
+/// On Redis's clock a lone fixed window's costs that can fit take the fast
+/// path (its own script), which for a recording limiter keeps a denial's
+/// units counted (`lua/fixed_window_fast_record.lua`) up to the cap
+/// `penalize` holds a count to; larger costs take the general script. Each
+/// count is what check_n then penalize leaves.
+#[tokio::test]
+async fn the_fixed_window_fast_path_records_as_penalize_does() {
+    let server = RedisServer::start();
+    let build = |prefix: &str, rate: Rate, mode| {
+        RateLimiter::builder()
+            .store(
+                RedisStore::new(server.pool(2))
+                    .timeout(common::GENEROUS)
+                    .batching(false),
+            )
+            .prefix(prefix)
+            .quota(Quota::fixed_window(rate).name("w"))
+            .on_denial(mode)
+            .build()
+            .unwrap()
+    };
+    let hour = Rate::per_hour(10);
+    let rec = build("fast-rec", hour, OnDenial::Record);
+    let reference = build("fast-ref", hour, OnDenial::Nothing);
+    let mut conn = server.conn().await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut rng = Lcg(99);
+    for step in 0..200 {
+        let cost = match step {
+            0..100 => 1 + rng.below(10),
+            _ => [0, 1, 5, 10, 11, u64::MAX][rng.below(6) as usize],
+        };
+        let got = rec.check_n("k", cost).await.unwrap();
+        let want = reference.check_n("k", cost).await.unwrap();
+        assert_eq!(got.allowed(), want.allowed(), "step {step} cost {cost}");
+        assert_eq!(got.recorded(), got.denied() && cost > 0, "step {step}");
+        if got.denied() && cost > 0 {
+            reference.penalize("k", cost).await.unwrap();
+            assert_eq!(got.remaining(), 0);
+            let want_retry = (cost <= 10).then(|| got.reset_after());
+            assert_eq!(got.retry_after(), want_retry, "step {step}");
+        } else {
+            assert_eq!(got.remaining(), want.remaining(), "step {step}");
+        }
+        assert_eq!(
+            count_of(&server, "{fast-rec:k}*").await,
+            count_of(&server, "{fast-ref:k}*").await,
+            "step {step} cost {cost}"
+        );
+        if step == 99 {
+            // costs from 1 to the limit ran one script; the reference its
+            // own fast path and penalize's script: three
+            assert_eq!(cached_scripts(&server).await, 3, "step {step}");
+        }
+    }
+    assert!(count_of(&server, "{fast-rec:k}*").await > 1_000);
+    // the cap: 1 per 40 days repays 325 units in 2^50 µs, so a count stays
+    // at most 326, on the fast path as through penalize
+    let slow = Rate::new(1, Duration::from_secs(40 * 86_400));
+    let rec = build("top-rec", slow, OnDenial::Record);
+    let reference = build("top-ref", slow, OnDenial::Nothing);
+    for _ in 0..400 {
+        assert!(
+            rec.check("k").await.unwrap().allowed()
+                == reference.check("k").await.unwrap().allowed()
+        );
+        reference.penalize("k", 1).await.unwrap();
+    }
+    // (the reference's first check was admitted: one more penalize since)
+    assert_eq!(count_of(&server, "{top-ref:k}*").await, 326);
+    assert_eq!(count_of(&server, "{top-rec:k}*").await, 326);
+}

@@ -89,10 +89,10 @@ impl Prepared {
         let batching = batching.filter(|_| calendar.is_none());
         let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
-        // (a recording limiter has no fast path: its denials run the
-        // quota's adjust, which the fast path's script does not hold)
+        // (a recording limiter's fast path keeps a denial's units counted:
+        // lua/fixed_window_fast_record.lua)
         let fast_window = match quotas {
-            [q] if block.is_none() && !multi_form => FastWindow::new(q),
+            [q] if block.is_none() => FastWindow::new(q, multi_form),
             _ => None,
         };
         let decide = if multi_form {
@@ -114,7 +114,7 @@ impl Prepared {
                 _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
             };
             let fast = fast_window.as_ref().and_then(|f| {
-                let batch = LimiterScript::batch_fast(quotas[0].kind, f.limit, f.window_ms)?;
+                let batch = LimiterScript::batch_fast(quotas[0].kind, f.limit, f.window_ms, f.top)?;
                 Some(Arc::new(Lane::new(
                     Layout::Fast,
                     (&f.script, batch),
@@ -263,31 +263,38 @@ struct FastWindow {
     limit: u64,
     /// The window in whole milliseconds, rounded up: the key's TTL on its first hit.
     window_ms: u64,
+    /// A recording limiter's: the count a denial's units run up to
+    /// (`lua/fixed_window_fast_record.lua`).
+    top: Option<u64>,
     script: LimiterScript,
 }
 
 /// Whether a fast-path script for `numbers` (limit, window) may be used:
 /// one already `written`, or a new one while fewer than
 /// [`MAX_FAST_SCRIPTS`] are (then it is recorded).
-fn admit(written: &mut BTreeSet<(u64, u64)>, numbers: (u64, u64)) -> bool {
+fn admit<T: Ord + Copy>(written: &mut BTreeSet<T>, numbers: T) -> bool {
     written.contains(&numbers) || (written.len() < MAX_FAST_SCRIPTS && written.insert(numbers))
 }
 
 impl FastWindow {
     /// The fast path of a lone quota `q`, if its strategy has one, its window
     /// fits the reply (below 2^32 ms) and the process has written fewer than
-    /// [`MAX_FAST_SCRIPTS`] other ones.
-    fn new(q: &QuotaSpec) -> Option<Self> {
-        static WRITTEN: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+    /// [`MAX_FAST_SCRIPTS`] other ones. `records`: a recording limiter's,
+    /// whose denials stay counted up to the cap
+    /// `lua/adjust_fixed_window.lua` holds a charge to.
+    fn new(q: &QuotaSpec, records: bool) -> Option<Self> {
+        static WRITTEN: Mutex<BTreeSet<(u64, u64, bool)>> = Mutex::new(BTreeSet::new());
         let window_ms = q.period_us.div_ceil(1000);
         if window_ms >= 1 << TTL_BITS {
             return None;
         }
-        let script = LimiterScript::fast_path(q.kind, q.limit, window_ms)?;
+        let top = records.then(|| q.limit + (1u64 << 50) / q.interval_us.max(1));
+        let script = LimiterScript::fast_path(q.kind, q.limit, window_ms, top)?;
         let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
-        admit(&mut written, (q.limit, window_ms)).then_some(FastWindow {
+        admit(&mut written, (q.limit, window_ms, records)).then_some(FastWindow {
             limit: q.limit,
             window_ms,
+            top,
             script,
         })
     }
@@ -332,8 +339,12 @@ impl FastWindow {
         }
         let (limit, before, cost) = (i128::from(self.limit), i128::from(before), i128::from(cost));
         let allowed = before + cost <= limit;
+        // (a recording limiter's denial counted its units: the state after)
+        let recorded = !allowed && self.top.is_some();
         let remaining = if allowed {
             limit - before - cost
+        } else if recorded {
+            0
         } else {
             limit - before
         };
@@ -346,7 +357,7 @@ impl FastWindow {
         let reset = Duration::from_millis(reset);
         Ok(Outcome {
             allowed,
-            recorded: false,
+            recorded,
             quotas: vec![QuotaOutcome {
                 allowed,
                 remaining: remaining.clamp(0, i128::from(u64::MAX)) as u64,
@@ -874,8 +885,16 @@ mod tests {
         let spec = crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_secs(60)))
             .compile(0)
             .unwrap();
-        let fw = FastWindow::new(&spec).unwrap();
+        let fw = FastWindow::new(&spec, false).unwrap();
         assert_eq!((fw.limit, fw.window_ms), (10, 60_000));
+        // a recording limiter's: a denial leaves nothing, and says it recorded
+        let rec = FastWindow::new(&spec, true).unwrap();
+        assert_eq!(rec.top, Some(10 + (1 << 50) / 6_000_000));
+        let o = rec.outcome(Value::Int((8 << 32) + 1234), 3).unwrap();
+        assert!(!o.allowed && o.recorded && o.quotas[0].remaining == 0);
+        assert_eq!(o.quotas[0].retry_after, Some(ms(1234)));
+        let o = rec.outcome(Value::Int((7 << 32) + 1234), 3).unwrap();
+        assert!(o.allowed && !o.recorded && o.quotas[0].remaining == 0);
         let one = |o: Outcome| {
             assert_eq!(o.quotas.len(), 1);
             assert_eq!(o.allowed, o.quotas[0].allowed);
@@ -926,7 +945,7 @@ mod tests {
             crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_micros(60_000_001)))
                 .compile(0)
                 .unwrap();
-        let fw = FastWindow::new(&spec).unwrap();
+        let fw = FastWindow::new(&spec, false).unwrap();
         assert_eq!(fw.window_ms, 60_001);
         assert!(
             fw.script
@@ -955,7 +974,7 @@ mod tests {
             crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_millis(1 << 32))),
             crate::Quota::gcra(crate::Rate::new(10, Duration::from_secs(60))),
         ] {
-            assert!(FastWindow::new(&q.compile(0).unwrap()).is_none());
+            assert!(FastWindow::new(&q.compile(0).unwrap(), false).is_none());
         }
     }
 }

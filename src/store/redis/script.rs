@@ -57,12 +57,13 @@ enum Shape {
         record: u8,
     },
     GiveBack(Box<[Kind]>),
-    /// A strategy, a limit and a window in ms.
-    Fast(Kind, u64, u64),
+    /// A strategy, a limit, a window in ms, and a recording limiter's
+    /// count cap (`lua/fixed_window_fast_record.lua`).
+    Fast(Kind, u64, u64, Option<u64>),
     /// The batch script of the decision script of this SHA1.
     Batch(Box<str>),
     BatchOne(Kind),
-    BatchFast(Kind, u64, u64),
+    BatchFast(Kind, u64, u64, Option<u64>),
 }
 
 /// The scripts held, by shape: weak, so that a shape no limiter holds any
@@ -155,6 +156,10 @@ const FAST_SPLICE: &str = "--@FAST\n";
 /// return its reply: a batch reads and returns its own.
 const FAST_HEAD: &str = "local key, cost = KEYS[1], ARGV[1]\n";
 const FAST_TAIL: &str = "return reply\n";
+/// The fast path's take-back of a denial, which a recording limiter's
+/// replaces with `lua/fixed_window_fast_record.lua`.
+const FAST_DENIED: &str = "if p > N - (cost or 1) then\n  if cost then redis.call('DECRBY', key, cost) else redis.call('DECR', key) end\nend\n";
+const FAST_RECORD: &str = include_str!("../../../lua/fixed_window_fast_record.lua");
 /// How a batch script ends: the loop over errors, the reply.
 const BATCH_END: &str = include_str!("../../../lua/batch_end.lua");
 /// Where `batch.lua` takes the decision script.
@@ -270,9 +275,25 @@ fn push_adjust_functions(source: &mut String, strategies: &[Kind]) {
     }
 }
 
-/// The line a fast-path script starts with: the quota's numbers, written in.
-fn fast_numbers(limit: u64, window_ms: u64) -> String {
-    format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n")
+/// The line a fast-path script starts with: the quota's numbers, written
+/// in (and a recording limiter's count cap, `top`).
+fn fast_numbers(limit: u64, window_ms: u64, top: Option<u64>) -> String {
+    match top {
+        None => format!("local N, WINDOW_MS, WINDOW = {limit}, {window_ms}, '{window_ms}'\n"),
+        Some(top) => format!(
+            "local N, WINDOW_MS, WINDOW, TOP = {limit}, {window_ms}, '{window_ms}', {top}\n"
+        ),
+    }
+}
+
+/// The fast path's code of `strategy`, a recording limiter's (`top`: its
+/// count cap) with `lua/fixed_window_fast_record.lua` for the denial.
+fn fast_body(strategy: Kind, top: Option<u64>) -> Option<String> {
+    let body = strategy.spec().lua.fast_path?;
+    Some(match top {
+        None => body.to_owned(),
+        Some(_) => body.replacen(FAST_DENIED, FAST_RECORD, 1),
+    })
 }
 
 impl LimiterScript {
@@ -394,12 +415,19 @@ impl LimiterScript {
 
     /// The fast-path script of a lone quota of `strategy` with `limit` units
     /// per window of `window_ms` milliseconds written in, if the strategy has
-    /// one (a fixed window: `lua/fixed_window_fast.lua`).
-    pub(crate) fn fast_path(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
-        let body = strategy.spec().lua.fast_path?;
-        let shape = Shape::Fast(strategy, limit, window_ms);
+    /// one (a fixed window: `lua/fixed_window_fast.lua`). `top`: a recording
+    /// limiter's, whose denials stay counted up to `top`
+    /// (`lua/fixed_window_fast_record.lua`).
+    pub(crate) fn fast_path(
+        strategy: Kind,
+        limit: u64,
+        window_ms: u64,
+        top: Option<u64>,
+    ) -> Option<Self> {
+        let body = fast_body(strategy, top)?;
+        let shape = Shape::Fast(strategy, limit, window_ms, top);
         Some(shared(shape, || {
-            LimiterScript::new(format!("{}{body}", fast_numbers(limit, window_ms)))
+            LimiterScript::new(format!("{}{body}", fast_numbers(limit, window_ms, top)))
         }))
     }
 
@@ -459,20 +487,28 @@ impl LimiterScript {
 
     /// The batch script of the fast path of a lone quota of `strategy` with
     /// `limit` per `window_ms` (`lua/batch_fast.lua`), if it has one.
-    pub(crate) fn batch_fast(strategy: Kind, limit: u64, window_ms: u64) -> Option<Self> {
-        let body = strategy.spec().lua.fast_path?;
-        Some(shared(Shape::BatchFast(strategy, limit, window_ms), || {
-            let body = body.replacen(FAST_HEAD, "", 1);
-            let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
-            let (head, tail) = BATCH_FAST
-                .split_once(FAST_SPLICE)
-                .unwrap_or((BATCH_FAST, ""));
-            let source = format!(
-                "{}{head}{body}{tail}{BATCH_END}",
-                fast_numbers(limit, window_ms)
-            );
-            LimiterScript::new(source)
-        }))
+    pub(crate) fn batch_fast(
+        strategy: Kind,
+        limit: u64,
+        window_ms: u64,
+        top: Option<u64>,
+    ) -> Option<Self> {
+        let body = fast_body(strategy, top)?;
+        Some(shared(
+            Shape::BatchFast(strategy, limit, window_ms, top),
+            || {
+                let body = body.replacen(FAST_HEAD, "", 1);
+                let body = body.strip_suffix(FAST_TAIL).unwrap_or(&body);
+                let (head, tail) = BATCH_FAST
+                    .split_once(FAST_SPLICE)
+                    .unwrap_or((BATCH_FAST, ""));
+                let source = format!(
+                    "{}{head}{body}{tail}{BATCH_END}",
+                    fast_numbers(limit, window_ms, top)
+                );
+                LimiterScript::new(source)
+            },
+        ))
     }
 
     fn assemble(
@@ -630,9 +666,19 @@ mod tests {
         let fast = Strategy::FixedWindow.spec().lua.fast_path.unwrap();
         assert_eq!(fast.matches(FAST_HEAD).count(), 1);
         assert!(fast.ends_with(FAST_TAIL));
-        let batch = LimiterScript::batch_fast(Strategy::FixedWindow.into(), 10, 1000).unwrap();
+        let batch =
+            LimiterScript::batch_fast(Strategy::FixedWindow.into(), 10, 1000, None).unwrap();
         assert!(!batch.source.contains(FAST_HEAD) && !batch.source.contains(FAST_TAIL));
         assert!(batch.source.contains("redis.call('INCR', key)"));
+        assert_eq!(fast.matches(FAST_DENIED).count(), 1);
+        let record =
+            LimiterScript::batch_fast(Strategy::FixedWindow.into(), 10, 1000, Some(12)).unwrap();
+        assert!(record.source.contains(FAST_RECORD) && !record.source.contains(FAST_DENIED));
+        assert!(
+            record
+                .source
+                .starts_with("local N, WINDOW_MS, WINDOW, TOP = 10, 1000, '1000', 12\n")
+        );
         assert_eq!(BATCH_ONE.matches(SPLICE).count(), 1);
         assert_eq!(BATCH_FAST.matches(FAST_SPLICE).count(), 1);
         assert_eq!(BATCH.matches(BATCH_SPLICE).count(), 1);
@@ -838,6 +884,14 @@ mod tests {
             ],
         ));
         out.push((
+            "record-fixed-window-fast".to_owned(),
+            "one fixed-window quota of 100 per minute, on Redis's clock, whose denials\n\
+             -- record: the fast path with lua/fixed_window_fast_record.lua for a denial\n\
+             -- (its count capped at TOP, as RateLimiter::penalize caps it)"
+                .to_owned(),
+            vec![Strategy::FixedWindow.into()],
+        ));
+        out.push((
             "multi-fixed-window".to_owned(),
             "several quotas, all fixed-window (no TIME on Redis's clock)".to_owned(),
             vec![Strategy::FixedWindow.into(); 2],
@@ -872,13 +926,16 @@ mod tests {
             let script = if stem == "joint" {
                 LimiterScript::for_joint()
             } else if stem == "batch-fixed-window-fast" {
-                LimiterScript::batch_fast(strategies[0], 100, 60_000).unwrap()
+                LimiterScript::batch_fast(strategies[0], 100, 60_000, None).unwrap()
             } else if stem == "batch-multi" {
                 LimiterScript::batch(&LimiterScript::for_quotas(&strategies, &[], None))
             } else if stem.starts_with("batch-") {
                 LimiterScript::batch_one(strategies[0])
+            } else if stem == "record-fixed-window-fast" {
+                LimiterScript::fast_path(strategies[0], 100, 60_000, Some(100 + 1_876_499_844))
+                    .unwrap()
             } else if stem.ends_with("-fast") {
-                LimiterScript::fast_path(strategies[0], 100, 60_000).unwrap()
+                LimiterScript::fast_path(strategies[0], 100, 60_000, None).unwrap()
             } else if stem == "record-gcra" {
                 LimiterScript::for_recording(&strategies, &[], None, 2)
             } else if stem.starts_with("record-") {
