@@ -1,11 +1,12 @@
 -- GENERATED FILE, do not edit. The script this crate sends to Redis for a
 -- limiter with one gcra quota whose denials record (on_denial(OnDenial::Record)):
--- the form of several quotas, its adjust block, lua/record.lua.
+-- single.lua, then lua/record_one.lua with its adjust block.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA efa9db2b316bfb5e35b19b91aa7dfcd4aef10b32).
+-- (SCRIPT LOAD, then EVALSHA e383d3ddd1a8225cdd8e3a99430f6e08d55e3862).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
+local READS_BURST = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
 -- single.lua with its strategy's block spliced in (one quota), or each used
 -- strategy's block wrapped as a function S[<id>] followed by multi.lua
@@ -59,9 +60,24 @@ local PERIOD_MS
 --   TTL in whole milliseconds, rounded up:              fmt('%d', ceil(us / 1000) + GRACE)
 --   a denied request writes nothing, but a key found without a TTL gets one:
 --     if reset > 0 and redis.call('PTTL', key) == -1 then ... PEXPIRE ... end
-local S = {}
-S[6] = function(key, n, period, burst, interval, cost, nonce, apply)
-local now = NOW
+-- One quota. KEYS[1]; ARGV: now ('T' = Redis's clock), cost, then the two
+-- numbers the strategy reads, count and period (microseconds), or burst and
+-- interval when READS_BURST (set before the prelude), as one string of two
+-- little-endian doubles (exact below 2^53; one struct.unpack costs Redis a
+-- third of what two tonumber calls do), then that period (or interval) in
+-- whole milliseconds, rounded up, as text (PERIOD_MS: the TTL of a state that
+-- ends one period from now, sent as is instead of formatted), then the nonce
+-- when the strategy needs one. A cost of 1 is not parsed.
+-- The strategy's code is spliced in at the marker below, as a block: no
+-- function is created per call.
+-- Reply: one string of integers "ok ok remaining reset_after retry_after delay"
+-- (one bulk string is much cheaper for clients to parse than an array).
+local key, cost, nonce, apply, now = KEYS[1], 1, ARGV[5], true, NOW
+if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
+local n, period, burst, interval
+-- (a recording limiter's: all four numbers, lua/record_one.lua)
+n, period, burst, interval = struct.unpack('<dddd', ARGV[3])
+PERIOD_MS = ARGV[4]
 local ok, rem, reset, retry, delay
 do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
@@ -137,12 +153,19 @@ else
   if queue and cost > 0 then delay = tat - now end
 end
 end
-return ok, rem, reset, retry, delay
-end
-local A, C = {}, {}
-A[6] = function(key, n, period, burst, interval, units)
-local now = NOW
-do
+-- A recording limiter of one quota (RateLimiterBuilder::on_denial): spliced
+-- in after the strategy's block in single.lua, whose arguments then carry
+-- all four numbers (count, period, burst, interval: four little-endian
+-- doubles). A denial records its cost as RateLimiter::penalize would (the
+-- strategy's adjust block, lua/adjust_<name>.lua, spliced in below, charged
+-- at most what the rate repays in 2^50 us), then the strategy's block runs
+-- again consuming nothing, so that the reply shows the state after (retry:
+-- when the cost fits again), its first number 2 (denied, recorded).
+local RECORDED = 0
+if ok == 0 and cost > 0 then
+  local units = math.floor(1125899906842624 / math.abs(interval))
+  if units > cost then units = cost end
+  do
 -- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
 -- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
 -- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
@@ -200,72 +223,86 @@ else
   if tagged then val = struct.pack(tf, interval + tm, t) else val = fmt('%d', t) end
   redis.call('SET', key, val, 'PX', fmt('%d', ceil((t - now) / 1000) + GRACE))
 end
+  end
+  apply = false
+do
+-- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
+-- admitted request proceeds at once.
+local queue = false
+-- The value of a TAT key (Gcra, TokenBucket, LeakyBucket), read at the start
+-- of the decision (tat.lua), the give-back (give_back_tat.lua) and the adjust
+-- (adjust_tat.lua) blocks. An unnamed quota's key names its count and period,
+-- hence its interval: one integer, the TAT. A named quota (or a plan's) keeps
+-- its key when its rate changes (the arguments say so with a negative
+-- interval), so its value also holds the interval it was written under: 12
+-- bytes, the interval plus 2^39 (5 bytes, big-endian: the first byte has its
+-- top bit set, so the value never reads as a number), then the TAT (7 bytes,
+-- little-endian, signed); from an interval of 2^39 us (6.4 days) on, 13 bytes
+-- (6 for the interval, plus 2^47). `tf`, `tm`: how to write it back.
+-- A TAT written under another interval `iv` (the limits changed) is
+-- rescaled: the units it still owes, rounded up, are kept at the new
+-- interval (at most 2^50 us); `moved` says so, for the block to write it
+-- down. Rounded up, a raised limit admits every request the old one would
+-- have, a lowered one none the new one would not (see README, "Changing
+-- limits while running").
+local tagged, tf, tm = interval < 0, nil, nil
+if tagged then
+  interval = -interval
+  tf, tm = '>I5<i7', 549755813888
+  if interval >= tm then tf, tm = '>I6<i7', 140737488355328 end
 end
-end
--- a denial records (lua/record.lua)
-local RECORD, RECORDED = 2, 0
-local SHADOW = { false }
--- Several quotas, all-or-nothing. KEYS: one per quota. ARGV: now ('T' = Redis's
--- clock), cost, then per quota: strategy id, count, period, burst, interval
--- (microseconds), then the nonce when a strategy needs one.
--- Reply: one string of integers: all_ok, then per quota ok, remaining,
--- reset_after, retry_after, delay.
--- Every quota is checked before any is consumed.
-local cost = tonumber(ARGV[2])
-local nonce = ARGV[3 + 5 * #KEYS]
-
-local function run(i, c, apply)
-  local o = 2 + (i - 1) * 5
-  return S[tonumber(ARGV[o + 1])](KEYS[i], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
-    tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), c, nonce, apply)
-end
-
-local nq = #KEYS
-local res = {}
-local all = 1
-for i = 1, nq do
-  res[i] = { run(i, cost, false) }
-  if res[i][1] == 0 then all = 0 end
-end
-if all == 1 and cost > 0 then
-  for i = 1, nq do res[i] = { run(i, cost, true) } end
-elseif all == 0 then
-  -- a denial records its cost (RateLimiterBuilder::on_denial; in the scripts
-  -- of recording limiters only, which replace multi.lua's branch with this
-  -- file): RECORD 1 on each enforced quota that denies it, 2 on every
-  -- enforced quota, as RateLimiter::penalize would (lua/give_back.lua: A[<id>],
-  -- or C[<id>] for a charge only; at most what the quota's rate repays in
-  -- 2^50 us); a recorded quota then reports its state after, as a check of the
-  -- same cost would (retry: when the cost fits again). Quotas that would
-  -- allow report their current state (cost 0), as multi.lua's do.
-  for i = 1, nq do
-    if cost > 0 and not SHADOW[i] and (RECORD == 2 or res[i][1] == 0) then
-      local o = 2 + (i - 1) * 5
-      local id, iv = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 5])
-      local u = math.floor(1125899906842624 / math.abs(iv))
-      if u > cost then u = cost end
-      local n, period, burst = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
-      local done = false
-      if A[id] then
-        A[id](KEYS[i], n, period, burst, iv, u)
-        done = true
-      elseif C[id] then
-        C[id](KEYS[i], n, period, burst, iv, u)
-        done = true
-      end
-      if done then
-        RECORDED = 2
-        res[i] = { run(i, cost, false) }
-      end
-    end
-    if res[i][1] == 1 then
-      res[i] = { run(i, 0, false) }
-    end
+local v = redis.call('GET', key)
+local tat, iv, moved = tonumber(v), interval, false
+if v and not tat then
+  if #v == 12 then
+    iv, tat = struct.unpack('>I5<i7', v)
+    iv = iv - 549755813888
+  else
+    iv, tat = struct.unpack('>I6<i7', v)
+    iv = iv - 140737488355328
+  end
+  if iv ~= interval and tat > now then
+    local owed = ceil((tat - now) / iv) * interval
+    if owed > 1125899906842624 then owed = 1125899906842624 end
+    tat, moved = now + owed, tagged
   end
 end
-local out = { tostring(all + RECORDED) }
-for i = 1, nq do
-  local r = res[i]
-  out[i + 1] = string.format('%d %d %d %d %d', r[1], r[2], r[3], r[4], r[5])
+-- Gcra, TokenBucket and LeakyBucket: the theoretical arrival time (TAT; for
+-- the token bucket, the time the bucket is full again). A request of `cost`
+-- pushes the TAT by cost * interval and is allowed if the new TAT is at most
+-- burst * interval ahead of now. `queue` (set by gcra.lua, token_bucket.lua or
+-- leaky_bucket.lua just before this block) is true for the LeakyBucket: same
+-- admission, but the request is told to wait until its slot (delay).
+--
+-- It follows tat_value.lua, which reads the value (`tat`, rescaled if its
+-- interval changed: `moved`).
+if not tat or tat < now then tat = now end
+local tau = burst * interval
+local new_tat = tat + cost * interval
+if cost > burst or new_tat - now > tau then
+  ok, rem, reset, retry, delay = 0, math.floor((now + tau - tat) / interval), tat - now, -1, 0
+  if cost <= burst then retry = new_tat - tau - now end
+  if moved then
+    redis.call('SET', key, struct.pack(tf, interval + tm, tat), 'PX', fmt('%d', ceil(reset / 1000) + GRACE))
+  elseif reset > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000) + GRACE))
+  end
+else
+  if apply and cost > 0 then
+    local val
+    if tagged then val = struct.pack(tf, interval + tm, new_tat) else val = fmt('%d', new_tat) end
+    redis.call('SET', key, val, 'PX', fmt('%d', ceil((new_tat - now) / 1000) + GRACE))
+  elseif moved then
+    redis.call('SET', key, struct.pack(tf, interval + tm, tat), 'PX', fmt('%d', ceil((tat - now) / 1000) + GRACE))
+  end
+  ok, rem, reset, retry, delay = 1, math.floor((now + tau - new_tat) / interval), new_tat - now, -1, 0
+  if queue and cost > 0 then delay = tat - now end
 end
-return table.concat(out, ' ')
+end
+  RECORDED = 2
+end
+if RECORDED == 2 then return fmt('2 %d %d %d %d %d', ok, rem, reset, retry, delay) end
+-- (each formatted number costs Redis about a sixth of a command: the common
+-- answer, allowed at once, formats two)
+if ok == 1 and delay == 0 then return fmt('1 1 %d %d -1 0', rem, reset) end
+return fmt('%d %d %d %d %d %d', ok, ok, rem, reset, retry, delay)

@@ -95,6 +95,7 @@ fn state(store: Backend, limits: Limits, runtime: Option<Box<dyn RuntimeLimits>>
         budget,
         on_denial,
     } = limits;
+    let on_denial = on_denial.of_quotas(&quotas);
     let store = store.bind(&quotas, &prefix, &key_suffixes, block, &clock, on_denial);
     let budgets = match runtime {
         Some(_) => None,

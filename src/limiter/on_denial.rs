@@ -64,6 +64,17 @@ impl OnDenial {
         }
     }
 
+    /// The mode a limiter of `quotas` runs: [`Nothing`](Self::Nothing)
+    /// when none of them can be recorded on (only concurrency or shadow
+    /// quotas), so that its scripts and answers are those of a limiter
+    /// that never records.
+    pub(crate) fn of_quotas(self, quotas: &[crate::quota::QuotaSpec]) -> OnDenial {
+        let recordable = quotas
+            .iter()
+            .any(|q| !q.shadow && q.spec().adjust.twin(1).is_some());
+        if recordable { self } else { OnDenial::Nothing }
+    }
+
     /// Whether a quota that denied (`denies`) or allowed the call is
     /// recorded on (its strategy permitting; never a shadow quota).
     pub(crate) fn records_on(self, denies: bool, shadow: bool) -> bool {

@@ -43,9 +43,9 @@ pub(crate) struct Prepared {
     /// The quotas, if one is a calendar's: the arguments are then each
     /// call's (never batched: a lane's are shared).
     calendar: Option<Box<[QuotaSpec]>>,
-    /// The script takes the arguments of several quotas whatever their
-    /// number (a recording limiter's: [`LimiterScript::for_recording`]).
-    multi_form: bool,
+    /// A recording limiter's script and arguments
+    /// ([`LimiterScript::for_recording`]).
+    recording: bool,
 }
 
 /// The batching lanes of a limiter's decisions: its script's and its fast
@@ -73,15 +73,15 @@ impl Prepared {
     /// `block`: see [`LimiterScript::for_quotas`]. `batching`: the
     /// connections of a store that batches decisions, `None` if it does not.
     /// `on_denial`: what a denial records; a limiter that records runs
-    /// [`LimiterScript::for_recording`] (no fast path, and batched wrapped).
+    /// [`LimiterScript::for_recording`] (batched wrapped: `lua/batch.lua`).
     pub(crate) fn new(
         quotas: &[QuotaSpec],
         block: Option<u64>,
         batching: Option<usize>,
         on_denial: OnDenial,
     ) -> Self {
-        let multi_form = on_denial.records();
-        let quota_args = quota_args_in(quotas, 0, multi_form);
+        let recording = on_denial.records();
+        let quota_args = quota_args_in(quotas, 0, recording);
         let calendar = quotas
             .iter()
             .any(|q| q.calendar.is_some())
@@ -92,10 +92,10 @@ impl Prepared {
         // (a recording limiter's fast path keeps a denial's units counted:
         // lua/fixed_window_fast_record.lua)
         let fast_window = match quotas {
-            [q] if block.is_none() => FastWindow::new(q, multi_form),
+            [q] if block.is_none() => FastWindow::new(q, recording),
             _ => None,
         };
-        let decide = if multi_form {
+        let decide = if recording {
             LimiterScript::for_recording(&strategies, &shadow, block, on_denial.script_flag())
         } else {
             LimiterScript::for_quotas(&strategies, &shadow, block)
@@ -108,7 +108,7 @@ impl Prepared {
             // one quota without blocking: its block in a loop
             // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
             let (layout, batch) = match quotas {
-                [q] if block.is_none() && !multi_form => {
+                [q] if block.is_none() && !recording => {
                     (Layout::One, LimiterScript::batch_one(q.kind))
                 }
                 _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
@@ -140,7 +140,7 @@ impl Prepared {
             fast_window,
             lanes,
             calendar,
-            multi_form,
+            recording,
         }
     }
 }
@@ -166,16 +166,25 @@ pub(crate) fn quota_args_at(quotas: &[QuotaSpec], now: i64) -> Box<[Vec<u8>]> {
     quota_args_in(quotas, now, false)
 }
 
-/// [`quota_args_at`], or, `multi_form`, the arguments of several quotas
-/// whatever their number (five numbers per quota, as text: a recording
-/// limiter's script, [`LimiterScript::for_recording`]).
-fn quota_args_in(quotas: &[QuotaSpec], now: i64, multi_form: bool) -> Box<[Vec<u8>]> {
-    if multi_form {
-        return quotas
-            .iter()
-            .flat_map(|q| script_numbers_at(q, now))
-            .map(|v| v.to_string().into_bytes())
-            .collect();
+/// [`quota_args_at`], or, `recording`, a recording limiter's
+/// ([`LimiterScript::for_recording`]): one quota sends all four numbers
+/// (count, period, burst, interval) as four little-endian doubles, then
+/// the period (or interval) in ms as [`quota_args`] does; several as
+/// [`quota_args`] does.
+fn quota_args_in(quotas: &[QuotaSpec], now: i64, recording: bool) -> Box<[Vec<u8>]> {
+    if let ([q], true) = (quotas, recording) {
+        let [_, numbers @ ..] = script_numbers_at(q, now);
+        let mut packed = Vec::with_capacity(32);
+        for v in numbers {
+            // exact: every number a quota accepts is below 2^53
+            packed.extend_from_slice(&(v as f64).to_le_bytes());
+        }
+        let us = if q.calendar.is_none() && q.spec().lua.reads_burst {
+            q.interval_us
+        } else {
+            q.period_us
+        };
+        return Box::new([packed, us.div_ceil(1000).to_string().into_bytes()]);
     }
     match quotas {
         [q] if q.calendar.is_some() => {
@@ -464,7 +473,7 @@ fn one_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
     let args = match &prepared.calendar {
         None => &prepared.quota_args,
         Some(quotas) => {
-            at = quota_args_in(quotas, bounds_time(call.now_us), prepared.multi_form);
+            at = quota_args_in(quotas, bounds_time(call.now_us), prepared.recording);
             &at
         }
     };

@@ -194,6 +194,17 @@ const MULTI_OUT: &str = "local out = { tostring(all) }";
 const MULTI_DENIED: &str = "elseif all == 0 then\n  -- nothing is consumed: quotas that would allow report their current state\n  for i = 1, nq do\n    if res[i][1] == 1 then\n      res[i] = { run(i, 0, false) }\n    end\n  end\nend\n";
 const RECORD: &str = include_str!("../../../lua/record.lua");
 const RECORD_OUT: &str = "local out = { tostring(all + RECORDED) }";
+/// What a recording limiter of one quota runs after its strategy's block
+/// (`lua/record_one.lua`), with the adjust block at `--@ADJUST` and the
+/// strategy's block again at `--@STRATEGY`; `single.lua` then parses the four
+/// numbers, and its reply starts with 2 for a recorded denial.
+const RECORD_ONE: &str = include_str!("../../../lua/record_one.lua");
+const ADJUST_SPLICE: &str = "--@ADJUST\n";
+const SINGLE_PARSE: &str = "if READS_BURST then\n  burst, interval = struct.unpack('<dd', ARGV[3])\nelse\n  n, period = struct.unpack('<dd', ARGV[3])\nend\n";
+const RECORD_ONE_PARSE: &str = "-- (a recording limiter's: all four numbers, lua/record_one.lua)\n\
+n, period, burst, interval = struct.unpack('<dddd', ARGV[3])\n";
+const RECORD_ONE_TAIL: &str =
+    "if RECORDED == 2 then return fmt('2 %d %d %d %d %d', ok, rem, reset, retry, delay) end\n";
 /// Shadow quotas (`Quota::shadow`), in the scripts of limiters of several
 /// quotas with one at least (others are byte-identical without it): the
 /// flags are part of the script, `local SHADOW = { false, true }` (no
@@ -309,10 +320,11 @@ impl LimiterScript {
 
     /// The script of a limiter whose denials record their cost
     /// (`record`: [`OnDenial::script_flag`](crate::limiter::OnDenial), 1 or
-    /// 2): the form of several quotas whatever their number (`multi.lua`,
-    /// its arguments five numbers per quota), with each used strategy's
-    /// adjust block as a function `A[<id>]` (or `C[<id>]`) and
-    /// `lua/record.lua` in the denial's branch.
+    /// 2). One quota: `single.lua` with `lua/record_one.lua` after the
+    /// strategy's block (if it has an adjust block), its arguments all four
+    /// numbers. Several: `multi.lua` with each used strategy's adjust block
+    /// as a function `A[<id>]` (or `C[<id>]`) and `lua/record.lua` in the
+    /// denial's branch.
     pub(crate) fn for_recording(
         strategies: &[Kind],
         shadow: &[bool],
@@ -527,9 +539,16 @@ impl LimiterScript {
             take || block.is_some() || strategies.iter().any(|s| s.spec().lua.reads_time),
         );
         let single = match strategies {
-            [only] if record == 0 => Some(*only),
+            [only] => Some(*only),
             _ => None,
         };
+        // (a lone quota's adjust block: what its denial records)
+        let adjust = single
+            .filter(|_| record > 0)
+            .and_then(|s| match s.spec().adjust {
+                Adjust::Units { lua, .. } | Adjust::Charge { lua, .. } => Some(lua),
+                Adjust::Never(_) => None,
+            });
         if let Some(only) = single {
             // what single.lua parses (see there)
             flag(&mut source, "READS_BURST", only.spec().lua.reads_burst);
@@ -544,10 +563,27 @@ impl LimiterScript {
         }
         if let Some(only) = single {
             let (head, tail) = SINGLE.split_once(SPLICE).unwrap_or((SINGLE, ""));
-            source.push_str(head);
+            match adjust {
+                Some(_) => source.push_str(&head.replacen(SINGLE_PARSE, RECORD_ONE_PARSE, 1)),
+                None => source.push_str(head),
+            }
             push_block(&mut source, only.spec().lua.body);
+            if let Some(adjust) = adjust {
+                let (before, after) = RECORD_ONE
+                    .split_once(ADJUST_SPLICE)
+                    .unwrap_or((RECORD_ONE, ""));
+                let (middle, end) = after.split_once(SPLICE).unwrap_or((after, ""));
+                source.push_str(before);
+                source.push_str(adjust);
+                source.push_str(middle);
+                push_block(&mut source, only.spec().lua.body);
+                source.push_str(end);
+            }
             if block.is_some() {
                 source.push_str(BLOCK_SINGLE);
+            }
+            if adjust.is_some() {
+                source.push_str(RECORD_ONE_TAIL);
             }
             source.push_str(if take { TAKE_SINGLE_TAIL } else { tail });
         } else {
@@ -702,8 +738,12 @@ mod tests {
     fn recording_scripts_replace_the_denials_branch_of_multi() {
         assert_eq!(MULTI.matches(MULTI_DENIED).count(), 1);
         assert_eq!(MULTI.matches(MULTI_OUT).count(), 1);
+        assert_eq!(SINGLE.matches(SINGLE_PARSE).count(), 1);
+        assert_eq!(RECORD_ONE.matches(ADJUST_SPLICE).count(), 1);
+        assert_eq!(RECORD_ONE.matches(SPLICE).count(), 1);
         for strategies in [
             vec![Strategy::Gcra.into()],
+            vec![Strategy::SlidingWindowLog.into()],
             vec![
                 Strategy::FixedWindow.into(),
                 Strategy::SlidingWindowLog.into(),
@@ -714,18 +754,27 @@ mod tests {
                     let plain = LimiterScript::for_quotas(&strategies, &shadow, block);
                     let record = LimiterScript::for_recording(&strategies, &shadow, block, 1);
                     assert!(!plain.source.contains("RECORD"));
-                    assert!(record.source.contains(RECORD) && record.source.contains(RECORD_OUT));
                     assert!(
-                        !record.source.contains(MULTI_DENIED) && !record.source.contains(SPLICE)
+                        !record.source.contains(SPLICE) && !record.source.contains(ADJUST_SPLICE)
                     );
+                    if let [only] = strategies.as_slice() {
+                        // one quota: no function, the strategy's block twice
+                        let helpers = if only.spec().lua.zset_helpers { 2 } else { 0 };
+                        assert_eq!(record.source.matches("function(").count(), helpers);
+                        assert!(!record.source.contains(SINGLE_PARSE));
+                        assert!(record.source.contains(RECORD_ONE_PARSE));
+                        assert!(record.source.contains(RECORD_ONE_TAIL));
+                        let body = only.spec().lua.body[0];
+                        assert_eq!(record.source.matches(body).count(), 2);
+                        continue;
+                    }
+                    assert!(record.source.contains(RECORD) && record.source.contains(RECORD_OUT));
+                    assert!(!record.source.contains(MULTI_DENIED));
                     assert!(record.source.contains("local RECORD, RECORDED = 1, 0\n"));
                     assert!(record.source.contains("local SHADOW = {"));
                     for s in &strategies {
-                        assert!(
-                            record
-                                .source
-                                .contains(&format!("A[{}] = function(", s.id()))
-                        );
+                        let a = format!("A[{}] = function(", s.id());
+                        assert!(record.source.contains(&a));
                     }
                     let two = LimiterScript::for_recording(&strategies, &shadow, block, 2);
                     assert!(two.source.contains("local RECORD, RECORDED = 2, 0\n"));
@@ -868,7 +917,7 @@ mod tests {
         out.push((
             "record-gcra".to_owned(),
             "one gcra quota whose denials record (on_denial(OnDenial::Record)):\n\
-             -- the form of several quotas, its adjust block, lua/record.lua"
+             -- single.lua, then lua/record_one.lua with its adjust block"
                 .to_owned(),
             vec![Strategy::Gcra.into()],
         ));
