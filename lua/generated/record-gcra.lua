@@ -3,7 +3,7 @@
 -- single.lua, then lua/record_one.lua with its adjust block.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA e383d3ddd1a8225cdd8e3a99430f6e08d55e3862).
+-- (SCRIPT LOAD, then EVALSHA a5777882fbaae91e0d9b615fe4417edb6852785e).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 local READS_BURST = true
@@ -77,6 +77,7 @@ if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
 local n, period, burst, interval
 -- (a recording limiter's: all four numbers, lua/record_one.lua)
 n, period, burst, interval = struct.unpack('<dddd', ARGV[3])
+local SENT_INTERVAL = interval
 PERIOD_MS = ARGV[4]
 local ok, rem, reset, retry, delay
 do
@@ -160,9 +161,12 @@ end
 -- strategy's adjust block, lua/adjust_<name>.lua, spliced in below, charged
 -- at most what the rate repays in 2^50 us), then the strategy's block runs
 -- again consuming nothing, so that the reply shows the state after (retry:
--- when the cost fits again), its first number 2 (denied, recorded).
+-- when the cost fits again), its first number 2 (denied, recorded). Each
+-- block reads the interval as sent (SENT_INTERVAL: negative for a named
+-- quota, which tat_value.lua turns positive as it reads it).
 local RECORDED = 0
 if ok == 0 and cost > 0 then
+  interval = SENT_INTERVAL
   local units = math.floor(1125899906842624 / math.abs(interval))
   if units > cost then units = cost end
   do
@@ -225,6 +229,7 @@ else
 end
   end
   apply = false
+  interval = SENT_INTERVAL
 do
 -- Gcra: token-bucket-equivalent policing in one key (tat.lua follows); an
 -- admitted request proceeds at once.

@@ -876,3 +876,55 @@ async fn the_fixed_window_fast_path_records_as_penalize_does() {
     assert_eq!(count_of(&server, "{top-ref:k}*").await, 326);
     assert_eq!(count_of(&server, "{top-rec:k}*").await, 326);
 }
+
+/// A limiter with runtime limits records as it was built to, before and
+/// after its limits change (the limiter in force carries `on_denial`), as
+/// check_n then penalize do, for every strategy that keeps a rescaled
+/// debt (a named quota's TAT keeps its interval beside it).
+#[tokio::test]
+async fn runtime_limits_keep_recording_after_their_limits_change() {
+    let (stores, _server) = stores();
+    for (n, store) in stores.iter().enumerate() {
+        for s in [Strategy::Gcra, Strategy::TokenBucket, Strategy::LeakyBucket] {
+            let clock = ManualClock::new(Duration::from_secs(50));
+            let build = |prefix: String, mode| {
+                let b = RateLimiter::builder()
+                    .prefix(prefix)
+                    .quota(Quota::new(s, Rate::per_minute(6)).name("g"))
+                    .clock(clock.clone())
+                    .on_denial(mode)
+                    .runtime_limits();
+                match store {
+                    Store::Memory(s) => b.store(s.clone()).build().unwrap(),
+                    Store::Redis(s) => b.store(s.clone()).build().unwrap(),
+                }
+            };
+            let rec = build(format!("runtime{n}-{s}"), OnDenial::Record);
+            let reference = build(format!("runtime{n}-{s}-ref"), OnDenial::Nothing);
+            let both = [&rec, &reference];
+            for (step, cost) in [(0, 8), (1, 20), (2, 1)] {
+                if step == 1 {
+                    for lim in both {
+                        lim.limits()
+                            .unwrap()
+                            .set_quotas([Quota::new(s, Rate::per_minute(12)).name("g")])
+                            .unwrap();
+                    }
+                }
+                let d = rec.check_n("k", cost).await.unwrap();
+                assert!(d.denied() && d.recorded(), "{s} step {step}: {d:?}");
+                assert!(reference.check_n("k", cost).await.unwrap().denied());
+                reference.penalize("k", cost).await.unwrap();
+                let (a, b) = (
+                    rec.peek("k").await.unwrap(),
+                    reference.peek("k").await.unwrap(),
+                );
+                assert_eq!(comparable(&a), comparable(&b), "{s} step {step}");
+                assert!(
+                    a.reset_after() > Duration::from_secs(60),
+                    "{s} step {step}: {a:?}"
+                );
+            }
+        }
+    }
+}

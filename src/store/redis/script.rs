@@ -202,7 +202,8 @@ const RECORD_ONE: &str = include_str!("../../../lua/record_one.lua");
 const ADJUST_SPLICE: &str = "--@ADJUST\n";
 const SINGLE_PARSE: &str = "if READS_BURST then\n  burst, interval = struct.unpack('<dd', ARGV[3])\nelse\n  n, period = struct.unpack('<dd', ARGV[3])\nend\n";
 const RECORD_ONE_PARSE: &str = "-- (a recording limiter's: all four numbers, lua/record_one.lua)\n\
-n, period, burst, interval = struct.unpack('<dddd', ARGV[3])\n";
+n, period, burst, interval = struct.unpack('<dddd', ARGV[3])\n\
+local SENT_INTERVAL = interval\n";
 const RECORD_ONE_TAIL: &str =
     "if RECORDED == 2 then return fmt('2 %d %d %d %d %d', ok, rem, reset, retry, delay) end\n";
 /// Shadow quotas (`Quota::shadow`), in the scripts of limiters of several
