@@ -16,6 +16,11 @@ use super::{Interned, Lease, Part, Parts, QuotaDecision, QuotaName, Quotas, Temp
 /// binds only in a limiter whose quotas are all shadow). Every quota's
 /// own state is in [`quotas`](Self::quotas).
 ///
+/// A denial that [recorded](Self::recorded) its cost anyway (a limiter
+/// built with [`on_denial`](crate::limiter::RateLimiterBuilder::on_denial))
+/// shows the state after the recording, and its
+/// [`retry_after`](Self::retry_after) is when that cost would fit again.
+///
 /// A decision is small (about a hundred bytes) and computes its durations
 /// when asked: a limiter with one or two quotas answers without
 /// allocating, and cloning such a decision (without a lease) is a copy

@@ -95,7 +95,8 @@ use super::rate_limiter::RateLimiter;
 /// 0). A cost of 0 checks without consuming (denied only when even 0 does
 /// not fit: a key in debt); a cost above an enforced quota's capacity is
 /// denied without a store call (as [`check_n`](RateLimiter::check_n)), and
-/// then nothing at all is consumed (the other parts are only checked).
+/// then nothing at all is consumed (the other parts are only checked, or
+/// record their denial: see below, a part that records being sent too).
 /// [Shadow](crate::Quota::shadow) quotas never deny, and one that would
 /// deny consumes nothing.
 ///

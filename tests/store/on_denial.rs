@@ -928,3 +928,49 @@ async fn runtime_limits_keep_recording_after_their_limits_change() {
         }
     }
 }
+
+/// The memory store and Redis record alike: every decision (recorded or
+/// not, with the state after) and every peek the same, for every strategy,
+/// one quota and several, under one manual clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_record_alike() {
+    let (stores, _server) = stores();
+    let strategies = recording_strategies();
+    for (i, s) in strategies.iter().enumerate() {
+        let one = vec![quota(*s, 4, Duration::from_secs(10), "a")];
+        let other = strategies[(i + 2) % strategies.len()];
+        let two = vec![one[0].clone(), quota(other, 6, Duration::from_secs(4), "b")];
+        for (quotas, mode) in [
+            (one, OnDenial::Record),
+            (two.clone(), OnDenial::Record),
+            (two, OnDenial::RecordIfOver),
+        ] {
+            let clock = ManualClock::new(Duration::from_secs(1_000));
+            let tag = format!("alike-{i}-{}-{mode:?}", quotas.len());
+            let [memory, redis] = [0, 1].map(|j| stores[j].limiter(&tag, &quotas, &clock, mode));
+            let mut rng = Lcg(500 + i as u64);
+            for step in 0..60 {
+                if rng.below(4) == 0 {
+                    clock.advance(Duration::from_micros(rng.below(3_000_000)));
+                    continue;
+                }
+                let cost = [0, 1, 1, 2, 4, 5, 7, u64::MAX][rng.below(8) as usize];
+                let (m, r) = (
+                    memory.check_n("k", cost).await.unwrap(),
+                    redis.check_n("k", cost).await.unwrap(),
+                );
+                assert_eq!(m.recorded(), r.recorded(), "{tag} step {step}");
+                assert_eq!(
+                    comparable(&m),
+                    comparable(&r),
+                    "{tag} step {step} cost {cost}"
+                );
+                let (m, r) = (
+                    memory.peek("k").await.unwrap(),
+                    redis.peek("k").await.unwrap(),
+                );
+                assert_eq!(comparable(&m), comparable(&r), "{tag} step {step} peek");
+            }
+        }
+    }
+}
