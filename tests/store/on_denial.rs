@@ -974,3 +974,60 @@ async fn memory_and_redis_record_alike() {
         }
     }
 }
+
+/// With the penalty box, a recorded denial starts the block as any denial
+/// does; while blocked, calls are denied without reading the quotas and
+/// record nothing; memory and Redis alike.
+#[tokio::test]
+async fn a_recorded_denial_starts_a_block_and_blocked_calls_record_nothing() {
+    let (stores, _server) = stores();
+    let mut seen = Vec::new();
+    for (n, store) in stores.iter().enumerate() {
+        for quotas in [
+            vec![Quota::gcra(Rate::per_minute(6)).name("g")],
+            vec![
+                Quota::gcra(Rate::per_minute(6)).name("g"),
+                Quota::fixed_window(Rate::per_hour(100)).name("w"),
+            ],
+        ] {
+            let clock = ManualClock::new(Duration::from_secs(50));
+            let b = RateLimiter::builder()
+                .prefix(format!("block{n}-{}", quotas.len()))
+                .quotas(quotas.clone())
+                .clock(clock.clone())
+                .block_for(Duration::from_secs(600))
+                .on_denial(OnDenial::Record);
+            let lim = match store {
+                Store::Memory(s) => b.store(s.clone()).build().unwrap(),
+                Store::Redis(s) => b.store(s.clone()).build().unwrap(),
+            };
+            assert!(lim.check_n("k", 6).await.unwrap().allowed());
+            let d = lim.check_n("k", 2).await.unwrap();
+            assert!(d.denied() && d.recorded(), "{d:?}");
+            assert_eq!(d.retry_after(), Some(Duration::from_secs(600)));
+            // (a peek while blocked shows the block: the debt is in `d`)
+            clock.advance(Duration::from_secs(1));
+            let blocked = lim.check_n("k", 3).await.unwrap();
+            assert!(blocked.denied() && !blocked.recorded(), "{blocked:?}");
+            // the debt is the 8 units recorded, less the second that passed
+            lim.unblock("k").await.unwrap();
+            let after = lim.peek("k").await.unwrap();
+            assert_eq!(
+                after.quotas().next().unwrap().reset_after() + Duration::from_secs(1),
+                d.quotas().next().unwrap().reset_after()
+            );
+            assert_eq!(
+                after.quotas().next().unwrap().reset_after(),
+                Duration::from_secs(79)
+            );
+            seen.push(format!(
+                "{:?} {:?} {:?}",
+                comparable(&d),
+                comparable(&blocked),
+                comparable(&after)
+            ));
+        }
+    }
+    // memory and Redis alike
+    assert_eq!(seen[..2], seen[2..]);
+}

@@ -332,6 +332,8 @@ impl LimiterScript {
         block: Option<u64>,
         record: u8,
     ) -> Self {
+        // (one quota: both modes record on it when it denies, one script)
+        let record = if strategies.len() == 1 { 1 } else { record };
         Self::quotas(strategies, shadow, false, block, record)
     }
 
