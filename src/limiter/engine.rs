@@ -105,9 +105,17 @@ impl Engine {
     }
 
     /// Whether a check of `cost` is sent to the store even though it never
-    /// fits an enforced quota: a recording engine records it.
+    /// fits an enforced quota: a recording engine records it. (Not a cost
+    /// above what one call may lease of a concurrency quota, which a store
+    /// whose quota had room would grant: denied as ever, without a call.)
     fn records_unfit(&self, cost: u64) -> bool {
-        self.on_denial.records() && cost > 0 && self.never_fits(cost) == Some(false)
+        self.on_denial.records()
+            && cost > 0
+            && self.never_fits(cost) == Some(false)
+            && !self
+                .quotas
+                .iter()
+                .any(|q| q.spec().holds_leases && cost > q.max_cost())
     }
 
     /// This engine's random id (what its reservations are told by).

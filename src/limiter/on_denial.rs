@@ -27,7 +27,10 @@
 /// [block](super::RateLimiterBuilder::block_for) (the quotas are not read).
 /// A cost above a quota's capacity, which [`Nothing`](Self::Nothing) denies
 /// without a store call, is then sent and recorded (capped as above), and
-/// is still denied with `retry_after: None`.
+/// is still denied with `retry_after: None` (but a cost above what one call
+/// may lease of a concurrency quota,
+/// [`Quota::MAX_LEASES_PER_CALL`](crate::Quota::MAX_LEASES_PER_CALL), is
+/// denied without a store call as ever, recording nothing).
 ///
 /// A denied [`Decision`](crate::Decision) that recorded
 /// ([`Decision::recorded`](crate::Decision::recorded)) shows each quota's

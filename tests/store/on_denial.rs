@@ -359,6 +359,39 @@ async fn concurrency_and_shadow_quotas_are_never_recorded_on() {
     }
 }
 
+/// A cost above what one call may lease of a concurrency quota (which has
+/// room for it) is denied without a store call, recording nothing, and
+/// takes no lease: the store would grant it.
+#[tokio::test]
+async fn a_cost_above_the_leases_one_call_may_take_is_denied_unrecorded() {
+    let (stores, _server) = stores();
+    for (n, store) in stores.iter().enumerate() {
+        let clock = ManualClock::new(Duration::from_secs(50));
+        let quotas = [
+            Quota::concurrency(5_000)
+                .lease_timeout(Duration::from_secs(60))
+                .name("c"),
+            Quota::fixed_window(Rate::per_minute(10_000)).name("w"),
+        ];
+        let lim = store.limiter(&format!("leases{n}"), &quotas, &clock, OnDenial::Record);
+        let d = lim
+            .check_n("k", Quota::MAX_LEASES_PER_CALL + 1)
+            .await
+            .unwrap();
+        assert!(d.denied() && !d.recorded() && d.lease().is_none(), "{d:?}");
+        let peek = lim.peek("k").await.unwrap();
+        assert_eq!(
+            peek.quotas().map(|q| q.remaining()).collect::<Vec<_>>(),
+            [5_000, 10_000]
+        );
+        // (above the window's capacity, and the leases: the same)
+        let d = lim.check_n("k", 10_001).await.unwrap();
+        assert!(d.denied() && !d.recorded(), "{d:?}");
+        let d = lim.check_n("k", 900).await.unwrap();
+        assert!(d.allowed());
+    }
+}
+
 /// Joint decisions of parts in every mode (set per part, or the limiter's
 /// own) against a reference: the same joint decision unrecorded, then each
 /// part penalized as its mode says; every decision and peek the same.
