@@ -1,8 +1,9 @@
 -- Several limiters decided together, all or nothing (src/limiter/joint.rs):
 -- each part is one limiter's quotas on one user key, with its own cost and
 -- clock. Follows the prelude (READS_TIME true) and every strategy's function
--- S[<id>] (as multi.lua's; no lease-holding strategy) and adjust function
--- A[<id>] or C[<id>] (as lua/give_back.lua's).
+-- S[<id>] (as multi.lua's; no lease-holding strategy) and, in the script of
+-- parts whose denial may record, its adjust function A[<id>] or C[<id>] (as
+-- lua/give_back.lua's; else A and C are empty).
 -- KEYS: every part's quota keys, part after part.
 -- ARGV: [1] 'T' when a part is on Redis's clock (TIME is then read once, for
 -- every such part), else a part's time; [2] '1' to consume (a denial

@@ -12,10 +12,17 @@ use super::script::LimiterScript;
 use crate::error::StoreError;
 use crate::store::call::{JointCall, JointMode, JointOutcome, Outcome};
 
-/// The joint script, built once.
-pub(crate) fn script() -> &'static LimiterScript {
-    static SCRIPT: OnceLock<LimiterScript> = OnceLock::new();
-    SCRIPT.get_or_init(LimiterScript::for_joint)
+/// The joint script, built once; `records`: the one whose parts' denials
+/// may record (with the adjust functions).
+pub(crate) fn script(records: bool) -> &'static LimiterScript {
+    static PLAIN: OnceLock<LimiterScript> = OnceLock::new();
+    static RECORDS: OnceLock<LimiterScript> = OnceLock::new();
+    let (cell, records) = if records {
+        (&RECORDS, true)
+    } else {
+        (&PLAIN, false)
+    };
+    cell.get_or_init(|| LimiterScript::for_joint(records))
 }
 
 /// The hash slot of `key` on a store whose calls may only touch one slot
@@ -33,7 +40,9 @@ pub(crate) async fn decide<P: Pooled>(
     parts: &[JointCall<'_>],
     mode: JointMode,
 ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
-    let script = script();
+    // (a check records nothing: the plain script)
+    let records = mode != JointMode::Check && parts.iter().any(|p| p.on_denial.records());
+    let script = script(records);
     let cmd = joint_cmd(script, parts, mode);
     let reply: Vec<u8> = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     parse_joint(&reply, parts)
@@ -178,7 +187,7 @@ mod tests {
             on_denial: crate::limiter::OnDenial::Record,
         };
         let args = |parts: &[JointCall<'_>]| -> Vec<String> {
-            joint_cmd(script(), parts, JointMode::Decide)
+            joint_cmd(script(true), parts, JointMode::Decide)
                 .args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
