@@ -16,6 +16,11 @@ use super::{Interned, Lease, Part, Parts, QuotaDecision, QuotaName, Quotas, Temp
 /// binds only in a limiter whose quotas are all shadow). Every quota's
 /// own state is in [`quotas`](Self::quotas).
 ///
+/// A denial that [recorded](Self::recorded) its cost anyway (a limiter
+/// built with [`on_denial`](crate::limiter::RateLimiterBuilder::on_denial))
+/// shows the state after the recording, and its
+/// [`retry_after`](Self::retry_after) is when that cost would fit again.
+///
 /// A decision is small (about a hundred bytes) and computes its durations
 /// when asked: a limiter with one or two quotas answers without
 /// allocating, and cloning such a decision (without a lease) is a copy
@@ -31,6 +36,8 @@ pub struct Decision {
     /// A shadow layer or plan let this denial through (the middleware
     /// sets it): [`shadow_denied`](Self::shadow_denied).
     pub(crate) shadow_let_through: bool,
+    /// A denial that recorded its cost ([`recorded`](Self::recorded)).
+    pub(crate) recorded: bool,
     pub(crate) parts: Parts,
     pub(crate) templates: Interned<Templates>,
     pub(crate) lease: Option<Lease>,
@@ -45,6 +52,21 @@ impl Decision {
     /// Whether the request was denied: `!allowed()`.
     pub fn denied(&self) -> bool {
         !self.allowed
+    }
+
+    /// Whether this denied request's cost was recorded anyway, past the
+    /// limit, in the same atomic store call (a limiter built with
+    /// [`on_denial`](crate::limiter::RateLimiterBuilder::on_denial) other than
+    /// [`OnDenial::Nothing`](crate::limiter::OnDenial::Nothing), and at
+    /// least one quota recorded on). The decision then shows the state
+    /// after the recording: [`remaining`](Self::remaining) and
+    /// [`reset_after`](Self::reset_after) of that state, and
+    /// [`retry_after`](Self::retry_after) when the cost would fit again
+    /// (`None` if it never can). Always false for an allowed request, a
+    /// peek, and a denial that recorded nothing (a block, only concurrency
+    /// quotas denying).
+    pub fn recorded(&self) -> bool {
+        self.recorded
     }
 
     /// Whether shadow mode would have denied the request: a
@@ -183,6 +205,7 @@ impl fmt::Debug for Decision {
         f.debug_struct("Decision")
             .field("allowed", &self.allowed)
             .field("shadow_denied", &self.shadow_denied())
+            .field("recorded", &self.recorded)
             .field("limit", &self.limit())
             .field("remaining", &self.remaining())
             .field("reset_after", &self.reset_after())

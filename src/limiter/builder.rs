@@ -13,6 +13,7 @@ use crate::error::ConfigError;
 use crate::quota::{Quota, QuotaSpec};
 use crate::store::{Backend, Store};
 
+use super::OnDenial;
 use super::deny_cache::{DEFAULT_CAPACITY, DenyCache};
 use super::engine::Engine;
 use super::keys::KeyScheme;
@@ -56,6 +57,7 @@ impl RateLimiter {
             clock: e.clock.clone(),
             block: e.block,
             budget: self.inner.budgets.as_ref().map(|b| b.config()),
+            on_denial: e.on_denial,
         };
         RateLimiter {
             inner: Arc::new(state(store.into_backend(), limits, None)),
@@ -75,6 +77,7 @@ struct Limits {
     block: Option<u64>,
     /// Local budgets: units per take and hold.
     budget: Option<(u64, Duration)>,
+    on_denial: OnDenial,
 }
 
 /// A limiter's state: its engine over `store` (bound to the quotas), and
@@ -90,8 +93,10 @@ fn state(store: Backend, limits: Limits, runtime: Option<Box<dyn RuntimeLimits>>
         clock,
         block,
         budget,
+        on_denial,
     } = limits;
-    let store = store.bind(&quotas, &prefix, &key_suffixes, block, &clock);
+    let on_denial = on_denial.of_quotas(&quotas);
+    let store = store.bind(&quotas, &prefix, &key_suffixes, block, &clock, on_denial);
     let budgets = match runtime {
         Some(_) => None,
         None => budget.map(|(n, hold)| Arc::new(LocalBudgets::new(n, hold))),
@@ -99,7 +104,9 @@ fn state(store: Backend, limits: Limits, runtime: Option<Box<dyn RuntimeLimits>>
     let fronted = budgets.is_some() || runtime.is_some();
     let keys = KeyScheme::new(prefix, key_suffixes);
     Inner {
-        engine: Engine::new(store, quotas, names, templates, keys, clock, block, fronted),
+        engine: Engine::new(
+            store, quotas, names, templates, keys, clock, block, fronted, on_denial,
+        ),
         budgets,
         deny: DenyCache::new(DEFAULT_CAPACITY),
         runtime,
@@ -118,6 +125,7 @@ pub struct RateLimiterBuilder {
     hold: Option<Duration>,
     block: Option<Duration>,
     blocking: bool,
+    on_denial: OnDenial,
     /// Runtime limits: what makes them (the plans' constructor, handed
     /// over by `runtime_limits`).
     runtime: Option<MakeRuntime>,
@@ -243,6 +251,52 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// What a denied check records of its cost (default
+    /// [`OnDenial::Nothing`]: a denied call consumes nothing). With
+    /// [`OnDenial::RecordIfOver`] or [`OnDenial::Record`], every
+    /// [`check`](crate::RateLimiter::check) and
+    /// [`check_n`](crate::RateLimiter::check_n) of the limiter (one quota or
+    /// several, batched or not, on every store) records a denied call's
+    /// cost past the limit in the same atomic store call, as
+    /// [`penalize`](crate::RateLimiter::penalize) would (see [`OnDenial`]);
+    /// a denied [`Decision`](crate::Decision) then says so
+    /// ([`recorded`](crate::Decision::recorded)) and shows the state after.
+    /// A cost above a quota's capacity is then sent to the store (it
+    /// records), no longer denied without a store call.
+    ///
+    /// The middleware's deny cache never caches such a limiter's denials
+    /// (a cached denial would not record). Rejected at
+    /// [`build`](Self::build) (`on_denial`) with
+    /// [`local_budget`](Self::local_budget) above 1, whose spending from
+    /// local units would not record. [`reserve_n`](crate::RateLimiter::reserve_n)
+    /// records nothing on a denial (settle the real cost instead).
+    ///
+    /// ```
+    /// use tower_redis_ratelimit::limiter::OnDenial;
+    /// use tower_redis_ratelimit::{MemoryStore, Quota, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::builder()
+    ///     .store(MemoryStore::new())
+    ///     .quota(Quota::fixed_window(Rate::per_minute(100)))
+    ///     .on_denial(OnDenial::Record)
+    ///     .build()?;
+    /// assert!(limiter.check_n("user:42", 90).await?.allowed());
+    /// // a report of 30 more: denied, and recorded past the limit
+    /// let d = limiter.check_n("user:42", 30).await?;
+    /// assert!(d.denied() && d.recorded());
+    /// assert_eq!(d.remaining(), 0);
+    /// // the window now holds 120: even 1 is denied until it ends
+    /// assert!(limiter.check("user:42").await?.denied());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_denial(mut self, on_denial: OnDenial) -> Self {
+        self.on_denial = on_denial;
+        self
+    }
+
     /// Validates the configuration. The error names the field at fault.
     pub fn build(mut self) -> Result<RateLimiter, ConfigError> {
         let runtime = self.runtime.take();
@@ -362,6 +416,15 @@ impl RateLimiterBuilder {
                 ));
             }
         }
+        if self.on_denial.records() && self.budget.is_some_and(|n| n > 1) {
+            return Err(ConfigError::new(
+                "on_denial",
+                format!(
+                    "{:?} records a denied call's cost in the store, but a local_budget spends                      from local units without asking it: use one or the other",
+                    self.on_denial
+                ),
+            ));
+        }
         let budget = validate_budget(self.budget, self.hold, &specs)?;
         let runtime = match template {
             Some((make, template)) => {
@@ -379,6 +442,7 @@ impl RateLimiterBuilder {
             clock: self.clock,
             block,
             budget,
+            on_denial: self.on_denial,
         };
         Ok(RateLimiter {
             inner: Arc::new(state(store, limits, runtime)),

@@ -32,7 +32,10 @@ impl RateLimiter {
     /// [`quotas`](Decision::quotas), `allowed` is false exactly for the quotas
     /// whose capacity the cost exceeds, and every quota reports `remaining: 0`,
     /// `reset_after: 0` and `retry_after: None` (not its state). A
-    /// [`peek`](Self::peek) tells the state.
+    /// [`peek`](Self::peek) tells the state. (A limiter whose denials record,
+    /// [`on_denial`](crate::limiter::RateLimiterBuilder::on_denial), sends
+    /// such a cost to the store instead, which records it: still denied with
+    /// `retry_after: None`, its decision then shows the state after.)
     ///
     /// Storage keys are `{<prefix>:<key>}:<id>`, where `<id>` is one letter
     /// naming the strategy (and its state's layout) followed by the rate, e.g.

@@ -395,6 +395,37 @@ mod tests {
         assert!(cache.get(b"k", 3, 1).is_none());
     }
 
+    /// A recording limiter's denials are never cached: a cached denial
+    /// would answer without the store, and so would not record.
+    #[tokio::test]
+    async fn a_recording_limiters_denials_are_not_cached() {
+        for mode in [
+            crate::limiter::OnDenial::RecordIfOver,
+            crate::limiter::OnDenial::Record,
+        ] {
+            let l = RateLimiter::builder()
+                .store(MemoryStore::new())
+                .clock(ManualClock::new(Duration::from_secs(3_600)))
+                .quota(Quota::fixed_window(Rate::per_second(1)))
+                .on_denial(mode)
+                .build()
+                .unwrap();
+            let cache = DenyCache::new(100);
+            l.check("k").await.unwrap();
+            let denied = l.check("k").await.unwrap();
+            assert!(denied.denied() && denied.recorded() && denied.retry_after().is_some());
+            cache.insert(&l, b"k", 1, at(0), &denied);
+            assert!(cache.get(b"k", 1, 1).is_none(), "{mode:?}");
+        }
+        // (the same denial of a limiter that does not record is cached)
+        let l = limiter(Quota::fixed_window(Rate::per_second(1)));
+        let cache = DenyCache::new(100);
+        l.check("k").await.unwrap();
+        let denied = l.check("k").await.unwrap();
+        cache.insert(&l, b"k", 1, at(0), &denied);
+        assert!(cache.get(b"k", 1, 1).is_some());
+    }
+
     #[tokio::test]
     async fn the_cache_stays_within_its_capacity() {
         let l = limiter(Quota::fixed_window(Rate::per_second(1)));

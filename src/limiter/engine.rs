@@ -20,6 +20,7 @@ use crate::store::memory::{LocalCall, MemoryStore};
 use crate::store::{Adjustment, Bound, Call, GiveBackCall, Outcome, QuotaOutcome};
 use crate::strategy::state::{Algorithm, Raw};
 
+use super::OnDenial;
 use super::deny_cache::DenyFacts;
 use super::keys::{KeyScheme, storable_key};
 
@@ -45,6 +46,11 @@ pub(crate) struct Engine {
     /// When decisions go straight to a [`MemoryStore`](crate::MemoryStore) (see
     /// [`decide_direct`](Self::decide_direct)).
     pub(super) direct: Option<Direct>,
+    /// What a denied check records.
+    pub(super) on_denial: OnDenial,
+    /// The largest cost a recording engine sends (see
+    /// [`sent_cost`](Self::sent_cost)).
+    max_sent: u64,
 }
 
 impl Engine {
@@ -60,9 +66,14 @@ impl Engine {
         clock: Clock,
         block: Option<u64>,
         budgets: bool,
+        on_denial: OnDenial,
     ) -> Engine {
-        let direct = direct(&store, &quotas, budgets, block, &clock);
+        let direct =
+            direct(&store, &quotas, budgets, block, &clock).filter(|_| !on_denial.records());
+        let max_capacity = quotas.iter().map(QuotaSpec::capacity).max().unwrap_or(0);
         Engine {
+            on_denial,
+            max_sent: max_capacity.saturating_add(1).max(MAX_RECORDED),
             needs_nonce: quotas.iter().any(|q| q.spec().needs_nonce),
             holds_leases: quotas.iter().any(|q| q.spec().holds_leases),
             store,
@@ -76,6 +87,35 @@ impl Engine {
             block,
             direct,
         }
+    }
+
+    /// What a denied check records.
+    pub(crate) fn on_denial(&self) -> OnDenial {
+        self.on_denial
+    }
+
+    /// The cost a check of `cost` sends to the store: itself, or for a cost
+    /// above every quota's capacity (which only a recording engine sends)
+    /// at most the larger of one past the largest capacity and 2^50 (all a
+    /// recording takes: [`RateLimiter::MAX_DEBT`](crate::RateLimiter::MAX_DEBT)
+    /// of the fastest rate), so that the scripts' arithmetic stays exact
+    /// (below 2^53) and the answer is the same (it still never fits).
+    pub(crate) fn sent_cost(&self, cost: u64) -> u64 {
+        cost.min(self.max_sent)
+    }
+
+    /// Whether a check of `cost` is sent to the store even though it never
+    /// fits an enforced quota: a recording engine records it. (Not a cost
+    /// above what one call may lease of a concurrency quota, which a store
+    /// whose quota had room would grant: denied as ever, without a call.)
+    fn records_unfit(&self, cost: u64) -> bool {
+        self.on_denial.records()
+            && cost > 0
+            && self.never_fits(cost) == Some(false)
+            && !self
+                .quotas
+                .iter()
+                .any(|q| q.spec().holds_leases && cost > q.max_cost())
     }
 
     /// This engine's random id (what its reservations are told by).
@@ -154,9 +194,12 @@ impl Engine {
     /// [`MemoryStore`](crate::MemoryStore) (which never fails), or the cost can never fit.
     /// `None`: the store must be asked.
     pub(super) fn decide_sync(&self, key: &[u8], cost: u64) -> Option<Decision> {
-        if let Some(decision) = self.unfit(cost) {
+        if !self.records_unfit(cost)
+            && let Some(decision) = self.unfit(cost)
+        {
             return Some(decision);
         }
+        let cost = self.sent_cost(cost);
         let Bound::Memory(store, scopes) = &self.store else {
             return None;
         };
@@ -201,11 +244,13 @@ impl Engine {
             now_us: self.clock.sent_now_us(),
             nonce,
             block_us: self.block,
+            on_denial: self.on_denial,
         }
     }
 
     /// The decision of a Redis store (after [`decide_sync`](Self::decide_sync)).
     async fn decide_in_store(&self, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+        let cost = self.sent_cost(cost);
         let nonce = self.nonce();
         let user = storable_key(key);
         let (base, keys) = self.keys_of(&user);
@@ -214,7 +259,9 @@ impl Engine {
         // (a lone shadow quota's script reports its own verdict)
         let allowed = outcome.allowed || self.all_shadow();
         let lease = self.lease(allowed, cost, nonce, || (base, keys));
-        Ok(self.decision_of(allowed, outcome.quotas.iter().copied(), lease))
+        let mut decision = self.decision_of(allowed, outcome.quotas.iter().copied(), lease);
+        decision.recorded = outcome.recorded;
+        Ok(decision)
     }
 
     /// A decision of the memory store: no storage-key strings (unless a
@@ -229,7 +276,9 @@ impl Engine {
     ) -> Decision {
         let user = storable_key(key);
         let now_us = self.clock.sent_now_us();
-        if let ([scope], [quota]) = (scopes, self.quotas.as_slice()) {
+        if let ([scope], [quota]) = (scopes, self.quotas.as_slice())
+            && !self.on_denial.records()
+        {
             let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
             // a lone shadow quota never denies
             let allowed = raw.ok || quota.shadow;
@@ -244,6 +293,7 @@ impl Engine {
             now_us,
             nonce: &nonce,
             block_us: self.block,
+            on_denial: self.on_denial,
         };
         let n = self.quotas.len();
         let placeholder = Raw::deny(0, 0, -1);
@@ -256,7 +306,7 @@ impl Engine {
                 &mut heap
             }
         };
-        let allowed = store.decide(&call, out);
+        let (allowed, recorded) = store.decide(&call, out);
         let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
         // (a shadow quota never delays the request)
         let delay = out
@@ -266,12 +316,14 @@ impl Engine {
             .map(|(r, _)| r.delay.max(0) as u64)
             .max()
             .unwrap_or(0);
-        self.decision(
+        let mut decision = self.decision(
             allowed,
             out.iter().map(|&r| Part::from(r)).collect(),
             delay,
             lease,
-        )
+        );
+        decision.recorded = recorded;
+        decision
     }
 
     /// The decision of an engine of one enforced quota on a
@@ -302,9 +354,8 @@ impl Engine {
         cost: u64,
     ) -> Result<(Decision, i64, Vec<u8>, Vec<String>), StoreError> {
         let user = storable_key(key).into_owned();
-        if self.never_fits(cost).is_some()
-            && let Some(d) = self.decide_sync(key, cost)
-        {
+        // (a take records nothing: see `OnDenial`)
+        if let Some(d) = self.unfit(cost) {
             // (a shadow quota's never-fitting request is let through: a
             // settle charges its excess to these keys)
             let (_, keys) = self.keys_of(&user);
@@ -312,7 +363,10 @@ impl Engine {
         }
         let nonce = self.nonce();
         let (base, keys) = self.keys_of(&user);
-        let call = self.store_call(&base, &user, &keys, cost, &nonce);
+        let call = Call {
+            on_denial: OnDenial::Nothing,
+            ..self.store_call(&base, &user, &keys, cost, &nonce)
+        };
         let (outcome, now) = self.store.take(call).await?;
         let allowed = outcome.allowed || self.all_shadow();
         let lease = self.lease(allowed, cost, nonce, || (base, keys.clone()));
@@ -328,7 +382,10 @@ impl Engine {
         units: u64,
     ) -> Result<(Outcome, i64), StoreError> {
         let (base, keys) = self.keys_of(user);
-        let call = self.store_call(&base, user, &keys, units, "");
+        let call = Call {
+            on_denial: OnDenial::Nothing,
+            ..self.store_call(&base, user, &keys, units, "")
+        };
         self.store.take(call).await
     }
 
@@ -458,6 +515,7 @@ impl Engine {
             templates: self.templates.clone(),
             lease,
             shadow_let_through: false,
+            recorded: false,
         }
     }
 
@@ -524,6 +582,7 @@ impl Engine {
             templates: self.templates.clone(),
             lease,
             shadow_let_through: false,
+            recorded: false,
         }
     }
 }
@@ -543,9 +602,13 @@ impl DenyFacts for Engine {
     }
 
     fn denials_cacheable(&self, quota: usize) -> bool {
-        self.quotas
-            .get(quota)
-            .is_none_or(|q| q.spec().denials_cacheable)
+        // (a cached denial would answer without the store: it would not
+        // record, see `OnDenial`)
+        !self.on_denial.records()
+            && self
+                .quotas
+                .get(quota)
+                .is_none_or(|q| q.spec().denials_cacheable)
     }
 }
 
@@ -585,6 +648,11 @@ fn direct(
         _ => None,
     }
 }
+
+/// The most a recording engine sends beyond every capacity: 2^50, what a
+/// recording takes at most (`RateLimiter::MAX_DEBT` of a rate of 1 unit per
+/// µs).
+const MAX_RECORDED: u64 = crate::strategy::state::MAX_DEBT_US as u64;
 
 fn new_instance_id() -> u64 {
     // Random per process and per limiter: unique sorted-set members across instances.

@@ -9,8 +9,9 @@ use std::future::Future;
 
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::store::{JointCall, JointOutcome};
+use crate::store::{JointCall, JointMode, JointOutcome};
 
+use super::OnDenial;
 use super::engine::Engine;
 use super::keys::storable_key;
 use super::rate_limiter::RateLimiter;
@@ -94,9 +95,24 @@ use super::rate_limiter::RateLimiter;
 /// 0). A cost of 0 checks without consuming (denied only when even 0 does
 /// not fit: a key in debt); a cost above an enforced quota's capacity is
 /// denied without a store call (as [`check_n`](RateLimiter::check_n)), and
-/// then nothing at all is consumed (the other parts are only checked).
+/// then nothing at all is consumed (the other parts are only checked, or
+/// record their denial: see below, a part that records being sent too).
 /// [Shadow](crate::Quota::shadow) quotas never deny, and one that would
 /// deny consumes nothing.
+///
+/// # Recording a denial
+///
+/// Each part records as its limiter's
+/// [`on_denial`](super::RateLimiterBuilder::on_denial) says, or as
+/// [`part_with`](Self::part_with) sets for it. Admitted, nothing changes
+/// (every part consumed). Denied (by any part), in the same atomic call: a
+/// part with [`OnDenial::RecordIfOver`] records its cost on each of its
+/// quotas that denies it (as checked, with the parts before it on a shared
+/// key), one with [`OnDenial::Record`] on all its enforced quotas, others
+/// nothing; see [`OnDenial`] for what a recording does. A recorded part's
+/// cost above its capacity is sent too (the decision is denied), and its
+/// decision shows the state after ([`Decision::recorded`]).
+/// [`peek`](Self::peek) records nothing.
 ///
 /// [`peek`](Self::peek) asks whether every part would be admitted now,
 /// consuming nothing (an Envoy request with a limit of 0 among its
@@ -131,7 +147,9 @@ use super::rate_limiter::RateLimiter;
 /// other client meanwhile, and a script is not stopped by the caller's
 /// timeout), and a memory store's shards of every part: so a joint decision
 /// has at most [`MAX_PARTS`](Self::MAX_PARTS) parts, and its parts log at
-/// most [`MAX_LOGGED`](Self::MAX_LOGGED) units together. Past either, it is
+/// most [`MAX_LOGGED`](Self::MAX_LOGGED) units together (what a denial
+/// records counts: at most its cost, or the quota's count + 1, each). Past
+/// either, it is
 /// a [`StoreError::TooLarge`] naming the bound, and nothing is sent (an
 /// Envoy request with more descriptors than that is answered as invalid).
 /// Each quota of each part costs Redis about 8 µs (measured: 256 parts of
@@ -146,6 +164,8 @@ struct JointPart<'a> {
     limiter: &'a RateLimiter,
     key: Vec<u8>,
     cost: u64,
+    /// What its denial records; `None`: as its limiter's `on_denial`.
+    on_denial: Option<OnDenial>,
 }
 
 /// The answer to an [`AllOrNothing`] decision: whether every part was
@@ -226,6 +246,38 @@ impl<'a> AllOrNothing<'a> {
             limiter,
             key: key.as_ref().to_vec(),
             cost,
+            on_denial: None,
+        });
+    }
+
+    /// Adds a part whose denial records as `on_denial` says, whatever its
+    /// limiter's [`on_denial`](super::RateLimiterBuilder::on_denial) (see
+    /// [Recording a denial](Self#recording-a-denial)).
+    #[must_use]
+    pub fn part_with(
+        mut self,
+        limiter: &'a RateLimiter,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+        on_denial: OnDenial,
+    ) -> Self {
+        self.push_with(limiter, key, cost, on_denial);
+        self
+    }
+
+    /// Adds a part, in place (see [`part_with`](Self::part_with)).
+    pub fn push_with(
+        &mut self,
+        limiter: &'a RateLimiter,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+        on_denial: OnDenial,
+    ) {
+        self.parts.push(JointPart {
+            limiter,
+            key: key.as_ref().to_vec(),
+            cost,
+            on_denial: Some(on_denial),
         });
     }
 
@@ -292,26 +344,58 @@ impl<'a> AllOrNothing<'a> {
             .map(|(e, u)| e.keys_of(u).1)
             .collect();
         check_shared_keys(&engines, &keys)?;
-        let mut joint = Joint {
-            engines: &engines,
-            parts: &self.parts,
-            users: &users,
-            keys: &keys,
-            decisions: self
-                .parts
-                .iter()
-                .zip(&engines)
-                .map(|(p, e)| e.unfit(p.cost))
-                .collect(),
-        };
+        let modes: Vec<OnDenial> = self
+            .parts
+            .iter()
+            .zip(&engines)
+            .map(|(p, e)| p.on_denial.unwrap_or_else(|| e.on_denial()))
+            .collect();
+        // (a peek records nothing)
+        let records = |i: usize| consume && self.parts[i].cost > 0 && modes[i].records();
+        let unfit: Vec<Option<Decision>> = self
+            .parts
+            .iter()
+            .zip(&engines)
+            .map(|(p, e)| e.unfit(p.cost))
+            .collect();
         // a part that never fits denies it all: the others are only checked
-        let fits = joint
-            .decisions
+        // (or record their denial)
+        let fits = unfit
             .iter()
             .all(|d| d.as_ref().is_none_or(Decision::allowed));
         let apply = consume && fits;
-        if apply {
-            check_logged(&engines, &self.parts)?;
+        // what the decision does once denied: record, if a part does
+        let recording = (0..self.parts.len()).any(records);
+        let after = if recording {
+            JointMode::Denied
+        } else {
+            JointMode::Check
+        };
+        let mut joint = Joint {
+            engines: &engines,
+            parts: &self.parts,
+            modes: &modes,
+            users: &users,
+            keys: &keys,
+            // (a denied part that never fits but records is sent)
+            decisions: unfit
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| d.filter(|d| d.allowed() || !records(i)))
+                .collect(),
+        };
+        if consume {
+            check_logged(&engines, &self.parts, |i, q| {
+                let cost = self.parts[i].cost;
+                if apply {
+                    // (what a denial records is at most the cost)
+                    q.entries_of(cost)
+                } else if records(i) {
+                    q.entries_of(cost.min(q.capacity().saturating_add(1)))
+                } else {
+                    0
+                }
+            })?;
         }
         let pending: Vec<usize> = (0..self.parts.len())
             .filter(|&i| joint.decisions[i].is_none())
@@ -331,7 +415,7 @@ impl<'a> AllOrNothing<'a> {
         }
         if !consume {
             for (_, members) in &groups {
-                let (_, outcomes) = joint.call(members, false).await?;
+                let (_, outcomes) = joint.call(members, JointMode::Check).await?;
                 joint.fill(members, outcomes);
             }
             // (every part admitted on its own, with the parts before it)
@@ -339,11 +423,12 @@ impl<'a> AllOrNothing<'a> {
             return Ok(joint.finish(all, groups.len() == 1));
         }
         if let [(_, members)] = groups.as_slice() {
-            let (all, outcomes) = joint.call(members, apply).await?;
+            let mode = if apply { JointMode::Decide } else { after };
+            let (all, outcomes) = joint.call(members, mode).await?;
             joint.fill(members, outcomes);
             return Ok(joint.finish(all && apply, true));
         }
-        joint.across_slots(&groups, apply).await
+        joint.across_slots(&groups, apply, after).await
     }
 }
 
@@ -407,13 +492,22 @@ fn check_parts(engines: &[&Engine]) -> Result<(), StoreError> {
 }
 
 /// Rejects a joint decision whose parts would log more than
-/// [`AllOrNothing::MAX_LOGGED`] units together (sliding-log times).
-fn check_logged(engines: &[&Engine], parts: &[JointPart<'_>]) -> Result<(), StoreError> {
-    let logged = engines.iter().zip(parts).fold(0u64, |sum, (e, p)| {
-        e.quotas()
-            .iter()
-            .fold(sum, |sum, q| sum.saturating_add(q.entries_of(p.cost)))
-    });
+/// [`AllOrNothing::MAX_LOGGED`] units together (sliding-log times), part
+/// `i`'s quota `q` at most `logs(i, q)`.
+fn check_logged(
+    engines: &[&Engine],
+    parts: &[JointPart<'_>],
+    logs: impl Fn(usize, &crate::quota::QuotaSpec) -> u64,
+) -> Result<(), StoreError> {
+    let logged = engines
+        .iter()
+        .zip(parts)
+        .enumerate()
+        .fold(0u64, |sum, (i, (e, _))| {
+            e.quotas()
+                .iter()
+                .fold(sum, |sum, q| sum.saturating_add(logs(i, q)))
+        });
     if logged > AllOrNothing::MAX_LOGGED {
         return Err(StoreError::TooLarge(format!(
             "the parts of a joint decision would log {logged} units (each part's cost times its \
@@ -454,6 +548,8 @@ fn check_shared_keys(engines: &[&Engine], keys: &[Vec<String>]) -> Result<(), St
 struct Joint<'j, 'a> {
     engines: &'j [&'j Engine],
     parts: &'j [JointPart<'a>],
+    /// What each part's denial records.
+    modes: &'j [OnDenial],
     users: &'j [Vec<u8>],
     keys: &'j [Vec<String>],
     decisions: Vec<Option<Decision>>,
@@ -464,7 +560,7 @@ impl Joint<'_, '_> {
     async fn call(
         &self,
         members: &[usize],
-        apply: bool,
+        mode: JointMode,
     ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
         let calls: Vec<JointCall<'_>> = members
             .iter()
@@ -475,14 +571,16 @@ impl Joint<'_, '_> {
                     keys: &self.keys[i],
                     quotas: e.quotas(),
                     scopes: e.store.scopes(),
-                    cost: self.parts[i].cost,
+                    // (a recorded cost that never fits: see `sent_cost`)
+                    cost: e.sent_cost(self.parts[i].cost),
                     now_us: e.sent_now_us(),
+                    on_denial: self.modes[i],
                 }
             })
             .collect();
         match members.first() {
-            Some(&i) => self.engines[i].store.joint(&calls, apply).await,
-            None => Ok((apply, Vec::new())),
+            Some(&i) => self.engines[i].store.joint(&calls, mode).await,
+            None => Ok((mode == JointMode::Decide, Vec::new())),
         }
     }
 
@@ -491,7 +589,10 @@ impl Joint<'_, '_> {
         for (&i, o) in members.iter().zip(outcomes) {
             let e = self.engines[i];
             let allowed = o.outcome.allowed || e.all_shadow();
-            self.decisions[i] = Some(e.decision_of(allowed, o.outcome.quotas.into_iter(), None));
+            let mut d = e.decision_of(allowed, o.outcome.quotas.into_iter(), None);
+            // (a part of a denied decision: whether its denial recorded)
+            d.recorded = o.outcome.recorded;
+            self.decisions[i] = Some(d);
         }
     }
 
@@ -507,17 +608,20 @@ impl Joint<'_, '_> {
     /// A Redis Cluster's parts across hash slots: slot by slot, each slot's
     /// parts in one atomic call, until one is denied; then what the slots
     /// admitted before took is given back, and every slot not decided on
-    /// the store's current state is checked (nothing consumed).
+    /// the store's current state is checked (nothing consumed), `after`:
+    /// recording the parts' denials, if a part records.
     async fn across_slots(
         mut self,
         groups: &[(Option<u16>, Vec<usize>)],
         apply: bool,
+        after: JointMode,
     ) -> Result<JointDecision, StoreError> {
         let mut taken: Vec<(usize, JointOutcome)> = Vec::new();
         let mut denied = !apply;
         let mut stale = Vec::new();
         for (g, (_, members)) in groups.iter().enumerate() {
-            let (all, outcomes) = match self.call(members, !denied).await {
+            let mode = if denied { after } else { JointMode::Decide };
+            let (all, outcomes) = match self.call(members, mode).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     self.give_back(&taken).await;
@@ -537,7 +641,7 @@ impl Joint<'_, '_> {
             // the slots admitted before the denial: their state as given back
             for &g in &stale {
                 let members = &groups[g].1;
-                let (_, outcomes) = self.call(members, false).await?;
+                let (_, outcomes) = self.call(members, after).await?;
                 self.fill(members, outcomes);
             }
         }

@@ -555,6 +555,7 @@ mod tests {
             ]),
             lease: None,
             shadow_let_through: false,
+            recorded: false,
         }
     }
 

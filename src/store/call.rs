@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
 use crate::strategy::state::Raw;
 
@@ -29,12 +30,19 @@ pub(crate) struct Call<'a> {
     /// Blocking, as the limiter was built (see `lua/block.lua`): `keys`
     /// then ends with the block key.
     pub(crate) block_us: Option<u64>,
+    /// What a denial records (read by a memory store; a Redis store's
+    /// script was assembled for it at bind). A recording limiter's cost
+    /// may exceed every capacity (at most `Engine::sent_cost`'s bound,
+    /// below 2^53: exact in the scripts' arithmetic).
+    pub(crate) on_denial: OnDenial,
 }
 
 /// A store's answer: every quota's outcome, and whether all allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outcome {
     pub(crate) allowed: bool,
+    /// A denial that recorded its cost (see [`OnDenial`]).
+    pub(crate) recorded: bool,
     pub(crate) quotas: Vec<QuotaOutcome>,
 }
 
@@ -114,6 +122,21 @@ pub(crate) struct JointCall<'a> {
     pub(crate) cost: u64,
     /// Manual or caller clock reading; `None`: the store's clock.
     pub(crate) now_us: Option<u64>,
+    /// What the part's denial records.
+    pub(crate) on_denial: OnDenial,
+}
+
+/// What a joint call does (`lua/joint.lua`'s `ARGV[2]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JointMode {
+    /// Checks only: nothing is consumed or recorded (a peek).
+    Check,
+    /// Consumes every part's cost if all are admitted; else each part's
+    /// denial records as its [`OnDenial`] says.
+    Decide,
+    /// The decision is denied already: nothing is consumed, each part's
+    /// denial records.
+    Denied,
 }
 
 /// A store's answer to one part of a joint decision: its quotas' outcomes

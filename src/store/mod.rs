@@ -28,7 +28,7 @@ pub(crate) mod redis;
 use std::sync::Arc;
 
 pub(crate) use self::call::{
-    Adjustment, Call, GiveBackCall, JointCall, JointOutcome, Outcome, QuotaOutcome,
+    Adjustment, Call, GiveBackCall, JointCall, JointMode, JointOutcome, Outcome, QuotaOutcome,
 };
 pub(crate) use self::memory::MemoryStore;
 #[cfg(feature = "cluster")]
@@ -134,11 +134,12 @@ impl Backend {
         suffixes: &[String],
         block: Option<u64>,
         clock: &crate::clock::Clock,
+        on_denial: crate::limiter::OnDenial,
     ) -> Bound {
         match self {
             Backend::Redis(r) => {
                 let prepared = Prepared {
-                    decide: protocol::Prepared::new(quotas, block, r.batching()),
+                    decide: protocol::Prepared::new(quotas, block, r.batching(), on_denial),
                     settle: redis::reserve::Scripts::new(quotas, block),
                 };
                 Bound::Redis(r, Arc::new(prepared))
@@ -189,9 +190,11 @@ impl Bound {
             Bound::Redis(r, p) => r.decide(&p.decide, call).await,
             Bound::Memory(s, scopes) => {
                 let mut raws = vec![Raw::deny(0, 0, -1); call.quotas.len()];
-                let allowed = s.decide(&memory::LocalCall::of(&call, scopes), &mut raws);
+                let (allowed, recorded) =
+                    s.decide(&memory::LocalCall::of(&call, scopes), &mut raws);
                 Ok(Outcome {
                     allowed,
+                    recorded,
                     quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
                 })
             }
@@ -273,16 +276,17 @@ impl Bound {
 
     /// The joint decision of `parts` (each bound to this same store; on a
     /// Cluster, all in one slot), in one atomic call; consumed only if
-    /// `apply` and every part is admitted. Whether all were, and each
-    /// part's outcome.
+    /// `mode` decides and every part is admitted, else each part's denial
+    /// records as it says (but when `mode` checks only). Whether all were
+    /// admitted, and each part's outcome.
     pub(crate) async fn joint(
         &self,
         parts: &[JointCall<'_>],
-        apply: bool,
+        mode: JointMode,
     ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
         match self {
-            Bound::Redis(r, _) => r.joint(parts, apply).await,
-            Bound::Memory(s, _) => Ok(s.decide_joint(parts, apply)),
+            Bound::Redis(r, _) => r.joint(parts, mode).await,
+            Bound::Memory(s, _) => Ok(s.decide_joint(parts, mode)),
         }
     }
 }
@@ -301,6 +305,7 @@ impl Bound {
                 Ok((
                     Outcome {
                         allowed,
+                        recorded: false,
                         quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
                     },
                     now,
@@ -421,6 +426,7 @@ fn local_call<'a>(
         now_us,
         nonce: "",
         block_us: None,
+        on_denial: crate::limiter::OnDenial::Nothing,
     }
 }
 
@@ -453,6 +459,7 @@ mod tests {
                     &suffixes,
                     None,
                     &crate::clock::Clock::Store,
+                    crate::limiter::OnDenial::Nothing,
                 )
             })
             .collect();

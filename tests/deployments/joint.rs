@@ -233,4 +233,73 @@ mod cluster {
         // every denied request's unit went back to a
         assert_eq!(left(&a, "hot").await, [1000 - 50]);
     }
+
+    /// Parts across hash slots whose denials record: the slot that denies
+    /// records in its own call; a slot admitted before is given back, then
+    /// its recording parts record (`Record`: on every quota); the joint
+    /// decision is denied and each recorded part says so.
+    #[tokio::test]
+    async fn across_slots_a_denial_records_each_part_as_its_mode_says() {
+        use tower_redis_ratelimit::Decision;
+        use tower_redis_ratelimit::clock::ManualClock;
+        use tower_redis_ratelimit::limiter::{AllOrNothing, OnDenial};
+
+        let cluster = RedisCluster::start(3, 0);
+        let store = store(&cluster);
+        let clock = ManualClock::new(Duration::from_secs(1_000));
+        let build = |prefix: &str, n| {
+            RateLimiter::builder()
+                .store(store.clone())
+                .prefix(prefix)
+                .quota(Quota::gcra(Rate::per_hour(n)).name("g"))
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let (user, org) = (build("user", 10), build("org", 2));
+        let org_key = key_elsewhere(&cluster, &user, "alice", &org).await;
+        for _ in 0..2 {
+            assert!(org.check(&org_key).await.unwrap().allowed());
+        }
+        // unrecorded: the user's slot is admitted, then given back
+        let d = AllOrNothing::new()
+            .part(&user, "alice", 3)
+            .part(&org, &org_key, 1)
+            .decide()
+            .await
+            .unwrap();
+        assert!(d.denied() && !d.atomic());
+        assert!(d.decisions().iter().all(|d| !d.recorded()));
+        assert_eq!(user.peek("alice").await.unwrap().remaining(), 10);
+        // recorded: the user's 3 (Record: though it fitted), the org's 1
+        // (RecordIfOver: it is over)
+        let d = AllOrNothing::new()
+            .part_with(&user, "alice", 3, OnDenial::Record)
+            .part_with(&org, &org_key, 1, OnDenial::RecordIfOver)
+            .decide()
+            .await
+            .unwrap();
+        assert!(d.denied() && !d.atomic(), "{d:?}");
+        assert!(d.decisions().iter().all(Decision::recorded), "{d:?}");
+        let (u, o) = (
+            user.peek("alice").await.unwrap(),
+            org.peek(&org_key).await.unwrap(),
+        );
+        assert_eq!(u.remaining(), 7);
+        assert_eq!(u.reset_after(), Duration::from_secs(3 * 360));
+        assert_eq!(o.remaining(), 0);
+        assert_eq!(o.reset_after(), Duration::from_secs(3 * 1_800));
+        // RecordIfOver on the user's part, which fits: only the org records
+        let d = AllOrNothing::new()
+            .part_with(&user, "alice", 1, OnDenial::RecordIfOver)
+            .part_with(&org, &org_key, 2, OnDenial::Record)
+            .decide()
+            .await
+            .unwrap();
+        assert!(d.denied());
+        assert!(!d.decisions()[0].recorded() && d.decisions()[1].recorded());
+        assert_eq!(user.peek("alice").await.unwrap().remaining(), 7);
+        let o = org.peek(&org_key).await.unwrap();
+        assert_eq!(o.reset_after(), Duration::from_secs(5 * 1_800));
+    }
 }

@@ -16,6 +16,7 @@ mod failover;
 mod faults;
 mod fixture;
 mod joint;
+mod on_denial;
 mod script_cache;
 mod sentinel;
 mod stale_connection;

@@ -8,6 +8,7 @@
 //! - `memory_store`, `redis_store`, `manual_clock_redis`: what belongs to one store;
 //! - `local_budgets`, `lease_undo`: hot-key local budgets and undoing a lease;
 //! - `batching`: several decisions per script call on Redis, each decided as alone;
+//! - `on_denial`: a denial that records its cost (`OnDenial`), against check_n then penalize;
 //! - `bounds`: one store call's work is bounded, whatever a caller asks;
 //! - `soak`: many keys over many windows, memory bounded.
 //!
@@ -27,6 +28,7 @@ mod lease_undo;
 mod local_budgets;
 mod manual_clock_redis;
 mod memory_store;
+mod on_denial;
 mod redis_store;
 mod reference_models;
 mod soak;

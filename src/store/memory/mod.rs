@@ -27,8 +27,11 @@ pub(crate) use self::scopes::ScopeIds;
 use self::scopes::Scopes;
 use self::table::{Padded, Shard, lock};
 use crate::decision::Lease;
+use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
-use crate::store::call::{Adjustment, Call, JointCall, JointOutcome, Outcome, QuotaOutcome};
+use crate::store::call::{
+    Adjustment, Call, JointCall, JointMode, JointOutcome, Outcome, QuotaOutcome,
+};
 use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 
@@ -93,6 +96,8 @@ pub(crate) struct LocalCall<'a> {
     /// Blocking (see `lua/block.lua`): `None` without; else the penalty of a
     /// denial in µs (0: none), the block's scope the one after the quotas'.
     pub(crate) block_us: Option<u64>,
+    /// What a denial records (see [`Call::on_denial`]).
+    pub(crate) on_denial: OnDenial,
 }
 
 impl<'a> LocalCall<'a> {
@@ -106,6 +111,7 @@ impl<'a> LocalCall<'a> {
             now_us: call.now_us,
             nonce: call.nonce,
             block_us: call.block_us,
+            on_denial: call.on_denial,
         }
     }
 }
@@ -200,15 +206,18 @@ impl MemoryStore {
     }
 
     /// Decides `call`, writing each quota's answer into `out` (one per
-    /// quota); returns whether every quota allowed it.
-    pub(crate) fn decide(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> bool {
-        self.decide_at(call, out).0
+    /// quota); returns whether every quota allowed it, and whether its
+    /// denial recorded (see [`OnDenial`]).
+    pub(crate) fn decide(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, bool) {
+        let (allowed, _, recorded) = self.decide_at(call, out);
+        (allowed, recorded)
     }
 
     /// A local budget's take (`src/limiter/local_budget.rs`): [`decide`](Self::decide),
     /// and the time it decided at (what its give-back needs).
     pub(crate) fn take(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
-        self.decide_at(call, out)
+        let (allowed, now, _) = self.decide_at(call, out);
+        (allowed, now)
     }
 
     /// Gives back `call.cost` unspent units of a reservation taken at `at`
@@ -367,7 +376,7 @@ impl MemoryStore {
     }
 
     /// [`decide`](Self::decide), and the time it decided at.
-    fn decide_at(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64) {
+    fn decide_at(&self, call: &LocalCall<'_>, out: &mut [Raw]) -> (bool, i64, bool) {
         // the tag's rest, after the prefix: the user key
         let rest = call.user;
         let cost = call.cost as i64;
@@ -395,10 +404,10 @@ impl MemoryStore {
                 for r in out.iter_mut() {
                     *r = Raw::deny(0, until - now, until - now);
                 }
-                return (false, now);
+                return (false, now, false);
             }
         }
-        let (allowed, now) = self.decide_quotas(call, out, &mut shard, hash, now);
+        let (allowed, recorded) = self.decide_quotas(call, out, &mut shard, hash, now);
         if let Some((scope, b)) = block
             && !allowed
             && cost > 0
@@ -417,10 +426,11 @@ impl MemoryStore {
                 }
             }
         }
-        (allowed, now)
+        (allowed, now, recorded)
     }
 
-    /// The quotas' part of [`decide_at`](Self::decide_at), under the shard's lock.
+    /// The quotas' part of [`decide_at`](Self::decide_at), under the
+    /// shard's lock: whether all allowed, and whether the denial recorded.
     fn decide_quotas(
         &self,
         call: &LocalCall<'_>,
@@ -428,17 +438,23 @@ impl MemoryStore {
         shard: &mut Shard,
         hash: u64,
         now: i64,
-    ) -> (bool, i64) {
+    ) -> (bool, bool) {
         let rest = call.user;
         let cost = call.cost as i64;
         let hasher = &self.inner.hasher;
-        let mut run = |i: usize, cost: i64, apply: bool| -> Raw {
+        // (`record`: first records the cost, as lua/record.lua does)
+        let mut run = |i: usize, cost: i64, apply: bool, record: bool| -> Raw {
             shard.with_entry(hasher, hash, call.scopes[i], rest, |slot| {
                 let q = &call.quotas[i];
+                let params = q.params_at(now);
+                if record {
+                    let units = cost.min(state::MAX_DEBT_US);
+                    eval::adjust(slot, q.spec().adjust.twin(units), &params, now, units);
+                }
                 eval::run(
                     slot,
                     q.spec().algorithm,
-                    &q.params_at(now),
+                    &params,
                     now,
                     cost,
                     call.nonce,
@@ -447,43 +463,64 @@ impl MemoryStore {
             })
         };
         // (the twin of lua/multi.lua; with shadow quotas, of its SHADOW form
-        // in src/store/redis/script.rs)
+        // in src/store/redis/script.rs; recording, of lua/record.lua)
         let shadow = |i: usize| call.quotas[i].shadow;
+        let records = |i: usize, denies: bool| {
+            let q = &call.quotas[i];
+            cost > 0
+                && call.on_denial.records_on(denies, q.shadow)
+                && q.spec().adjust.twin(cost).is_some()
+        };
         if out.len() == 1 {
-            out[0] = run(0, cost, true);
+            out[0] = run(0, cost, true, false);
             // a lone shadow quota never denies
-            return (out[0].ok || shadow(0), now);
+            let allowed = out[0].ok || shadow(0);
+            let recorded = !allowed && records(0, true);
+            if recorded {
+                out[0] = run(0, cost, false, true);
+                if out[0].ok {
+                    out[0] = run(0, 0, false, false);
+                }
+            }
+            return (allowed, recorded);
         }
         let mut all = true;
         for (i, r) in out.iter_mut().enumerate() {
-            *r = run(i, cost, false);
+            *r = run(i, cost, false, false);
             if !r.ok && !shadow(i) {
                 all = false;
             }
         }
+        let mut recorded = false;
         if all && cost > 0 {
             // every enforced quota, and each shadow quota that would allow
             for (i, r) in out.iter_mut().enumerate() {
                 if r.ok {
-                    *r = run(i, cost, true);
+                    *r = run(i, cost, true, false);
                 }
             }
         } else if !all {
             for (i, r) in out.iter_mut().enumerate() {
+                if records(i, !r.ok) {
+                    *r = run(i, cost, false, true);
+                    recorded = true;
+                }
                 if r.ok {
-                    *r = run(i, 0, false);
+                    *r = run(i, 0, false, false);
                 }
             }
         }
-        (all, now)
+        (all, recorded)
     }
 
     /// A joint decision (`src/limiter/joint.rs`), the twin of
     /// `lua/joint.lua`: every part's quotas checked, a key several parts
     /// count in with what the parts before take of it added; then, all
-    /// admitted and `apply`, every part decided again in order and applied.
-    /// Returns whether all were admitted and consumed, and each part's
-    /// outcome (its `allowed`: every enforced quota allows it).
+    /// admitted and `mode` decides, every part decided again in order and
+    /// applied; else, but checked only, each part's denial records as its
+    /// [`OnDenial`] says. Returns whether all were admitted and consumed,
+    /// and each part's outcome (its `allowed`: every enforced quota allows
+    /// it).
     ///
     /// Atomic across shards: the shards of every part are locked together,
     /// in ascending order (no other path holds two shard locks, so no
@@ -491,8 +528,9 @@ impl MemoryStore {
     pub(crate) fn decide_joint(
         &self,
         parts: &[JointCall<'_>],
-        apply: bool,
+        mode: JointMode,
     ) -> (bool, Vec<JointOutcome>) {
+        let apply = mode == JointMode::Decide;
         let hasher = &self.inner.hasher;
         // (the clocks are read before the locks)
         let times: Vec<i64> = parts.iter().map(|p| self.time_of(p.now_us)).collect();
@@ -511,19 +549,17 @@ impl MemoryStore {
             .enumerate()
             .map(|(p, part)| guards[at[p]].time(times[p], part.now_us.is_some()))
             .collect();
-        let mut run = |p: usize, i: usize, cost: i64, apply: bool| -> Raw {
+        // (`record`: first records the part's cost, as lua/joint.lua does)
+        let mut run = |p: usize, i: usize, cost: i64, apply: bool, record: bool| -> Raw {
             let part = &parts[p];
             let q = &part.quotas[i];
             guards[at[p]].with_entry(hasher, located[p].0, part.scopes[i], part.user, |slot| {
-                eval::run(
-                    slot,
-                    q.spec().algorithm,
-                    &q.params_at(nows[p]),
-                    nows[p],
-                    cost,
-                    "",
-                    apply,
-                )
+                let params = q.params_at(nows[p]);
+                if record {
+                    let units = (part.cost as i64).min(state::MAX_DEBT_US);
+                    eval::adjust(slot, q.spec().adjust.twin(units), &params, nows[p], units);
+                }
+                eval::run(slot, q.spec().algorithm, &params, nows[p], cost, "", apply)
             })
         };
         // what the parts before take of each key (its scope and user key)
@@ -539,7 +575,7 @@ impl MemoryStore {
                 let before = taken.get(&(part.scopes[i], part.user)).copied();
                 let cap = q.capacity() as i64;
                 let c = cost.saturating_add(before.unwrap_or(0)).min(cap + 1);
-                let raw = run(p, i, c, false);
+                let raw = run(p, i, c, false, false);
                 ok &= raw.ok || q.shadow;
                 r.push(raw);
             }
@@ -556,12 +592,26 @@ impl MemoryStore {
             verdicts.push(ok);
         }
         let all = all && apply;
+        let mut recorded = vec![false; parts.len()];
         for (p, (part, raws)) in parts.iter().zip(res.iter_mut()).enumerate() {
+            let cost = part.cost as i64;
+            let records = !all && mode != JointMode::Check && cost > 0;
             for (i, raw) in raws.iter_mut().enumerate() {
+                let q = &part.quotas[i];
                 if all {
-                    *raw = run(p, i, part.cost as i64, true);
-                } else if raw.ok {
-                    *raw = run(p, i, 0, false);
+                    *raw = run(p, i, cost, true, false);
+                    continue;
+                }
+                if records
+                    && part.on_denial.records_on(!raw.ok, q.shadow)
+                    && q.spec().adjust.twin(cost).is_some()
+                {
+                    let c = cost.min(q.capacity() as i64 + 1);
+                    *raw = run(p, i, c, false, true);
+                    recorded[p] = true;
+                }
+                if raw.ok {
+                    *raw = run(p, i, 0, false, false);
                 }
             }
         }
@@ -569,9 +619,11 @@ impl MemoryStore {
             .into_iter()
             .zip(verdicts)
             .zip(nows)
-            .map(|((raws, allowed), now)| JointOutcome {
+            .zip(recorded)
+            .map(|(((raws, allowed), now), recorded)| JointOutcome {
                 outcome: Outcome {
                     allowed,
+                    recorded,
                     quotas: raws.into_iter().map(QuotaOutcome::from).collect(),
                 },
                 now,

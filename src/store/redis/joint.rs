@@ -10,12 +10,19 @@ use super::conn::{Connections, Pooled, Request};
 use super::protocol::{bounds_time, quota_outcome, script_numbers_at};
 use super::script::LimiterScript;
 use crate::error::StoreError;
-use crate::store::call::{JointCall, JointOutcome, Outcome};
+use crate::store::call::{JointCall, JointMode, JointOutcome, Outcome};
 
-/// The joint script, built once.
-pub(crate) fn script() -> &'static LimiterScript {
-    static SCRIPT: OnceLock<LimiterScript> = OnceLock::new();
-    SCRIPT.get_or_init(LimiterScript::for_joint)
+/// The joint script, built once; `records`: the one whose parts' denials
+/// may record (with the adjust functions).
+pub(crate) fn script(records: bool) -> &'static LimiterScript {
+    static PLAIN: OnceLock<LimiterScript> = OnceLock::new();
+    static RECORDS: OnceLock<LimiterScript> = OnceLock::new();
+    let (cell, records) = if records {
+        (&RECORDS, true)
+    } else {
+        (&PLAIN, false)
+    };
+    cell.get_or_init(|| LimiterScript::for_joint(records))
 }
 
 /// The hash slot of `key` on a store whose calls may only touch one slot
@@ -24,21 +31,25 @@ pub(crate) fn slot_of<P: Pooled>(_: &Connections<P>, key: &str) -> Option<u16> {
     P::SLOTTED.then(|| P::slot_of(key))
 }
 
-/// The joint decision of `parts` (all in one slot), consuming if `apply`
-/// and every part is admitted: whether all were, and each part's outcome.
+/// The joint decision of `parts` (all in one slot), consuming if `mode`
+/// decides and every part is admitted (else recording, but when `mode`
+/// checks only, each part's denial as it says): whether all were
+/// admitted, and each part's outcome.
 pub(crate) async fn decide<P: Pooled>(
     conns: &Connections<P>,
     parts: &[JointCall<'_>],
-    apply: bool,
+    mode: JointMode,
 ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
-    let script = script();
-    let cmd = joint_cmd(script, parts, apply);
+    // (a check records nothing: the plain script)
+    let records = mode != JointMode::Check && parts.iter().any(|p| p.on_denial.records());
+    let script = script(records);
+    let cmd = joint_cmd(script, parts, mode);
     let reply: Vec<u8> = conns.query(Request::Cmd(&cmd), Some(script), None).await?;
     parse_joint(&reply, parts)
 }
 
 /// The `EVALSHA` of a joint decision (see `lua/joint.lua` for the layout).
-fn joint_cmd(script: &LimiterScript, parts: &[JointCall<'_>], apply: bool) -> redis::Cmd {
+fn joint_cmd(script: &LimiterScript, parts: &[JointCall<'_>], mode: JointMode) -> redis::Cmd {
     let keys: usize = parts.iter().map(|p| p.quotas.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.sha.as_str()).arg(keys);
@@ -49,10 +60,17 @@ fn joint_cmd(script: &LimiterScript, parts: &[JointCall<'_>], apply: bool) -> re
     let store_clock = parts.iter().any(|p| p.now_us.is_none());
     let first = parts.first().and_then(|p| p.now_us);
     clock_arg(&mut cmd, if store_clock { None } else { first });
-    cmd.arg(u8::from(apply)).arg(parts.len());
+    let mode = match mode {
+        JointMode::Check => "0",
+        JointMode::Decide => "1",
+        JointMode::Denied => "R",
+    };
+    cmd.arg(mode).arg(parts.len());
     for p in parts {
         clock_arg(&mut cmd, p.now_us);
-        cmd.arg(p.cost).arg(p.quotas.len());
+        cmd.arg(p.cost)
+            .arg(p.quotas.len())
+            .arg(p.on_denial.script_flag());
         let at = bounds_time(p.now_us);
         for q in p.quotas {
             for v in script_numbers_at(q, at) {
@@ -86,14 +104,20 @@ fn parse_joint(
     let all = next()? == 1;
     let mut out = Vec::with_capacity(parts.len());
     for p in parts {
-        let allowed = next()? == 1;
+        // (the verdict, plus 2 if its denial recorded)
+        let verdict = next()?;
+        let (allowed, recorded) = (verdict & 1 == 1, verdict & 2 == 2);
         let now = next()?;
         let mut quotas = Vec::with_capacity(p.quotas.len());
         for _ in p.quotas {
             quotas.push(quota_outcome(&mut next)?);
         }
         out.push(JointOutcome {
-            outcome: Outcome { allowed, quotas },
+            outcome: Outcome {
+                allowed,
+                recorded,
+                quotas,
+            },
             now,
         });
     }
@@ -121,6 +145,7 @@ mod tests {
             scopes: &[],
             cost: 1,
             now_us: None,
+            on_denial: crate::limiter::OnDenial::Nothing,
         };
         let parts = [part(1), part(2)];
         const GOOD: &[u8] = b"0 1 7 1 4 10 -1 0 0 9 1 3 10 -1 0 0 0 0 5 0";
@@ -159,9 +184,10 @@ mod tests {
             scopes: &[],
             cost: 2,
             now_us,
+            on_denial: crate::limiter::OnDenial::Record,
         };
         let args = |parts: &[JointCall<'_>]| -> Vec<String> {
-            joint_cmd(script(), parts, true)
+            joint_cmd(script(true), parts, JointMode::Decide)
                 .args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
@@ -170,19 +196,20 @@ mod tests {
                 .collect()
         };
         let manual = args(&[part(Some(42)), part(Some(43))]);
-        // EVALSHA sha 2 key key 42 1 2, then per part: clock cost 1 and 7 numbers
+        // EVALSHA sha 2 key key 42 1 2, then per part: clock cost 1, what
+        // its denial records (2) and 7 numbers
         assert_eq!(manual[2], "2");
         assert_eq!(&manual[5..8], ["42", "1", "2"]);
-        assert_eq!(&manual[8..11], ["42", "2", "1"]);
+        assert_eq!(&manual[8..12], ["42", "2", "1", "2"]);
         assert_eq!(
-            manual[16..18],
+            manual[17..19],
             ["5", "1"],
             "capacity (burst), shadow: {manual:?}"
         );
-        assert_eq!(&manual[18..21], ["43", "2", "1"]);
+        assert_eq!(&manual[19..23], ["43", "2", "1", "2"]);
         // a part on Redis's clock: TIME is read (ARGV[1] = T)
         let mixed = args(&[part(Some(42)), part(None)]);
         assert_eq!(mixed[5], "T");
-        assert_eq!(mixed[18], "T");
+        assert_eq!(mixed[19], "T");
     }
 }

@@ -184,9 +184,9 @@ impl RedisConns {
     pub(crate) async fn joint(
         &self,
         parts: &[JointCall<'_>],
-        apply: bool,
+        mode: crate::store::JointMode,
     ) -> Result<(bool, Vec<JointOutcome>), StoreError> {
-        each_kind!(self, c => joint::decide(c, parts, apply).await)
+        each_kind!(self, c => joint::decide(c, parts, mode).await)
     }
 
     /// See [`joint::slot_of`].

@@ -18,6 +18,7 @@ use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
+use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Call, Outcome, QuotaOutcome};
 use crate::strategy::Kind;
@@ -42,6 +43,9 @@ pub(crate) struct Prepared {
     /// The quotas, if one is a calendar's: the arguments are then each
     /// call's (never batched: a lane's are shared).
     calendar: Option<Box<[QuotaSpec]>>,
+    /// A recording limiter's script and arguments
+    /// ([`LimiterScript::for_recording`]).
+    recording: bool,
 }
 
 /// The batching lanes of a limiter's decisions: its script's and its fast
@@ -68,8 +72,16 @@ impl Prepared {
     /// The script and arguments for a limiter with `quotas`, in order.
     /// `block`: see [`LimiterScript::for_quotas`]. `batching`: the
     /// connections of a store that batches decisions, `None` if it does not.
-    pub(crate) fn new(quotas: &[QuotaSpec], block: Option<u64>, batching: Option<usize>) -> Self {
-        let quota_args = quota_args(quotas);
+    /// `on_denial`: what a denial records; a limiter that records runs
+    /// [`LimiterScript::for_recording`] (batched wrapped: `lua/batch.lua`).
+    pub(crate) fn new(
+        quotas: &[QuotaSpec],
+        block: Option<u64>,
+        batching: Option<usize>,
+        on_denial: OnDenial,
+    ) -> Self {
+        let recording = on_denial.records();
+        let quota_args = quota_args_in(quotas, 0, recording);
         let calendar = quotas
             .iter()
             .any(|q| q.calendar.is_some())
@@ -77,11 +89,17 @@ impl Prepared {
         let batching = batching.filter(|_| calendar.is_none());
         let strategies: Vec<Kind> = quotas.iter().map(|q| q.kind).collect();
         let shadow: Vec<bool> = quotas.iter().map(|q| q.shadow).collect();
+        // (a recording limiter's fast path keeps a denial's units counted:
+        // lua/fixed_window_fast_record.lua)
         let fast_window = match quotas {
-            [q] if block.is_none() => FastWindow::new(q),
+            [q] if block.is_none() => FastWindow::new(q, recording),
             _ => None,
         };
-        let decide = LimiterScript::for_quotas(&strategies, &shadow, block);
+        let decide = if recording {
+            LimiterScript::for_recording(&strategies, &shadow, block, on_denial.script_flag())
+        } else {
+            LimiterScript::for_quotas(&strategies, &shadow, block)
+        };
         // every call's keys: one per quota, then the block key
         let keys = quotas.len() + usize::from(block.is_some());
         // and the entries each logs per unit of its cost
@@ -90,11 +108,13 @@ impl Prepared {
             // one quota without blocking: its block in a loop
             // (lua/batch_one.lua); else the script wrapped (lua/batch.lua)
             let (layout, batch) = match quotas {
-                [q] if block.is_none() => (Layout::One, LimiterScript::batch_one(q.kind)),
+                [q] if block.is_none() && !recording => {
+                    (Layout::One, LimiterScript::batch_one(q.kind))
+                }
                 _ => (Layout::Wrapped, LimiterScript::batch(&decide)),
             };
             let fast = fast_window.as_ref().and_then(|f| {
-                let batch = LimiterScript::batch_fast(quotas[0].kind, f.limit, f.window_ms)?;
+                let batch = LimiterScript::batch_fast(quotas[0].kind, f.limit, f.window_ms, f.top)?;
                 Some(Arc::new(Lane::new(
                     Layout::Fast,
                     (&f.script, batch),
@@ -120,6 +140,7 @@ impl Prepared {
             fast_window,
             lanes,
             calendar,
+            recording,
         }
     }
 }
@@ -142,6 +163,29 @@ pub(crate) fn quota_args(quotas: &[QuotaSpec]) -> Box<[Vec<u8>]> {
 /// one quota of a calendar sends three doubles, its count and its bounds
 /// (`lua/fixed_window_calendar.lua`).
 pub(crate) fn quota_args_at(quotas: &[QuotaSpec], now: i64) -> Box<[Vec<u8>]> {
+    quota_args_in(quotas, now, false)
+}
+
+/// [`quota_args_at`], or, `recording`, a recording limiter's
+/// ([`LimiterScript::for_recording`]): one quota sends all four numbers
+/// (count, period, burst, interval) as four little-endian doubles, then
+/// the period (or interval) in ms as [`quota_args`] does; several as
+/// [`quota_args`] does.
+fn quota_args_in(quotas: &[QuotaSpec], now: i64, recording: bool) -> Box<[Vec<u8>]> {
+    if let ([q], true) = (quotas, recording) {
+        let [_, numbers @ ..] = script_numbers_at(q, now);
+        let mut packed = Vec::with_capacity(32);
+        for v in numbers {
+            // exact: every number a quota accepts is below 2^53
+            packed.extend_from_slice(&(v as f64).to_le_bytes());
+        }
+        let us = if q.calendar.is_none() && q.spec().lua.reads_burst {
+            q.interval_us
+        } else {
+            q.period_us
+        };
+        return Box::new([packed, us.div_ceil(1000).to_string().into_bytes()]);
+    }
     match quotas {
         [q] if q.calendar.is_some() => {
             let p = q.params_at(now);
@@ -228,31 +272,38 @@ struct FastWindow {
     limit: u64,
     /// The window in whole milliseconds, rounded up: the key's TTL on its first hit.
     window_ms: u64,
+    /// A recording limiter's: the count a denial's units run up to
+    /// (`lua/fixed_window_fast_record.lua`).
+    top: Option<u64>,
     script: LimiterScript,
 }
 
 /// Whether a fast-path script for `numbers` (limit, window) may be used:
 /// one already `written`, or a new one while fewer than
 /// [`MAX_FAST_SCRIPTS`] are (then it is recorded).
-fn admit(written: &mut BTreeSet<(u64, u64)>, numbers: (u64, u64)) -> bool {
+fn admit<T: Ord + Copy>(written: &mut BTreeSet<T>, numbers: T) -> bool {
     written.contains(&numbers) || (written.len() < MAX_FAST_SCRIPTS && written.insert(numbers))
 }
 
 impl FastWindow {
     /// The fast path of a lone quota `q`, if its strategy has one, its window
     /// fits the reply (below 2^32 ms) and the process has written fewer than
-    /// [`MAX_FAST_SCRIPTS`] other ones.
-    fn new(q: &QuotaSpec) -> Option<Self> {
-        static WRITTEN: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+    /// [`MAX_FAST_SCRIPTS`] other ones. `records`: a recording limiter's,
+    /// whose denials stay counted up to the cap
+    /// `lua/adjust_fixed_window.lua` holds a charge to.
+    fn new(q: &QuotaSpec, records: bool) -> Option<Self> {
+        static WRITTEN: Mutex<BTreeSet<(u64, u64, bool)>> = Mutex::new(BTreeSet::new());
         let window_ms = q.period_us.div_ceil(1000);
         if window_ms >= 1 << TTL_BITS {
             return None;
         }
-        let script = LimiterScript::fast_path(q.kind, q.limit, window_ms)?;
+        let top = records.then(|| q.limit + (1u64 << 50) / q.interval_us.max(1));
+        let script = LimiterScript::fast_path(q.kind, q.limit, window_ms, top)?;
         let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
-        admit(&mut written, (q.limit, window_ms)).then_some(FastWindow {
+        admit(&mut written, (q.limit, window_ms, records)).then_some(FastWindow {
             limit: q.limit,
             window_ms,
+            top,
             script,
         })
     }
@@ -297,8 +348,12 @@ impl FastWindow {
         }
         let (limit, before, cost) = (i128::from(self.limit), i128::from(before), i128::from(cost));
         let allowed = before + cost <= limit;
+        // (a recording limiter's denial counted its units: the state after)
+        let recorded = !allowed && self.top.is_some();
         let remaining = if allowed {
             limit - before - cost
+        } else if recorded {
+            0
         } else {
             limit - before
         };
@@ -311,6 +366,7 @@ impl FastWindow {
         let reset = Duration::from_millis(reset);
         Ok(Outcome {
             allowed,
+            recorded,
             quotas: vec![QuotaOutcome {
                 allowed,
                 remaining: remaining.clamp(0, i128::from(u64::MAX)) as u64,
@@ -417,7 +473,7 @@ fn one_cmd(prepared: &Prepared, call: &Call<'_>) -> redis::Cmd {
     let args = match &prepared.calendar {
         None => &prepared.quota_args,
         Some(quotas) => {
-            at = quota_args_at(quotas, bounds_time(call.now_us));
+            at = quota_args_in(quotas, bounds_time(call.now_us), prepared.recording);
             &at
         }
     };
@@ -726,7 +782,9 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
             .and_then(|s| s.parse::<i64>().ok())
     });
     let mut next = || numbers.next().flatten().ok_or_else(bad);
-    let allowed = next()? == 1;
+    // (1: allowed; 2: denied, and the denial recorded: lua/record.lua)
+    let first = next()?;
+    let (allowed, recorded) = (first == 1, first == 2);
     let mut out = Vec::with_capacity(quotas);
     for _ in 0..quotas {
         out.push(quota_outcome(&mut next)?);
@@ -736,6 +794,7 @@ pub(super) fn parse_reply(reply: &[u8], quotas: usize) -> Result<Outcome, StoreE
     }
     Ok(Outcome {
         allowed,
+        recorded,
         quotas: out,
     })
 }
@@ -835,8 +894,16 @@ mod tests {
         let spec = crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_secs(60)))
             .compile(0)
             .unwrap();
-        let fw = FastWindow::new(&spec).unwrap();
+        let fw = FastWindow::new(&spec, false).unwrap();
         assert_eq!((fw.limit, fw.window_ms), (10, 60_000));
+        // a recording limiter's: a denial leaves nothing, and says it recorded
+        let rec = FastWindow::new(&spec, true).unwrap();
+        assert_eq!(rec.top, Some(10 + (1 << 50) / 6_000_000));
+        let o = rec.outcome(Value::Int((8 << 32) + 1234), 3).unwrap();
+        assert!(!o.allowed && o.recorded && o.quotas[0].remaining == 0);
+        assert_eq!(o.quotas[0].retry_after, Some(ms(1234)));
+        let o = rec.outcome(Value::Int((7 << 32) + 1234), 3).unwrap();
+        assert!(o.allowed && !o.recorded && o.quotas[0].remaining == 0);
         let one = |o: Outcome| {
             assert_eq!(o.quotas.len(), 1);
             assert_eq!(o.allowed, o.quotas[0].allowed);
@@ -887,7 +954,7 @@ mod tests {
             crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_micros(60_000_001)))
                 .compile(0)
                 .unwrap();
-        let fw = FastWindow::new(&spec).unwrap();
+        let fw = FastWindow::new(&spec, false).unwrap();
         assert_eq!(fw.window_ms, 60_001);
         assert!(
             fw.script
@@ -916,7 +983,7 @@ mod tests {
             crate::Quota::fixed_window(crate::Rate::new(10, Duration::from_millis(1 << 32))),
             crate::Quota::gcra(crate::Rate::new(10, Duration::from_secs(60))),
         ] {
-            assert!(FastWindow::new(&q.compile(0).unwrap()).is_none());
+            assert!(FastWindow::new(&q.compile(0).unwrap(), false).is_none());
         }
     }
 }
