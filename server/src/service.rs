@@ -32,17 +32,22 @@
 //! usage as `hits_addend`, and ignores the answer: the service cannot tell
 //! that report from a check. So what a denied request records is each
 //! rule's [`Charge`] (its `charge`, else [`ServiceOptions::charge`]): with
-//! `over` (the default) its hits are recorded, past the limit, on the
-//! descriptors it is over (as the Go service counts them: a fixed window's
-//! count runs past its limit, a bucket takes a debt repaid at its rate),
-//! so that the next call is denied, and the descriptors that had room are
-//! left as they were; with `admitted` nothing is recorded (a descriptor of
-//! a denied request then reports its limit's state untouched: its
-//! `limit_remaining` is what is left); with `always` every descriptor's
-//! hits are. That is a second store call (a third, to read a bucket's or a
-//! log's state after it for the answer), made only for a denied request.
-//! A sliding log records at most [`AllOrNothing::MAX_LOGGED`] times in one
-//! call, as a joint decision writes.
+//! `always` (the default) its hits are recorded on every descriptor, past
+//! the limit where it is over (as the Go service counts them: a fixed
+//! window's count runs past its limit, a bucket takes a debt repaid at its
+//! rate), so that the next call is denied; with `over` only on the
+//! descriptors it is over, those that had room left as they were; with
+//! `admitted` nothing is recorded (a descriptor of a denied request then
+//! reports its limit's state untouched: its `limit_remaining` is what is
+//! left). The decision and its record are one atomic store call (the
+//! library's [`OnDenial`]: a part records as its rule's charge says, and
+//! its answer is its state after). What the store cannot record in that
+//! call is recorded by a second one ([`RateLimiter::penalize`]): a
+//! descriptor whose hits never fit (sent as a look), a request too large
+//! for one call, a quota-mode descriptor over while its call is let
+//! through, a call denied by a limit of 0. A sliding log records at most
+//! [`AllOrNothing::MAX_LOGGED`] times in one call, as a joint decision
+//! writes.
 //!
 //! `hits_subtrahend` gives back: each descriptor's hits less it; where it
 //! is larger, the difference goes back to the limit first
@@ -102,7 +107,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 use tower_redis_ratelimit::error::{ConfigError as LimiterConfigError, StoreError};
-use tower_redis_ratelimit::limiter::{AllOrNothing, JointDecision};
+use tower_redis_ratelimit::limiter::{AllOrNothing, JointDecision, OnDenial};
 use tower_redis_ratelimit::store::Store;
 use tower_redis_ratelimit::strategy::Strategy;
 use tower_redis_ratelimit::{Decision, Quota, Rate, RateLimiter};
@@ -329,10 +334,32 @@ impl std::error::Error for BuildError {
 /// from (a reload keeps the limit of an unchanged rule).
 type Limits = HashMap<String, HashMap<String, (Rule, Limit)>>;
 
-/// The limiters of `limit` overrides, by prefix, quota name, count and unit.
-type Overrides = Mutex<HashMap<(String, String, u32, Unit), Arc<RateLimiter>>>;
+/// The limiters of `limit` overrides, by prefix, quota name, count, unit
+/// and charge.
+type Overrides = Mutex<HashMap<(String, String, u32, Unit, Charge), Arc<RateLimiter>>>;
 
-type Make = dyn Fn(&str, Quota) -> Result<RateLimiter, LimiterConfigError> + Send + Sync;
+/// Builds a limiter of one quota under a prefix, recording its denials as
+/// the [`OnDenial`] says.
+type Make = dyn Fn(&str, Quota, OnDenial) -> Result<RateLimiter, LimiterConfigError> + Send + Sync;
+
+/// What a call alone (one part) records when denied, under `charge`: its
+/// hits past the limit in the same store call, unless `admitted`.
+fn alone(charge: Charge) -> OnDenial {
+    match charge {
+        Charge::Admitted => OnDenial::Nothing,
+        Charge::Over | Charge::Always => OnDenial::Record,
+    }
+}
+
+/// What a part of a joint decision records when the call is denied, under
+/// `charge`: `over` only if it is over itself, `always` whatever it is.
+fn in_joint(charge: Charge) -> OnDenial {
+    match charge {
+        Charge::Admitted => OnDenial::Nothing,
+        Charge::Over => OnDenial::RecordIfOver,
+        Charge::Always => OnDenial::Record,
+    }
+}
 
 /// What a configured rule decides with.
 #[derive(Debug, Clone)]
@@ -419,11 +446,12 @@ impl RlsService {
         store: S,
         options: ServiceOptions,
     ) -> Result<Self, BuildError> {
-        let make: Arc<Make> = Arc::new(move |prefix: &str, quota: Quota| {
+        let make: Arc<Make> = Arc::new(move |prefix: &str, quota: Quota, on_denial: OnDenial| {
             RateLimiter::builder()
                 .store(store.clone())
                 .prefix(prefix)
                 .quota(quota)
+                .on_denial(on_denial)
                 .build()
         });
         let metrics = Arc::new(
@@ -646,6 +674,7 @@ fn same_limit(a: &Rule, b: &Rule) -> bool {
         && a.strategy == b.strategy
         && a.burst == b.burst
         && a.calendar == b.calendar
+        && a.charge == b.charge
 }
 
 /// The limiter (or lack of one) of `rule`.
@@ -685,15 +714,16 @@ fn rule_limit(
     // fresh window); a new strategy or period counts anew
     quota = quota.name(quota_name(domain, rule));
     let prefix = prefix_for("r", domain, &rule.full_key, &rule.id);
+    let on_denial = alone(rule.charge.unwrap_or(options.charge));
     let strict = if quota_mode && !shadow_mode {
-        Some(Arc::new(make(&prefix, quota.clone())?))
+        Some(Arc::new(make(&prefix, quota.clone(), on_denial)?))
     } else {
         None
     };
     if shadow_mode || quota_mode {
         quota = quota.shadow(true);
     }
-    let limiter = make(&prefix, quota)?;
+    let limiter = make(&prefix, quota, on_denial)?;
     Ok(Limit::Limited(Arc::new(limiter), strict))
 }
 
@@ -1041,8 +1071,9 @@ impl Inner {
         name: String,
         requests_per_unit: u32,
         unit: Unit,
+        charge: Charge,
     ) -> Result<Arc<RateLimiter>, LimiterConfigError> {
-        let id = (prefix, name, requests_per_unit, unit);
+        let id = (prefix, name, requests_per_unit, unit, charge);
         if let Ok(map) = self.overrides.lock()
             && let Some(l) = map.get(&id)
         {
@@ -1056,7 +1087,7 @@ impl Inner {
             .aligned()
             .name(id.1.as_str())
             .shadow(self.options.shadow_mode);
-        let limiter = Arc::new((self.make)(&id.0, quota)?);
+        let limiter = Arc::new((self.make)(&id.0, quota, alone(charge))?);
         if let Ok(mut map) = self.overrides.lock()
             && map.len() < self.options.max_override_limiters
         {
@@ -1145,7 +1176,7 @@ impl Inner {
                 .as_ref()
                 .and_then(|m| m.rule.charge)
                 .unwrap_or(self.options.charge);
-            match self.override_limiter(prefix, name, o.requests_per_unit, unit) {
+            match self.override_limiter(prefix, name, o.requests_per_unit, unit, charge) {
                 Ok(limiter) => {
                     return Slot {
                         charge,
@@ -1327,7 +1358,9 @@ impl Inner {
         // tightest of their limiters (a shadow or quota-mode one only if
         // all are), as the Go service adds them in one counter.
         let mut parts: Vec<(usize, usize)> = Vec::new();
-        let mut asks: Vec<(Arc<RateLimiter>, String, u64)> = Vec::new();
+        // (and what each part records if the call is denied: its first
+        // descriptor's `charge`; the descriptors of one key are of one rule)
+        let mut asks: Vec<(Arc<RateLimiter>, String, u64, OnDenial)> = Vec::new();
         let mut ranks: Vec<(bool, u64)> = Vec::new();
         // each part's capacity: the least of its enforced descriptors'
         let mut caps: Vec<u64> = Vec::new();
@@ -1378,7 +1411,7 @@ impl Inner {
                     // (a part that never fits is only looked at: the
                     // request is denied, and its state is what is left)
                     let cost = if slot.never_fits { 0 } else { *cost };
-                    asks.push((limiter.clone(), key.clone(), cost));
+                    asks.push((limiter.clone(), key.clone(), cost, in_joint(slot.charge)));
                     ranks.push(rank);
                     caps.push(if slot.shadow { u64::MAX } else { slot.capacity });
                 }
@@ -1406,8 +1439,8 @@ impl Inner {
             };
         }
         let mut joint = AllOrNothing::new();
-        for (limiter, key, cost) in &asks {
-            joint.push(limiter, key.as_bytes(), *cost);
+        for (limiter, key, cost, on_denial) in &asks {
+            joint.push_with(limiter, key.as_bytes(), *cost, *on_denial);
         }
         let result = if denies(&slots) {
             // denied already (a limit of 0): the others' states, untouched
@@ -1510,16 +1543,17 @@ impl Inner {
         }
     }
 
-    /// Records the hits that a decision did not take, where they are
-    /// charged anyway ([`Charge`]): with `over` (the default), on a
-    /// descriptor over its limit (a call denied, or a quota-mode
-    /// descriptor over while its call passes), as the Go service counts
-    /// them; with `always`, on every descriptor; with `admitted`, nowhere. Each is charged past the limit if need be
-    /// ([`RateLimiter::penalize`]: a fixed window's count runs past it, a
-    /// bucket takes them as debt, repaid at its rate), so that a usage
-    /// report is never lost and the next call sees it; then the recorded
-    /// descriptors' states are read again for the answer. A shadow
-    /// descriptor records nothing.
+    /// Records the hits that a decision neither took nor recorded itself
+    /// (a denial the store recorded, [`Decision::recorded`], is consumed),
+    /// where they are charged anyway ([`Charge`]): with `always`, on every
+    /// descriptor; with `over`, on a descriptor over its limit (a
+    /// never-fitting one, looked at only; a quota-mode descriptor over
+    /// while its call passes); with `admitted`, nowhere. Each is charged
+    /// past the limit if need be ([`RateLimiter::penalize`]: a fixed
+    /// window's count runs past it, a bucket takes them as debt, repaid at
+    /// its rate), so that a usage report is never lost and the next call
+    /// sees it; then the recorded descriptors' states are read again for
+    /// the answer. A shadow descriptor records nothing.
     async fn record(&self, domain: &str, slots: &mut [Slot<'_>], parts: &[(usize, usize)]) {
         let mut charges = Vec::new();
         let mut recorded = Vec::new();
@@ -1867,9 +1901,9 @@ impl From<JointDecision> for Joint {
 /// never is).
 async fn take(
     joint: &AllOrNothing<'_>,
-    asks: &[(Arc<RateLimiter>, String, u64)],
+    asks: &[(Arc<RateLimiter>, String, u64, OnDenial)],
 ) -> Result<Joint, StoreError> {
-    if let [(limiter, key, cost)] = asks {
+    if let [(limiter, key, cost, _)] = asks {
         let decision = limiter.check_n(key.as_bytes(), *cost).await?;
         return Ok(Joint {
             allowed: decision.allowed(),
@@ -1918,8 +1952,9 @@ fn decided(
             limiter,
             key,
             decision: decision.clone(),
-            // (a shadow quota that would deny takes nothing)
-            consumed: consumed && cost > 0 && !decision.shadow_denied(),
+            // (a shadow quota that would deny takes nothing; a denial
+            // the store recorded took the hits, past the limit)
+            consumed: consumed && cost > 0 && !decision.shadow_denied() || decision.recorded(),
             cost,
             period,
         };
@@ -2000,12 +2035,14 @@ fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 let limit = decision.limit();
                 let over = decision.denied() || decision.shadow_denied() || slot.never_fits;
                 // consumed: the remaining count is after the hits; else
-                // nothing was taken
+                // nothing was taken (a denial the store recorded shows the
+                // state after, past the limit: what was used before it is
+                // not known, counted as the limit's)
                 let used = limit.saturating_sub(decision.remaining());
                 Outcome {
                     hits: *cost,
                     limit,
-                    before: if *consumed {
+                    before: if *consumed && !decision.recorded() {
                         used.saturating_sub(*cost)
                     } else {
                         used

@@ -294,8 +294,12 @@ fn redis_service(redis: &Redis) -> RlsService {
         .expect("store")
         .timeout(Duration::from_secs(10));
     // (`--charge over`: a denied call takes nothing where it had room)
-    RlsService::new(config(), store, ServiceOptions::default().charge(Charge::Over))
-        .expect("service")
+    RlsService::new(
+        config(),
+        store,
+        ServiceOptions::default().charge(Charge::Over),
+    )
+    .expect("service")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,8 +111,7 @@ async fn calls(redis: &Redis, cmd: &str) -> u64 {
 }
 
 /// A request of three descriptors is one script call, admitted or denied
-/// (with `--charge admitted`: by default a denied call then records its
-/// hits where it is over, one call, and reads the states after, another).
+/// (with `--charge admitted`; the other charges: the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_of_three_descriptors_is_one_script_call_on_redis() {
     let redis = Redis::start();
@@ -200,4 +199,53 @@ async fn quota_mode_denies_only_with_every_quota_mode_descriptor_over_in_memory(
 async fn quota_mode_denies_only_with_every_quota_mode_descriptor_over_on_redis() {
     let redis = Redis::start();
     quota_mode(serve(service(redis_store(&redis))).await).await;
+}
+
+/// Under each charge, a denied call is one script call, that records its
+/// hits as the charge says in the same call: several descriptors (one
+/// joint script) and a lone one (its limiter's own script): `always`
+/// records on every descriptor, `over` on the one over, `admitted` nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_records_in_the_same_script_call_on_redis() {
+    let redis = Redis::start();
+    for (charge, plain, wide, k) in [
+        (Charge::Always, 0, 90, "a"),
+        (Charge::Over, 0, 91, "o"),
+        (Charge::Admitted, 0, 91, "n"),
+    ] {
+        let options = ServiceOptions::default().charge(charge);
+        let mut c = serve(service_with(redis_store(&redis), options)).await;
+        let two = || vec![desc(&[("wide", k)]), desc(&[("plain", k)])];
+        // (the first calls load the scripts: a joint one, a lone one)
+        for _ in 0..9 {
+            assert_eq!(overall(&ask(&mut c, "api", two(), 0).await), Code::Ok);
+        }
+        let r = ask(&mut c, "api", vec![desc(&[("plain", k)])], 0).await;
+        assert_eq!(overall(&r), Code::Ok);
+        let before = (calls(&redis, "evalsha").await, calls(&redis, "eval").await);
+        // `plain` (10) is out: denied in one call
+        let r = ask(&mut c, "api", two(), 0).await;
+        assert_eq!(overall(&r), Code::OverLimit, "{charge:?}");
+        // and a lone descriptor over its limit: one call too
+        let r = ask(&mut c, "api", vec![desc(&[("plain", k)])], 0).await;
+        assert_eq!(overall(&r), Code::OverLimit, "{charge:?}");
+        let after = (calls(&redis, "evalsha").await, calls(&redis, "eval").await);
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (2, 0),
+            "{charge:?}: store calls of two denied requests"
+        );
+        let r = ask(
+            &mut c,
+            "api",
+            vec![peek(&[("wide", k)]), peek(&[("plain", k)])],
+            0,
+        )
+        .await;
+        assert_eq!(
+            (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining),
+            (wide, plain),
+            "{charge:?}: {r:?}"
+        );
+    }
 }

@@ -616,7 +616,11 @@ async fn denied_reservation_refund_gives_back_elsewhere<S: Store + Clone>(
         if charge.is_none() {
             assert_eq!((denied, refunded), (550, 500), "nets to zero");
         } else {
-            assert_eq!((denied, refunded), (500, 450), "the org gets 50 it never gave");
+            assert_eq!(
+                (denied, refunded),
+                (500, 450),
+                "the org gets 50 it never gave"
+            );
         }
     }
     let svc = service(store, ServiceOptions::default());

@@ -254,8 +254,12 @@ async fn charge_over_admitted_and_always_on_redis() {
 #[tokio::test]
 async fn the_service_default_charge_always_counts_every_descriptor() {
     inside_one_hour().await;
-    let svc = RlsService::new(config(CONFIG), MemoryStore::new(), ServiceOptions::default())
-        .expect("service");
+    let svc = RlsService::new(
+        config(CONFIG),
+        MemoryStore::new(),
+        ServiceOptions::default(),
+    )
+    .expect("service");
     call(&svc, vec![with_hits(d("user", "u4"), 100)], 0, 0).await;
     let r = call(
         &svc,

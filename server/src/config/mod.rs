@@ -317,7 +317,7 @@ pub struct Rule {
 /// is this setting. Admission is all or nothing under each: a call is
 /// admitted only when every descriptor fits, and an admitted call is
 /// charged on every descriptor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Charge {
     /// `always`, the default: every call's hits are recorded, admitted or
     /// denied, past the limit if need be (a fixed window's count runs past
