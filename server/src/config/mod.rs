@@ -714,9 +714,20 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         for doc in documents {
-            load::load_document(&mut config, &doc.name, &doc.doc, options)?;
+            config.add_document(doc, options)?;
         }
         Ok(config)
+    }
+
+    /// Checks `doc` and adds it to this configuration, as
+    /// [`from_documents`](Self::from_documents) does each document. On an
+    /// error the configuration may hold part of `doc`: drop it.
+    pub fn add_document(
+        &mut self,
+        doc: &Document,
+        options: LoadOptions,
+    ) -> Result<(), ConfigError> {
+        load::load_document(self, &doc.name, &doc.doc, options)
     }
 
     /// The number of rules (`rate_limit`s) of every domain.
