@@ -62,7 +62,8 @@ const ON_STORE_ERROR: [&str; 3] = ["allow", "deny", "unavailable"];
 pub(crate) struct Cli {
     /// The directory of the configuration files (its .yaml and .yml files,
     /// subdirectories included). Without it, envoyproxy/ratelimit's
-    /// RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY.
+    /// RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY. With
+    /// --config-type grpc-xds-sotw, the limits until the first snapshot.
     #[arg(
         long,
         value_name = "DIR",
@@ -126,6 +127,158 @@ pub(crate) struct Cli {
         help_heading = "Configuration"
     )]
     pub(crate) allow_empty_config: bool,
+
+    /// Where the limits come from: files (the directory --config) or
+    /// grpc-xds-sotw (an xDS management server, --xds-server-url, as
+    /// Envoy Gateway runs envoyproxy/ratelimit); envoyproxy/ratelimit's
+    /// CONFIG_TYPE too (FILE, GRPC_XDS_SOTW).
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "files",
+        value_parser = Checked { parse: config_type, names: &CONFIG_TYPES },
+        env = "RATELIMIT_CONFIG_TYPE",
+        help_heading = "xDS"
+    )]
+    pub(crate) config_type: ConfigType,
+
+    /// The xDS management server: host:port, http://host:port or
+    /// https://host:port; envoyproxy/ratelimit's CONFIG_GRPC_XDS_SERVER_URL
+    /// too.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "localhost:18000",
+        env = "RATELIMIT_XDS_SERVER_URL",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_server_url: String,
+
+    /// The node id given to the management server, which picks the
+    /// snapshot by it; envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_ID too.
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value = "default",
+        env = "RATELIMIT_XDS_NODE_ID",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_node_id: String,
+
+    /// The node's metadata, key=value,key=value;
+    /// envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_METADATA too.
+    #[arg(
+        long,
+        value_name = "KEY=VALUE,...",
+        value_parser = checked(node_metadata),
+        env = "RATELIMIT_XDS_NODE_METADATA",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_node_metadata: Option<Metadata>,
+
+    /// Connects to the management server with TLS (verified against the
+    /// system's roots, or --xds-tls-ca); envoyproxy/ratelimit's
+    /// CONFIG_GRPC_XDS_SERVER_USE_TLS too.
+    #[arg(
+        long,
+        value_parser = BoolishValueParser::new(),
+        env = "RATELIMIT_XDS_TLS",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_tls: bool,
+
+    /// The PEM CA certificates the management server is verified against;
+    /// envoyproxy/ratelimit's CONFIG_GRPC_XDS_SERVER_TLS_CACERT too.
+    #[arg(
+        long,
+        value_name = "PEM_FILE",
+        env = "RATELIMIT_XDS_TLS_CA",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_tls_ca: Option<PathBuf>,
+
+    /// The client certificate (PEM) presented to the management server,
+    /// with --xds-tls-key; envoyproxy/ratelimit's
+    /// CONFIG_GRPC_XDS_CLIENT_TLS_CERT too.
+    #[arg(
+        long,
+        value_name = "PEM_FILE",
+        env = "RATELIMIT_XDS_TLS_CERT",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_tls_cert: Option<PathBuf>,
+
+    /// The key (PEM) of --xds-tls-cert; envoyproxy/ratelimit's
+    /// CONFIG_GRPC_XDS_CLIENT_TLS_KEY too.
+    #[arg(
+        long,
+        value_name = "PEM_FILE",
+        env = "RATELIMIT_XDS_TLS_KEY",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_tls_key: Option<PathBuf>,
+
+    /// The name the management server's certificate is verified for,
+    /// instead of the URL's host; envoyproxy/ratelimit's
+    /// CONFIG_GRPC_XDS_SERVER_TLS_SAN too.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "RATELIMIT_XDS_TLS_SERVER_NAME",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_tls_server_name: Option<String>,
+
+    /// The first wait before connecting again to a management server gone
+    /// away; it doubles at each failure, up to --xds-backoff-max, each
+    /// wait with jitter; envoyproxy/ratelimit's
+    /// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL too.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        value_parser = checked(duration),
+        env = "RATELIMIT_XDS_BACKOFF_INITIAL",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_backoff_initial: Duration,
+
+    /// The longest wait before connecting again; envoyproxy/ratelimit's
+    /// XDS_CLIENT_BACKOFF_MAX_INTERVAL too.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = checked(duration),
+        env = "RATELIMIT_XDS_BACKOFF_MAX",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_backoff_max: Duration,
+
+    /// The largest response taken from the management server, in bytes
+    /// (a larger one fails the stream, and the limits stay);
+    /// envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES too.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "16777216",
+        value_parser = checked(|flag, v| count(flag, v, 1024, "16777216")),
+        env = "RATELIMIT_XDS_MAX_MESSAGE_SIZE",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_max_message_size: usize,
+
+    /// Serves at once, with no limit (or --config's files) until the first
+    /// snapshot, where the gRPC port otherwise opens once the first
+    /// snapshot is applied; envoyproxy/ratelimit's
+    /// FORCE_START_WITHOUT_INITIAL_CONFIG too.
+    #[arg(
+        long,
+        value_parser = BoolishValueParser::new(),
+        env = "RATELIMIT_XDS_START_WITHOUT_CONFIG",
+        help_heading = "xDS"
+    )]
+    pub(crate) xds_start_without_config: bool,
 
     /// One Redis: redis://host:6379/, rediss:// for TLS (verified against
     /// the system's roots, or --redis-ca), or a Unix socket's
@@ -574,6 +727,65 @@ impl<T: Clone + Send + Sync + 'static> TypedValueParser for Checked<T> {
     }
 }
 
+/// The names `--config-type` takes.
+const CONFIG_TYPES: [&str; 2] = ["files", "grpc-xds-sotw"];
+
+/// Where the limits come from (`--config-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfigType {
+    /// A directory of files.
+    Files,
+    /// An xDS management server, state of the world over ADS.
+    GrpcXdsSotw,
+}
+
+fn config_type(flag: &str, v: &str) -> Result<ConfigType, String> {
+    match v.trim() {
+        "files" => Ok(ConfigType::Files),
+        "grpc-xds-sotw" => Ok(ConfigType::GrpcXdsSotw),
+        _ => Err(format!("{flag} {v:?}: files or grpc-xds-sotw")),
+    }
+}
+
+/// `--xds-node-metadata`'s pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Metadata(pub(crate) Vec<(String, String)>);
+
+/// `key=value,key=value` (an entry without `=` is skipped, as
+/// envoyproxy/ratelimit skips it).
+fn node_metadata(_flag: &str, v: &str) -> Result<Metadata, String> {
+    Ok(Metadata(
+        v.split(',')
+            .filter_map(|e| e.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            .collect(),
+    ))
+}
+
+/// The xDS client's settings (`--config-type grpc-xds-sotw`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct XdsArgs {
+    pub(crate) url: String,
+    pub(crate) node_id: String,
+    pub(crate) node_metadata: Vec<(String, String)>,
+    /// TLS: the CA, the client certificate and key, the server's name.
+    pub(crate) tls: Option<XdsTlsArgs>,
+    pub(crate) backoff: (Duration, Duration),
+    pub(crate) max_message_size: usize,
+    /// Serve before the first snapshot.
+    pub(crate) start_without_config: bool,
+    /// Whether `--config` gives the limits until the first snapshot.
+    pub(crate) files: bool,
+}
+
+/// TLS to the management server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct XdsTlsArgs {
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) identity: Option<(PathBuf, PathBuf)>,
+    pub(crate) server_name: Option<String>,
+}
+
 /// Where the counters live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StoreChoice {
@@ -610,6 +822,9 @@ pub(crate) struct Args {
     /// What to log once logging is up: envoyproxy/ratelimit variables read,
     /// or set and ignored.
     pub(crate) notes: Vec<String>,
+    /// `--config-type grpc-xds-sotw`: the xDS client's settings (`dir` is
+    /// then `--config`'s, if `xds.files`).
+    pub(crate) xds: Option<XdsArgs>,
 }
 
 fn sentinel_master(flag: &str, v: &str) -> Result<String, String> {
@@ -793,7 +1008,9 @@ fn auth_prefix(auth: Option<&str>) -> String {
 /// `NEAR_LIMIT_RATIO`, `MERGE_DOMAIN_CONFIG`, `GRPC_HOST`, `GRPC_PORT`,
 /// `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` (`/metrics`
 /// only), `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY`,
-/// `CONFIG_TYPE` (`FILE` only), `BACKEND_TYPE` (`redis` only), `REDIS_URL`,
+/// `CONFIG_TYPE` (`FILE`, `GRPC_XDS_SOTW`), the xDS client's (`CONFIG_GRPC_XDS_*`,
+/// `XDS_CLIENT_*`, `FORCE_START_WITHOUT_INITIAL_CONFIG`: [`xds_args`]),
+/// `BACKEND_TYPE` (`redis` only), `REDIS_URL`,
 /// `REDIS_TYPE`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`,
 /// `REDIS_TLS_CACERT`, `REDIS_SENTINEL_AUTH`,
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (`--charge admitted`, unless
@@ -820,9 +1037,14 @@ const GO_IGNORED: &[(&str, &str)] = &[
     ),
     ("LOG_LEVEL", "logs are at INFO, to standard error"),
     ("LOG_FORMAT", "logs are text"),
+    ("XDS_CLIENT_BACKOFF_JITTER", "the backoff always has jitter"),
     (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "for xDS (see --allow-empty-config)",
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "each wait is drawn between half and all of the doubled wait",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "connections are retried with --xds-backoff-initial and --xds-backoff-max",
     ),
     ("USE_STATSD", "no statsd: Prometheus metrics with --metrics"),
     (
@@ -1071,14 +1293,23 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
             notes.push(format!("{name}={v} ignored: {why}"));
         }
     }
-    if let Some(v) = env("CONFIG_TYPE")
-        && !v.trim().eq_ignore_ascii_case("FILE")
-        && dir.is_none()
-    {
-        return Err(format!(
-            "CONFIG_TYPE={v:?}: only FILE here (a directory of YAML files, --config)"
-        ));
-    }
+    let config_type = match env("CONFIG_TYPE") {
+        _ if cli.given("config_type") => cli.config_type,
+        None => cli.config_type,
+        Some(v) if v.trim().eq_ignore_ascii_case("FILE") => ConfigType::Files,
+        Some(v) if v.trim().eq_ignore_ascii_case("GRPC_XDS_SOTW") => ConfigType::GrpcXdsSotw,
+        Some(v) => {
+            return Err(format!(
+                "CONFIG_TYPE={v:?}: FILE (--config-type files) or GRPC_XDS_SOTW \
+                 (--config-type grpc-xds-sotw)"
+            ));
+        }
+    };
+    let xds = if config_type == ConfigType::GrpcXdsSotw && cli.validate.is_none() {
+        Some(xds_args(&cli, &env)?)
+    } else {
+        None
+    };
     let shadow = cli.shadow_mode || go("SHADOW_MODE")? == Some(true);
     options = options.shadow_mode(shadow);
     let quota = cli.quota_mode || go("QUOTA_MODE")? == Some(true);
@@ -1152,6 +1383,9 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
     }
     let dir = match dir {
         Some(d) => d,
+        // (envoyproxy/ratelimit reads no directory with xDS: its RUNTIME_*
+        // variables, which Envoy Gateway sets all the same, are not read)
+        None if xds.is_some() => PathBuf::new(),
         None => {
             let root = env("RUNTIME_ROOT");
             let sub = env("RUNTIME_SUBDIRECTORY");
@@ -1290,6 +1524,123 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         max_message_size: cli.max_message_size,
         shutdown_timeout: cli.shutdown_timeout,
         notes,
+        xds,
+    })
+}
+
+/// The xDS client's settings: each flag, else envoyproxy/ratelimit's
+/// variable, else the flag's default.
+fn xds_args(cli: &Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<XdsArgs, String> {
+    let go = |id: &str, name: &str| {
+        if cli.given(id) { None } else { env(name) }
+    };
+    if let Some(v) = env("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
+        return Err(format!(
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS={:?}: no headers are added to the \
+             xDS stream here; authenticate with a client certificate (--xds-tls-cert)",
+            v.split(',')
+                .map(|h| h.split(':').next().unwrap_or_default())
+                .collect::<Vec<_>>()
+        ));
+    }
+    let url = go("xds_server_url", "CONFIG_GRPC_XDS_SERVER_URL")
+        .map_or_else(|| cli.xds_server_url.clone(), |v| v.trim().to_owned());
+    let node_id = go("xds_node_id", "CONFIG_GRPC_XDS_NODE_ID")
+        .map_or_else(|| cli.xds_node_id.clone(), |v| v.trim().to_owned());
+    let node_metadata = match go("xds_node_metadata", "CONFIG_GRPC_XDS_NODE_METADATA") {
+        Some(v) => node_metadata("CONFIG_GRPC_XDS_NODE_METADATA", &v)?.0,
+        None => cli
+            .xds_node_metadata
+            .clone()
+            .map(|m| m.0)
+            .unwrap_or_default(),
+    };
+    let tls = match go("xds_tls", "CONFIG_GRPC_XDS_SERVER_USE_TLS") {
+        Some(v) => go_bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", &v)?,
+        None => cli.xds_tls,
+    };
+    let path = |id: &str, name: &str, flag: &Option<PathBuf>| {
+        go(id, name).map(PathBuf::from).or_else(|| flag.clone())
+    };
+    let ca = path(
+        "xds_tls_ca",
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        &cli.xds_tls_ca,
+    );
+    let cert = path(
+        "xds_tls_cert",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        &cli.xds_tls_cert,
+    );
+    let key = path(
+        "xds_tls_key",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        &cli.xds_tls_key,
+    );
+    let server_name = go("xds_tls_server_name", "CONFIG_GRPC_XDS_SERVER_TLS_SAN")
+        .map(|v| v.trim().to_owned())
+        .or_else(|| cli.xds_tls_server_name.clone());
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err("--xds-tls-cert and --xds-tls-key go together \
+                        (CONFIG_GRPC_XDS_CLIENT_TLS_CERT, CONFIG_GRPC_XDS_CLIENT_TLS_KEY)"
+                .into());
+        }
+    };
+    let tls_given = ca.is_some() || identity.is_some() || server_name.is_some();
+    if tls_given && !tls && !url.starts_with("https://") {
+        return Err(
+            "--xds-tls-ca, --xds-tls-cert, --xds-tls-server-name need --xds-tls \
+                    (CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"
+                .into(),
+        );
+    }
+    let tls = (tls || url.starts_with("https://")).then_some(XdsTlsArgs {
+        ca,
+        identity,
+        server_name,
+    });
+    let backoff = |id: &str, name: &str, flag: Duration| match go(id, name) {
+        Some(v) => duration(name, &v),
+        None => Ok(flag),
+    };
+    let initial = backoff(
+        "xds_backoff_initial",
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        cli.xds_backoff_initial,
+    )?;
+    let max = backoff(
+        "xds_backoff_max",
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+        cli.xds_backoff_max,
+    )?;
+    if max < initial {
+        return Err(format!(
+            "--xds-backoff-max ({max:?}) is shorter than --xds-backoff-initial ({initial:?})"
+        ));
+    }
+    let max_message_size = match go("xds_max_message_size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
+        Some(v) => count("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", &v, 1024, "16777216")?,
+        None => cli.xds_max_message_size,
+    };
+    let start_without_config = match go(
+        "xds_start_without_config",
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+    ) {
+        Some(v) => go_bool("FORCE_START_WITHOUT_INITIAL_CONFIG", &v)?,
+        None => cli.xds_start_without_config,
+    };
+    Ok(XdsArgs {
+        url,
+        node_id,
+        node_metadata,
+        tls,
+        backoff: (initial, max),
+        max_message_size,
+        start_without_config,
+        files: cli.config.is_some(),
     })
 }
 
@@ -1847,11 +2198,13 @@ mod tests {
         }
         let e = bare(
             &[],
-            &[("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("RUNTIME_ROOT", "/r")],
+            &[("CONFIG_TYPE", "GRPC_XDS_DELTA"), ("RUNTIME_ROOT", "/r")],
         )
-        .expect_err("xDS");
+        .expect_err("delta xDS");
         assert!(
-            e.contains("CONFIG_TYPE=\"GRPC_XDS_SOTW\": only FILE"),
+            e.contains(
+                "CONFIG_TYPE=\"GRPC_XDS_DELTA\": FILE (--config-type files) or GRPC_XDS_SOTW"
+            ),
             "{e}"
         );
         let e = p(&[], &[("REDIS_URL", "localhost:6379")]).expect_err("not a path");
@@ -1864,6 +2217,187 @@ mod tests {
         ] {
             assert!(p(&[], env).is_ok(), "{env:?}");
         }
+    }
+
+    #[test]
+    fn xds_flags_and_their_defaults() {
+        let a = bare(&["--config-type", "grpc-xds-sotw"], &[]).expect("xds");
+        let x = a.xds.expect("xds args");
+        assert_eq!(
+            (x.url.as_str(), x.node_id.as_str(), x.tls.is_none()),
+            ("localhost:18000", "default", true)
+        );
+        assert_eq!(x.backoff, (Duration::from_secs(1), Duration::from_secs(60)));
+        assert_eq!(x.max_message_size, 16 << 20);
+        assert!(!x.start_without_config && !x.files);
+        assert_eq!(a.dir, PathBuf::new(), "no directory read");
+        let a = bare(
+            &[
+                "--config-type=grpc-xds-sotw",
+                "--xds-server-url=https://eg:18001",
+                "--xds-node-id=rl",
+                "--xds-node-metadata=a=1, b = 2,junk",
+                "--xds-tls-ca=/ca.pem",
+                "--xds-tls-cert=/c.pem",
+                "--xds-tls-key=/k.pem",
+                "--xds-tls-server-name=eg.svc",
+                "--xds-backoff-initial=100ms",
+                "--xds-backoff-max=5s",
+                "--xds-max-message-size=1048576",
+                "--xds-start-without-config",
+                "--config=/initial",
+            ],
+            &[],
+        )
+        .expect("every xds flag");
+        let x = a.xds.expect("xds args");
+        assert_eq!(x.url, "https://eg:18001");
+        assert_eq!(x.node_id, "rl");
+        assert_eq!(
+            x.node_metadata,
+            [
+                ("a".to_owned(), "1".to_owned()),
+                ("b".to_owned(), "2".to_owned())
+            ]
+        );
+        assert_eq!(
+            x.tls,
+            Some(XdsTlsArgs {
+                ca: Some("/ca.pem".into()),
+                identity: Some(("/c.pem".into(), "/k.pem".into())),
+                server_name: Some("eg.svc".into()),
+            })
+        );
+        assert_eq!(
+            x.backoff,
+            (Duration::from_millis(100), Duration::from_secs(5))
+        );
+        assert_eq!(x.max_message_size, 1 << 20);
+        assert!(x.start_without_config && x.files);
+        assert_eq!(a.dir, PathBuf::from("/initial"));
+        // files by default: no xDS
+        assert!(p(&[], &[]).expect("files").xds.is_none());
+        for (args, needle) in [
+            (
+                &["--config-type=grpc"][..],
+                "--config-type \"grpc\": files or grpc-xds-sotw",
+            ),
+            (
+                &["--config-type=grpc-xds-sotw", "--xds-tls-cert=/c"],
+                "go together",
+            ),
+            (
+                &["--config-type=grpc-xds-sotw", "--xds-tls-ca=/c"],
+                "need --xds-tls",
+            ),
+            (
+                &[
+                    "--config-type=grpc-xds-sotw",
+                    "--xds-backoff-initial=10s",
+                    "--xds-backoff-max=1s",
+                ],
+                "shorter than",
+            ),
+            (
+                &["--config-type=grpc-xds-sotw", "--xds-max-message-size=10"],
+                "at least 1024",
+            ),
+        ] {
+            let e = bare(args, &[]).expect_err(needle);
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+        let e = bare(&["--xds-backoff-max=soon"], &[]).expect_err("a duration");
+        assert!(e.contains("--xds-backoff-max \"soon\""), "{e}");
+    }
+
+    #[test]
+    fn envoyproxy_ratelimit_s_xds_variables_are_translated() {
+        // as Envoy Gateway sets them (its RUNTIME_* are not read with xDS)
+        let env = [
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s"),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "true"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "4194304"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ];
+        let a = bare(&[], &env).expect("Envoy Gateway's environment");
+        let x = a.xds.expect("xds");
+        assert_eq!(
+            (x.url.as_str(), x.node_id.as_str()),
+            ("envoy-gateway:18001", "envoy-ratelimit")
+        );
+        assert_eq!(x.node_metadata, [("zone".to_owned(), "a".to_owned())]);
+        assert_eq!(
+            x.tls,
+            Some(XdsTlsArgs {
+                ca: Some("/certs/ca.crt".into()),
+                identity: Some(("/certs/tls.crt".into(), "/certs/tls.key".into())),
+                server_name: Some("envoy-gateway".into()),
+            })
+        );
+        assert_eq!(
+            x.backoff,
+            (Duration::from_secs(10), Duration::from_secs(60))
+        );
+        assert_eq!(x.max_message_size, 4 << 20);
+        assert!(x.start_without_config && !x.files);
+        assert_eq!(a.dir, PathBuf::new());
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.starts_with("XDS_CLIENT_BACKOFF_JITTER=true ignored"))
+        );
+        // a flag wins over the variable, for the type and each setting
+        let a = bare(
+            &["--xds-node-id=mine", "--config-type=files", "--config=/c"],
+            &env,
+        )
+        .expect("files");
+        assert!(a.xds.is_none());
+        let a = bare(&["--xds-node-id=mine"], &env).expect("xds");
+        assert_eq!(a.xds.map(|x| x.node_id), Some("mine".to_owned()));
+        // FILE is files; a bad switch is named
+        assert!(
+            p(&[], &[("CONFIG_TYPE", "FILE")])
+                .expect("file")
+                .xds
+                .is_none()
+        );
+        let e = bare(
+            &[],
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "sure"),
+            ],
+        )
+        .expect_err("bool");
+        assert!(e.contains("CONFIG_GRPC_XDS_SERVER_USE_TLS=\"sure\""), "{e}");
+        let e = bare(
+            &[],
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                (
+                    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                    "authorization:secret",
+                ),
+            ],
+        )
+        .expect_err("headers");
+        assert!(
+            e.contains("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") && !e.contains("secret"),
+            "{e}"
+        );
     }
 
     #[test]

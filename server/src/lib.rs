@@ -6,8 +6,9 @@
 //! optional extensions ([`config`]), the fixed-window arithmetic that
 //! service uses ([`window`]), the service that decides over a store, with
 //! `replaces`, a failure policy per domain and an atomic
-//! [`reload`](service::RlsService::reload) ([`service`]), the watcher that
-//! reloads it when its directory changes ([`reload`]), and its statistics
+//! [`reload`](service::RlsService::reload) ([`service`]), the sources of
+//! its configuration ([`source`]: the watcher that reloads it when its
+//! directory changes, [`reload`], and an xDS client), and its statistics
 //! in Prometheus's text format with a `/metrics` endpoint ([`metrics`]).
 //! The `ratelimit-server` binary puts them together; an embedder can too:
 //!
@@ -45,4 +46,5 @@ pub mod net;
 pub mod pb;
 pub mod reload;
 pub mod service;
+pub mod source;
 pub mod window;

@@ -31,6 +31,20 @@
 //! running configuration stays. A directory with no rule refuses the start
 //! (every request would be allowed) unless `--allow-empty-config`.
 //!
+//! # xDS
+//!
+//! With `--config-type grpc-xds-sotw` (envoyproxy/ratelimit's
+//! `CONFIG_TYPE=GRPC_XDS_SOTW`, as Envoy Gateway runs it) the limits come
+//! from an xDS management server (`--xds-server-url`, `--xds-node-id`,
+//! TLS with `--xds-tls*`): each snapshot is applied atomically and
+//! acknowledged, an invalid one refused with its error and the running
+//! limits kept, and a server gone away is reconnected with backoff
+//! ([`source::xds`](tower_redis_ratelimit_server::source::xds)). The gRPC
+//! port opens once the first snapshot is applied, unless
+//! `--xds-start-without-config` (`FORCE_START_WITHOUT_INITIAL_CONFIG=true`)
+//! or `--config`, whose files then answer until the first snapshot (they
+//! are not watched).
+//!
 //! # envoyproxy/ratelimit's environment
 //!
 //! Its variables that change what is admitted or what clients see
@@ -71,6 +85,7 @@ use tower_redis_ratelimit_server::net::Incoming;
 use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 use tower_redis_ratelimit_server::reload::ConfigWatcher;
 use tower_redis_ratelimit_server::service::RlsService;
+use tower_redis_ratelimit_server::source::xds::{XdsClient, XdsTls};
 
 use cli::{Args, Cli, StoreChoice};
 
@@ -386,7 +401,13 @@ async fn check_store(probes: Vec<RateLimiter>) -> Result<(), String> {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let files = Config::read_dir(&args.dir)?;
+    // with xDS, --config's files (if given) answer until the first snapshot
+    let read_files = args.xds.as_ref().is_none_or(|x| x.files);
+    let files = if read_files {
+        Config::read_dir(&args.dir)?
+    } else {
+        Vec::new()
+    };
     let config = Config::from_sources(
         files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
         args.load,
@@ -418,7 +439,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if o.shadow_mode {
         tracing::warn!("shadow mode (--shadow-mode or SHADOW_MODE): every request is answered OK");
     }
-    if rules == 0 {
+    if rules == 0 && args.xds.is_none() {
         let dir = args.dir.display();
         if !args.allow_empty_config {
             return Err(no_rule(&args, files.len()).into());
@@ -449,7 +470,48 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             },
         ));
     }
-    if let Some(interval) = args.watch {
+    if let Some(x) = &args.xds {
+        let mut client = XdsClient::new(service.clone(), x.url.clone(), args.load)
+            .node_id(x.node_id.clone())
+            .node_metadata(x.node_metadata.clone())
+            .backoff(x.backoff.0, x.backoff.1)
+            .max_message_size(x.max_message_size);
+        if let Some(t) = &x.tls {
+            let mut tls = XdsTls::new();
+            if let Some(ca) = &t.ca {
+                tls = tls.ca(ca);
+            }
+            if let Some((cert, key)) = &t.identity {
+                tls = tls.identity(cert, key);
+            }
+            if let Some(name) = &t.server_name {
+                tls = tls.server_name(name);
+            }
+            client = client.tls(tls);
+        }
+        let mut state = client.state();
+        tracing::info!(url = %x.url, node = %x.node_id, tls = x.tls.is_some(), "limits from xDS");
+        tokio::spawn(client.run());
+        if x.files || x.start_without_config {
+            if rules == 0 {
+                tracing::warn!(
+                    "serving with no rate limit rule until the first xDS snapshot: every \
+                     request is allowed meanwhile"
+                );
+            }
+        } else {
+            tracing::info!(
+                "waiting for the first xDS snapshot before serving \
+                 (--xds-start-without-config to serve at once)"
+            );
+            tokio::select! {
+                got = state.wait_for(|s| s.version.is_some()) => {
+                    got.map_err(|_| "the xDS client stopped")?;
+                }
+                () = shutdown() => return Ok(()),
+            }
+        }
+    } else if let Some(interval) = args.watch {
         let watcher = ConfigWatcher::new(service.clone(), args.dir.clone(), args.load)
             .loaded_from(files)
             .allow_empty(args.allow_empty_config)

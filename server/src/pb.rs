@@ -7,6 +7,11 @@
 //! [`rate_limit_service_server`](envoy::service::ratelimit::v3::rate_limit_service_server),
 //! its client `RateLimitServiceClient` in
 //! [`rate_limit_service_client`](envoy::service::ratelimit::v3::rate_limit_service_client).
+//!
+//! The xDS client's: the aggregated discovery service
+//! ([`envoy::service::discovery::v3`], state of the world only), its
+//! `google.rpc.Status` ([`google::rpc`]) and envoyproxy/ratelimit's
+//! resource `RateLimitConfig` ([`ratelimit::config::ratelimit::v3`]).
 
 // generated code: its items are documented by the proto comments where the
 // proto has them, and its lints are prost's and tonic's business
@@ -19,7 +24,7 @@ pub mod envoy {
     pub mod config {
         /// `envoy.config.core.*`.
         pub mod core {
-            /// `envoy.config.core.v3`: `HeaderValue` only.
+            /// `envoy.config.core.v3`: `HeaderValue` and `Node` only.
             pub mod v3 {
                 tonic::include_proto!("envoy.config.core.v3");
             }
@@ -40,6 +45,14 @@ pub mod envoy {
     }
     /// `envoy.service.*`.
     pub mod service {
+        /// `envoy.service.discovery.*`.
+        pub mod discovery {
+            /// `envoy.service.discovery.v3`: the aggregated discovery
+            /// service (state of the world), its request and response.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
         /// `envoy.service.ratelimit.*`.
         pub mod ratelimit {
             /// `envoy.service.ratelimit.v3`: the service, its request and response.
@@ -53,6 +66,29 @@ pub mod envoy {
         /// `envoy.type.v3`: `RateLimitUnit`.
         pub mod v3 {
             tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+}
+
+/// `google.*`.
+pub mod google {
+    /// `google.rpc`: `Status`, a NACK's `error_detail`.
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// `ratelimit.*`: envoyproxy/ratelimit's own messages.
+pub mod ratelimit {
+    /// `ratelimit.config.*`.
+    pub mod config {
+        /// `ratelimit.config.ratelimit.*`.
+        pub mod ratelimit {
+            /// `ratelimit.config.ratelimit.v3`: `RateLimitConfig`, the
+            /// resource an xDS management server sends.
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
+            }
         }
     }
 }

@@ -79,14 +79,10 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// Loads the file `name` with contents `text` into `config`.
-pub(super) fn load_file(
-    config: &mut Config,
-    name: &str,
-    text: &str,
-    options: LoadOptions,
-) -> Result<(), ConfigError> {
-    let mut ctx = Ctx {
+/// Parses the file `name` with contents `text` (within the bounds of
+/// [`Config`]), not yet checked.
+pub(super) fn parse_file(name: &str, text: &str) -> Result<yaml::Document, ConfigError> {
+    let ctx = Ctx {
         file: name,
         warnings: Vec::new(),
     };
@@ -101,13 +97,28 @@ pub(super) fn load_file(
             ),
         ));
     }
-    let doc = yaml::parse(text, yaml::Limits::DEFAULT).map_err(|e| {
+    yaml::parse(text, yaml::Limits::DEFAULT).map_err(|e| {
         if e.bound {
             ctx.err("", e.line, e.message)
         } else {
             ctx.err("", e.line, format!("not valid YAML: {}", e.message))
         }
-    })?;
+    })
+}
+
+/// Checks the document `doc` of `name` (a file, or another source's
+/// resource) and loads it into `config`: the one validation step of every
+/// source.
+pub(super) fn load_document(
+    config: &mut Config,
+    name: &str,
+    doc: &yaml::Document,
+    options: LoadOptions,
+) -> Result<(), ConfigError> {
+    let mut ctx = Ctx {
+        file: name,
+        warnings: Vec::new(),
+    };
     for (line, key) in &doc.duplicates {
         ctx.warn(
             "",

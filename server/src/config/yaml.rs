@@ -196,7 +196,7 @@ fn is_float(s: &str) -> bool {
 
 /// A parsed file: its first document (as yaml.v2's `Unmarshal` reads only
 /// the first), and notes on what yaml.v2 would have accepted silently.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Document {
     /// `None` for an empty file.
     pub(crate) root: Option<Node>,
