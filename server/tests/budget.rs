@@ -11,7 +11,7 @@
 //!   overspend is at most the streams × the largest single usage;
 //! - reserve then settle: never any overspend; with `charge: admitted`,
 //!   what is left at the end is exactly the budget less the tokens used;
-//!   with the default `charge: over`, a denied reservation is charged as
+//!   with `charge: over` (or the default), a denied reservation is charged as
 //!   envoyproxy/ratelimit charges it, and never given back (its stream was
 //!   not admitted, so it does not settle);
 //! - the model of envoyproxy/ratelimit's counting, on the same streams'
@@ -155,7 +155,7 @@ async fn every_pattern(instances: &[RlsService], seed: u64) {
     assert_eq!(b.charged, b.tally.used, "{b:?}");
     assert_eq!(b.tally.reserved - b.tally.refunded, b.tally.used, "{b:?}");
 
-    // b'. the same with the default `charge: over`: each denied
+    // b'. the same with `charge: over` (or the default): each denied
     // reservation is charged in full (past the limit), and its stream,
     // not admitted, never settles
     let over = run(

@@ -44,8 +44,9 @@ pub(crate) const DOMAIN: &str = "budget";
 /// The rules: one budget of `budget` tokens an hour per user under three
 /// keys, a fixed window that opens at its first call (`strategy:
 /// fixed-window`: no hour boundary aligned to the epoch falls inside a
-/// run): `report` and `reserve-over` with the default `charge: over`, and
-/// `reserve` with `charge: admitted` (a denied reservation takes nothing).
+/// run): `report` with the default charge (`always`), `reserve-over` with
+/// `charge: over` (on one descriptor, the same) and `reserve` with
+/// `charge: admitted` (a denied reservation takes nothing).
 pub(crate) fn config_text(budget: u64) -> String {
     format!(
         "domain: {DOMAIN}
@@ -55,7 +56,7 @@ descriptors:
   - key: reserve
     rate_limit: {{unit: hour, requests_per_unit: {budget}, strategy: fixed-window, charge: admitted}}
   - key: reserve-over
-    rate_limit: {{unit: hour, requests_per_unit: {budget}, strategy: fixed-window}}
+    rate_limit: {{unit: hour, requests_per_unit: {budget}, strategy: fixed-window, charge: over}}
 "
     )
 }
