@@ -29,12 +29,11 @@ mod engine;
 mod joint;
 mod keys;
 mod local_budget;
-mod on_denial;
 
 pub use self::builder::{MAX_PREFIX_LEN, RateLimiterBuilder};
 pub use self::check::Check;
 pub(crate) use self::check::boxed_in_place;
 pub use self::joint::{AllOrNothing, JointDecision};
 pub use self::keys::MAX_VERBATIM_KEY_LEN;
-pub use self::on_denial::OnDenial;
 pub(crate) use self::rate_limiter::{RateLimiter, RuntimeLimits};
+pub use crate::store::on_denial::OnDenial;

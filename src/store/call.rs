@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
+use crate::store::on_denial::OnDenial;
 use crate::strategy::state::Raw;
 
 /// One decision to make: the quota keys of one user key. The same for every

@@ -23,6 +23,7 @@
 
 pub(crate) mod call;
 pub(crate) mod memory;
+pub(crate) mod on_denial;
 pub(crate) mod redis;
 
 use std::sync::Arc;
@@ -134,7 +135,7 @@ impl Backend {
         suffixes: &[String],
         block: Option<u64>,
         clock: &crate::clock::Clock,
-        on_denial: crate::limiter::OnDenial,
+        on_denial: crate::store::on_denial::OnDenial,
     ) -> Bound {
         match self {
             Backend::Redis(r) => {
@@ -426,7 +427,7 @@ fn local_call<'a>(
         now_us,
         nonce: "",
         block_us: None,
-        on_denial: crate::limiter::OnDenial::Nothing,
+        on_denial: crate::store::on_denial::OnDenial::Nothing,
     }
 }
 
@@ -459,7 +460,7 @@ mod tests {
                     &suffixes,
                     None,
                     &crate::clock::Clock::Store,
-                    crate::limiter::OnDenial::Nothing,
+                    crate::store::on_denial::OnDenial::Nothing,
                 )
             })
             .collect();

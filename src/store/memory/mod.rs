@@ -27,11 +27,11 @@ pub(crate) use self::scopes::ScopeIds;
 use self::scopes::Scopes;
 use self::table::{Padded, Shard, lock};
 use crate::decision::Lease;
-use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
 use crate::store::call::{
     Adjustment, Call, JointCall, JointMode, JointOutcome, Outcome, QuotaOutcome,
 };
+use crate::store::on_denial::OnDenial;
 use crate::strategy::eval;
 use crate::strategy::state::{self, Entry, Raw, Value, ttl_us};
 

@@ -145,7 +145,7 @@ mod tests {
             scopes: &[],
             cost: 1,
             now_us: None,
-            on_denial: crate::limiter::OnDenial::Nothing,
+            on_denial: crate::store::on_denial::OnDenial::Nothing,
         };
         let parts = [part(1), part(2)];
         const GOOD: &[u8] = b"0 1 7 1 4 10 -1 0 0 9 1 3 10 -1 0 0 0 0 5 0";
@@ -184,7 +184,7 @@ mod tests {
             scopes: &[],
             cost: 2,
             now_us,
-            on_denial: crate::limiter::OnDenial::Record,
+            on_denial: crate::store::on_denial::OnDenial::Record,
         };
         let args = |parts: &[JointCall<'_>]| -> Vec<String> {
             joint_cmd(script(true), parts, JointMode::Decide)

@@ -18,9 +18,9 @@ use super::conn::{Connections, Owned, Pooled, Request, Undo};
 use super::script::LimiterScript;
 use crate::decision::{Lease, LeaseParts};
 use crate::error::StoreError;
-use crate::limiter::OnDenial;
 use crate::quota::QuotaSpec;
 use crate::store::call::{Call, Outcome, QuotaOutcome};
+use crate::store::on_denial::OnDenial;
 use crate::strategy::Kind;
 
 /// What a Redis store prepares once per limiter: the decision script and the

@@ -1,8 +1,8 @@
 //! [`OnDenial`]: what a denied call records (see
-//! [`RateLimiterBuilder::on_denial`](super::RateLimiterBuilder::on_denial)).
+//! [`RateLimiterBuilder::on_denial`](crate::limiter::RateLimiterBuilder::on_denial)).
 
 /// What a denied [`check_n`](crate::RateLimiter::check_n) (or a denied part of
-/// an [`AllOrNothing`](super::AllOrNothing) decision) records of its cost.
+/// an [`AllOrNothing`](crate::limiter::AllOrNothing) decision) records of its cost.
 ///
 /// By default a denied call consumes nothing ([`Nothing`](Self::Nothing)).
 /// The other modes record the cost anyway, past the limit, **in the same
@@ -24,7 +24,7 @@
 /// calendar window to its window. Concurrency quotas are never recorded
 /// on, nor are [shadow](crate::Quota::shadow) quotas; a peek (cost 0)
 /// records nothing, and neither does a call denied by a
-/// [block](super::RateLimiterBuilder::block_for) (the quotas are not read).
+/// [block](crate::limiter::RateLimiterBuilder::block_for) (the quotas are not read).
 /// A cost above a quota's capacity, which [`Nothing`](Self::Nothing) denies
 /// without a store call, is then sent and recorded (capped as above), and
 /// is still denied with `retry_after: None` (but a cost above what one call
