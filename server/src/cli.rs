@@ -753,13 +753,17 @@ pub(crate) struct Metadata(pub(crate) Vec<(String, String)>);
 
 /// `key=value,key=value` (an entry without `=` is skipped, as
 /// envoyproxy/ratelimit skips it).
-fn node_metadata(_flag: &str, v: &str) -> Result<Metadata, String> {
-    Ok(Metadata(
-        v.split(',')
-            .filter_map(|e| e.split_once('='))
-            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-            .collect(),
-    ))
+fn node_metadata(flag: &str, v: &str) -> Result<Metadata, String> {
+    v.split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| match e.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+            _ => Err(format!(
+                "{flag} {v:?}: KEY=VALUE pairs, comma-separated; {e:?} is not one"
+            )),
+        })
+        .collect::<Result<_, _>>()
+        .map(Metadata)
 }
 
 /// The xDS client's settings (`--config-type grpc-xds-sotw`).
@@ -2236,7 +2240,7 @@ mod tests {
                 "--config-type=grpc-xds-sotw",
                 "--xds-server-url=https://eg:18001",
                 "--xds-node-id=rl",
-                "--xds-node-metadata=a=1, b = 2,junk",
+                "--xds-node-metadata=a=1, b = 2",
                 "--xds-tls-ca=/ca.pem",
                 "--xds-tls-cert=/c.pem",
                 "--xds-tls-key=/k.pem",
@@ -2450,6 +2454,19 @@ mod tests {
             assert!(seen.iter().any(|s| s == v), "{v} is no flag's");
         }
         assert!(seen.len() >= 30, "{seen:?}");
+    }
+
+    #[test]
+    fn node_metadata_takes_key_value_pairs_and_refuses_anything_else() {
+        let m = node_metadata("--xds-node-metadata", "a=1, b = two,,c=").expect("pairs");
+        assert_eq!(
+            m.0,
+            [("a", "1"), ("b", "two"), ("c", "")].map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        for bad in ["a", "a=1,b", "=1"] {
+            let e = node_metadata("--xds-node-metadata", bad).expect_err(bad);
+            assert!(e.contains("KEY=VALUE"), "{e}");
+        }
     }
 
     #[test]
