@@ -41,10 +41,14 @@
 //! ```
 
 pub mod config;
+mod decide;
+mod limits;
 pub mod metrics;
 pub mod net;
+mod options;
 pub mod pb;
 pub mod reload;
+mod rls;
 pub mod service;
 pub mod source;
 pub mod window;

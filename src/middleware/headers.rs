@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use super::fields;
 use crate::decision::{Decision, Interned};
 use crate::limiter::RateLimiter;
 use crate::plans::ActivePlan;
@@ -111,25 +112,24 @@ impl QuotaHeaders {
             if !all_shadow && q.is_shadow() {
                 continue;
             }
-            if !s.is_empty() {
-                s.push_str(", ");
-            }
-            push_sf_string(&mut s, name);
             // (`limit`: the burst of a bucket strategy, else the rate's count)
             let (limit, count, period) = (q.limit(), q.rate().count(), q.rate().period());
             let period_us = period.as_micros();
-            let _ = match q.strategy().spec().header {
-                HeaderPolicy::InFlight => write!(s, ";q={limit};qu=\"concurrent-requests\""),
-                HeaderPolicy::Refill => {
-                    // the time an empty bucket takes to refill: burst × period / count
-                    let refill_us = period_us * u128::from(limit) / u128::from(count.max(1));
-                    let w = refill_us.div_ceil(1_000_000).max(1);
-                    write!(s, ";q={limit};w={w}")
+            let w = match q.strategy().spec().header {
+                HeaderPolicy::InFlight => {
+                    if !s.is_empty() {
+                        s.push_str(", ");
+                    }
+                    fields::push_string(&mut s, name);
+                    let _ = write!(s, ";q={limit};qu=\"concurrent-requests\"");
+                    continue;
                 }
-                HeaderPolicy::Window => {
-                    write!(s, ";q={limit};w={}", period_us.div_ceil(1_000_000).max(1))
-                }
+                // the time an empty bucket takes to refill: burst × period / count
+                HeaderPolicy::Refill => period_us * u128::from(limit) / u128::from(count.max(1)),
+                HeaderPolicy::Window => period_us,
             };
+            let w = u64::try_from(w.div_ceil(1_000_000).max(1)).unwrap_or(u64::MAX);
+            fields::push_policy_item(&mut s, name, limit, w);
         }
         // (what a configuration gives: printable ASCII, which `from_static` takes)
         let policy = match s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
@@ -150,7 +150,7 @@ impl QuotaHeaders {
                 .iter()
                 .map(|name| {
                     let mut item = String::with_capacity(name.len() + 5);
-                    push_sf_string(&mut item, name);
+                    fields::push_string(&mut item, name);
                     item.push_str(";r=");
                     item.into_bytes().into_boxed_slice()
                 })
@@ -380,7 +380,7 @@ fn ratelimit_value(decision: &Decision, timed: bool, item: Option<&[u8]>) -> Opt
         Some(item) => item,
         None => {
             let mut s = String::new();
-            push_sf_string(&mut s, &decision.quota());
+            fields::push_string(&mut s, &decision.quota());
             s.push_str(";r=");
             named = s;
             named.as_bytes()
@@ -501,23 +501,6 @@ impl LastValue {
             }
         });
     }
-}
-
-/// Appends `value` as a structured-field string (RFC 8941 §3.3.3): quoted,
-/// `"` and `\` escaped, anything outside printable ASCII replaced by `?`.
-fn push_sf_string(out: &mut String, value: &str) {
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -685,13 +668,6 @@ mod tests {
             value(long.as_bytes(), 7, true).as_bytes().as_ptr(),
             made.as_bytes().as_ptr()
         );
-    }
-
-    #[test]
-    fn quota_names_are_valid_sf_strings() {
-        let mut s = String::new();
-        push_sf_string(&mut s, "a\"b\\c\u{e9}\n");
-        assert_eq!(s, r#""a\"b\\c??""#);
     }
 
     #[test]

@@ -100,6 +100,7 @@ macro_rules! event {
 mod body;
 mod check;
 mod config;
+pub mod fields;
 mod future;
 mod headers;
 mod hooks;
