@@ -55,8 +55,11 @@ impl Core {
                         Some(After::Less(hits)) => (decision, *hits),
                         None => (decision, 0),
                     };
-                    let limit = shown.limit();
-                    let remaining = shown.remaining().saturating_sub(less);
+                    let (limit, left) = match &slot.follows {
+                        Some(follow) => (follow.limit, follow.read(shown).0),
+                        None => (shown.limit(), shown.remaining()),
+                    };
+                    let remaining = left.saturating_sub(less);
                     let mut reset = shown.reset_after();
                     if reset.is_zero() {
                         // (a cost that can never fit: no state was read)
@@ -133,13 +136,23 @@ pub(super) fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 consumed,
                 ..
             } => {
-                let limit = decision.limit();
-                let over = decision.denied() || decision.shadow_denied() || slot.never_fits;
+                let (limit, left, over) = match &slot.follows {
+                    Some(follow) => {
+                        let (left, over) = follow.read(decision);
+                        (follow.limit, left, over)
+                    }
+                    None => (
+                        decision.limit(),
+                        decision.remaining(),
+                        decision.denied() || decision.shadow_denied(),
+                    ),
+                };
+                let over = over || slot.never_fits;
                 // consumed: the remaining count is after the hits; else
                 // nothing was taken (a denial the store recorded shows the
                 // state after, past the limit: what was used before it is
                 // not known, counted as the limit's)
-                let used = limit.saturating_sub(decision.remaining());
+                let used = limit.saturating_sub(left);
                 Outcome {
                     hits: *cost,
                     limit,

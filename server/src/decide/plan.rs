@@ -44,10 +44,53 @@ pub(super) struct Slot<'a> {
     /// Denied with its request as too large for one store call
     /// ([`StoreError::TooLarge`](tower_redis_ratelimit::error::StoreError::TooLarge)), not over a limit of its own.
     pub(super) too_large: bool,
+    /// Decided by another descriptor's limiter on the counter they share:
+    /// its own limit held against that limiter's decision.
+    pub(super) follows: Option<Follow>,
     /// Its state after its hits were recorded though not admitted
     /// ([`Core::record`]), for the answer; the decision stays what
     /// decided the call (and what the metrics count).
     pub(super) after: Option<After>,
+}
+
+/// A descriptor that counts in the key of another's part, decided by
+/// another limiter (a shadow or quota-mode rule beside a strict `limit`
+/// override of its counter, an override beside a tighter rule): the part
+/// is decided by its tightest enforced limiter, which keeps the request
+/// within every enforced limit, and this descriptor answers by its own
+/// limit, read off that decision. Only limiters of one rate (aligned fixed
+/// windows of one length) count in one key, so the decision's limit less
+/// its remaining is their shared counter.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Follow {
+    /// The units its part asks for, all of its descriptors' together.
+    pub(super) units: u64,
+    /// Its own limit.
+    pub(super) limit: u64,
+    /// Whether the part's units are in the decision's state (taken, or
+    /// recorded with a denial).
+    pub(super) in_state: bool,
+}
+
+impl Follow {
+    /// What is left of its limit in the state `decision` shows, and
+    /// whether its part's units would put it over. Exact when the
+    /// deciding limit has units left, or took them; else the counter is
+    /// at least that limit, and nothing is said to be left (never more
+    /// than is), over whenever the part asks for units.
+    pub(super) fn read(&self, decision: &Decision) -> (u64, bool) {
+        let (lead, left) = (decision.limit(), decision.remaining());
+        if left == 0 && !(self.in_state && decision.allowed()) {
+            return (0, self.units > 0 || self.limit < lead);
+        }
+        let counter = lead.saturating_sub(left);
+        let with_part = if self.in_state {
+            counter
+        } else {
+            counter.saturating_add(self.units)
+        };
+        (self.limit.saturating_sub(counter), with_part > self.limit)
+    }
 }
 
 /// A descriptor's state after [`Core::record`] charged its hits.
@@ -77,9 +120,10 @@ impl Slot<'_> {
                     // (a look, `hits_addend: 0`, fits even a limit of 0)
                     State::Zero { .. } => self.hits > 0,
                     State::Refused => true,
-                    State::Decided { decision, .. } => {
-                        decision.denied() || (self.quota && decision.shadow_denied())
-                    }
+                    State::Decided { decision, .. } => match &self.follows {
+                        Some(follow) => follow.read(decision).1,
+                        None => decision.denied() || (self.quota && decision.shadow_denied()),
+                    },
                     _ => false,
                 })
     }
@@ -144,6 +188,7 @@ impl Core {
             capacity: u64::MAX,
             charge: self.options.charge,
             too_large: false,
+            follows: None,
             after: None,
         };
         let entries: Vec<(&str, &str)> = d.entries.iter().map(|(k, v)| (*k, v.as_ref())).collect();
@@ -286,6 +331,7 @@ impl Core {
             hits: cost,
             charge: rule.charge.unwrap_or(self.options.charge),
             too_large: false,
+            follows: None,
             after: None,
         }
     }

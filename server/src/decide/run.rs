@@ -11,7 +11,7 @@ use tower_redis_ratelimit::{Decision, RateLimiter};
 
 use super::Call;
 use super::Core;
-use super::plan::{Slot, State, apply_replaces, denies};
+use super::plan::{Follow, Slot, State, apply_replaces, denies};
 use crate::limits::in_joint;
 
 impl Core {
@@ -140,6 +140,19 @@ impl Core {
                 slots,
                 failed: None,
             };
+        }
+        // (a descriptor of a part another limiter decides answers by its own)
+        for &(i, p) in &parts {
+            let slot = &mut slots[i];
+            if let State::Pending { limiter, .. } = &slot.state
+                && !Arc::ptr_eq(limiter, &asks[p].0)
+            {
+                slot.follows = Some(Follow {
+                    units: asks[p].2,
+                    limit: slot.capacity,
+                    in_state: false,
+                });
+            }
         }
         let mut joint = AllOrNothing::new();
         for (limiter, key, cost, on_denial) in &asks {
@@ -282,6 +295,10 @@ fn decided(
                 continue;
             }
         };
+        if let Some(follow) = &mut slot.follows {
+            follow.in_state =
+                consumed && follow.units > 0 && !decision.shadow_denied() || decision.recorded();
+        }
         slot.state = State::Decided {
             limiter,
             key,
@@ -300,6 +317,9 @@ fn decided(
 fn undo(slots: &mut [Slot<'_>], looked: Vec<usize>) {
     for i in looked {
         let slot = &mut slots[i];
+        if let Some(follow) = &mut slot.follows {
+            follow.in_state = false;
+        }
         if let State::Decided {
             limiter,
             key,
