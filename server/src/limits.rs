@@ -168,7 +168,7 @@ fn rule_limit(
         quota = quota.burst(burst);
     }
     // a quota-mode limit denies only with every quota-mode limit of the
-    // request (see `Inner::denies`): decided as a shadow quota, it never
+    // request (see `decide::plan::denies`): decided as a shadow quota, it never
     // denies the joint decision and takes nothing when it would
     // named, the quota's storage keys do not hold its count: a reload that
     // changes only `requests_per_unit` (or `burst`) keeps what callers
