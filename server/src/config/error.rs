@@ -1,0 +1,74 @@
+//! What a loader reports: [`ConfigError`], why a configuration was
+//! rejected, and [`ConfigWarning`], what it holds that is ignored; each
+//! names the file, the path inside it and the line.
+
+use std::fmt;
+
+/// A warning about something a file holds that the Go service ignores too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The file.
+    pub file: String,
+    /// The path inside it (`descriptors[0].rate_limit.shadow_mode`).
+    pub path: String,
+    /// The line, 1-based.
+    pub line: usize,
+    /// What is ignored.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_located(f, &self.file, &self.path, self.line, &self.message)
+    }
+}
+
+/// Why a configuration was rejected: the file, the path inside it, the
+/// line and what is wrong, displayed as
+/// `limits/api.yaml: descriptors[1].rate_limit.unit: unknown unit "fortnight" … (line 7)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (as given to the loader, or relative to the directory).
+    pub file: String,
+    /// The path inside the file; empty for the whole file.
+    pub path: String,
+    /// The line, 1-based; 0 when it is not known (an unreadable file).
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+    /// The file or the directory could not be read for a reason of the
+    /// machine, not of the configuration: too many open files, out of
+    /// memory, interrupted, or a file listed a moment before and gone
+    /// when read (as while a ConfigMap's files are swapped). Reading
+    /// again later may succeed; [`ConfigWatcher`](crate::reload::ConfigWatcher)
+    /// does, without counting a failed load.
+    pub transient: bool,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_located(f, &self.file, &self.path, self.line, &self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// `file: path: message (line n)`, without the path when it is empty
+/// and the line when it is 0.
+fn write_located(
+    f: &mut fmt::Formatter<'_>,
+    file: &str,
+    path: &str,
+    line: usize,
+    message: &str,
+) -> fmt::Result {
+    write!(f, "{file}: ")?;
+    if !path.is_empty() {
+        write!(f, "{path}: ")?;
+    }
+    f.write_str(message)?;
+    if line > 0 {
+        write!(f, " (line {line})")?;
+    }
+    Ok(())
+}
