@@ -26,6 +26,21 @@ impl fmt::Display for ConfigWarning {
 /// Why a configuration was rejected: the file, the path inside it, the
 /// line and what is wrong, displayed as
 /// `limits/api.yaml: descriptors[1].rate_limit.unit: unknown unit "fortnight" … (line 7)`.
+///
+/// # The library's error of the same name
+///
+/// The library has a `ConfigError` too,
+/// [`tower_redis_ratelimit::error::ConfigError`]: a limiter that its
+/// builder rejects, naming a field of the builder (`quota[0].burst`).
+/// This one names a file (or an xDS resource), the path inside it and the
+/// line, and has no [`source`](std::error::Error::source): what the
+/// loader knows the library would reject of a rule (a period past 366
+/// days, a `burst` past 2^40, ...) it rejects itself, in the file's words,
+/// so that a loaded configuration builds. A rule the library rejects all
+/// the same is reported when the service is built or reloaded, by
+/// [`BuildError`](crate::service::BuildError): the rule's file, path,
+/// line and key, and the library's `ConfigError` as its
+/// [`source`](std::error::Error::source).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file (as given to the loader, or relative to the directory).
