@@ -69,10 +69,10 @@ impl Metrics {
     /// 0.0.4), families in a fixed order, series sorted by their labels.
     ///
     /// Builds the whole text (at most 600 bytes a series: see the
-    /// [bounds](self#bounds)) on the calling thread; the locks are held
-    /// only to copy the series out, so counting goes on meanwhile. The
-    /// endpoint ([`serve`]) renders on a blocking thread, once for the
-    /// scrapes that ask together.
+    /// [bounds](crate::metrics#bounds)) on the calling thread; the locks
+    /// are held only to copy the series out, so counting goes on
+    /// meanwhile. The endpoint ([`serve`](crate::metrics::serve)) renders
+    /// on a blocking thread, once for the scrapes that ask together.
     pub fn render(&self) -> String {
         type Keyed = (Arc<str>, Arc<str>, Arc<KeyCounters>);
         let mut keys: Vec<Keyed> = {
