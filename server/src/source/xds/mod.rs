@@ -7,8 +7,9 @@
 //! state of the world) and asks for every resource of type
 //! [`RATE_LIMIT_CONFIG_TYPE`], giving its node id. Each response is the
 //! whole configuration: every resource is translated into the document a
-//! YAML file of the same content parses to ([`Tree`]; its name is the
-//! resource's: `RateLimitConfig "gateway-x"`), then all are checked as one
+//! YAML file of the same content parses to
+//! ([`Tree`](crate::config::Tree); its name is the resource's:
+//! `RateLimitConfig "gateway-x"`), then all are checked as one
 //! configuration by the step every source shares ([`super::load`]: the
 //! same errors as for files, naming the resource and the path inside it).
 //!
@@ -51,23 +52,32 @@
 //! # }
 //! ```
 
+// The client and its stream (subscribe, apply, ACK or NACK, connect
+// again) are here; what a response holds is decoded in `resource`, the
+// waits between connections are `backoff`'s, TLS is `tls`'s.
+mod backoff;
+mod resource;
+mod tls;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use prost::Message;
 use tokio::sync::{mpsc, watch};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::Endpoint;
 
-use crate::config::{ConfigError, Document, LoadOptions, Tree};
+use crate::config::LoadOptions;
 use crate::pb::envoy::config::core::v3::{Node, node::UserAgentVersionType};
 use crate::pb::envoy::service::discovery::v3::{
     DiscoveryRequest, DiscoveryResponse,
     aggregated_discovery_service_client::AggregatedDiscoveryServiceClient,
 };
 use crate::pb::google::rpc::Status;
-use crate::pb::ratelimit::config::ratelimit::v3 as rls_conf;
 use crate::service::RlsService;
+use backoff::{Backoff, Jitter};
+use resource::{Refusal, build};
+
+pub use resource::tree;
+pub use tls::XdsTls;
 
 /// The type URL of envoyproxy/ratelimit's configuration resource.
 pub const RATE_LIMIT_CONFIG_TYPE: &str =
@@ -96,112 +106,6 @@ pub struct XdsState {
     pub connected: bool,
     /// The connections (or attempts) that failed or ended.
     pub disconnects: u64,
-}
-
-/// TLS to the management server: its CA (else the system's roots), a
-/// client certificate, the name to verify.
-#[derive(Debug, Clone, Default)]
-pub struct XdsTls {
-    ca: Option<PathBuf>,
-    identity: Option<(PathBuf, PathBuf)>,
-    server_name: Option<String>,
-}
-
-impl XdsTls {
-    /// TLS verified against the system's roots, no client certificate.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Verifies the server against the CA certificates (PEM) of the file
-    /// `path` instead of the system's roots.
-    #[must_use]
-    pub fn ca(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca = Some(path.into());
-        self
-    }
-
-    /// Presents the client certificate `cert` with its key `key` (PEM
-    /// files).
-    #[must_use]
-    pub fn identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.identity = Some((cert.into(), key.into()));
-        self
-    }
-
-    /// Verifies the server's certificate for `name` instead of the URL's
-    /// host (envoyproxy/ratelimit's `CONFIG_GRPC_XDS_SERVER_TLS_SAN`).
-    #[must_use]
-    pub fn server_name(mut self, name: impl Into<String>) -> Self {
-        self.server_name = Some(name.into());
-        self
-    }
-
-    /// The tonic configuration, its files read (they are read again at
-    /// each connection: a renewed certificate is taken).
-    fn config(&self) -> Result<ClientTlsConfig, String> {
-        let read =
-            |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
-        let mut c = ClientTlsConfig::new();
-        c = match &self.ca {
-            Some(p) => c.ca_certificate(Certificate::from_pem(read(p)?)),
-            None => c.with_native_roots(),
-        };
-        if let Some((cert, key)) = &self.identity {
-            c = c.identity(Identity::from_pem(read(cert)?, read(key)?));
-        }
-        if let Some(n) = &self.server_name {
-            c = c.domain_name(n.clone());
-        }
-        Ok(c)
-    }
-}
-
-/// The waits between connections: from `initial`, doubling at each failure,
-/// at most `max`; each drawn between half of that and all of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// The wait before attempt `attempt + 1` (0 after the first failure),
-    /// `random` a uniformly drawn number.
-    fn delay(self, attempt: u32, random: u64) -> Duration {
-        let ceiling = self
-            .initial
-            .checked_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
-            .unwrap_or(self.max)
-            .min(self.max);
-        let half = ceiling / 2;
-        let span = u64::try_from((ceiling - half).as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(if span == 0 { 0 } else { random % (span + 1) })
-    }
-}
-
-/// A small random number generator for the jitter (xorshift64*): not for
-/// secrets.
-#[derive(Debug)]
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let here = &nanos as *const u64 as u64;
-        Jitter((nanos ^ here.rotate_left(32)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 /// Subscribes a service to an xDS management server's rate limit
@@ -517,146 +421,6 @@ impl XdsClient {
     }
 }
 
-/// Why a snapshot is refused.
-enum Refusal {
-    /// Not a valid configuration (not yet counted as a failed load).
-    Config(String),
-    /// A limit the library rejects (counted by the reload).
-    Build(String),
-}
-
-/// The configuration of a response's resources, checked.
-fn build(
-    response: &DiscoveryResponse,
-    max_resources: usize,
-    load: LoadOptions,
-) -> Result<crate::config::Config, Refusal> {
-    if response.resources.len() > max_resources {
-        return Err(Refusal::Config(format!(
-            "{} resources: at most {max_resources} are taken",
-            response.resources.len()
-        )));
-    }
-    let documents = response.resources.iter().enumerate().map(|(i, any)| {
-        let at = |message: String| ConfigError {
-            file: format!("resource [{i}]"),
-            path: String::new(),
-            line: 0,
-            message,
-            transient: false,
-        };
-        if any.type_url != RATE_LIMIT_CONFIG_TYPE {
-            return Err(at(format!(
-                "of type {:?}, not {RATE_LIMIT_CONFIG_TYPE}",
-                truncated(&any.type_url, 200)
-            )));
-        }
-        let config = rls_conf::RateLimitConfig::decode(any.value.as_slice())
-            .map_err(|e| at(format!("not a RateLimitConfig: {e}")))?;
-        let name = if config.name.is_empty() {
-            format!("RateLimitConfig [{i}]")
-        } else {
-            format!("RateLimitConfig {:?}", truncated(&config.name, 200))
-        };
-        Document::from_tree(name, &tree(&config))
-    });
-    super::load(documents, load).map_err(|e| Refusal::Config(e.to_string()))
-}
-
-/// A resource as the document its YAML file would parse to: the same keys
-/// where a field is set (a field at its default is absent, as in a file
-/// that leaves it out).
-pub fn tree(config: &rls_conf::RateLimitConfig) -> Tree {
-    Tree::Map(vec![
-        ("domain".to_owned(), Tree::Str(config.domain.clone())),
-        ("descriptors".to_owned(), descriptors(&config.descriptors)),
-    ])
-}
-
-fn descriptors(list: &[rls_conf::RateLimitDescriptor]) -> Tree {
-    Tree::List(list.iter().map(descriptor).collect())
-}
-
-fn descriptor(d: &rls_conf::RateLimitDescriptor) -> Tree {
-    let mut m = vec![("key".to_owned(), Tree::Str(d.key.clone()))];
-    if !d.value.is_empty() {
-        m.push(("value".to_owned(), Tree::Str(d.value.clone())));
-    }
-    if let Some(p) = &d.rate_limit {
-        m.push(("rate_limit".to_owned(), policy(p)));
-    }
-    if !d.descriptors.is_empty() {
-        m.push(("descriptors".to_owned(), descriptors(&d.descriptors)));
-    }
-    for (key, on) in [
-        ("shadow_mode", d.shadow_mode),
-        ("detailed_metric", d.detailed_metric),
-        ("quota_mode", d.quota_mode),
-    ] {
-        if on {
-            m.push((key.to_owned(), Tree::Bool(true)));
-        }
-    }
-    if let Some(s) = &d.metadata {
-        m.push(("metadata".to_owned(), structure(s)));
-    }
-    Tree::Map(m)
-}
-
-fn policy(p: &rls_conf::RateLimitPolicy) -> Tree {
-    let mut m = Vec::new();
-    if p.unit != 0 {
-        // an unknown number is named as such, and refused by the loader
-        let unit = rls_conf::RateLimitUnit::try_from(p.unit).map_or_else(
-            |_| p.unit.to_string(),
-            |u| u.as_str_name().to_ascii_lowercase(),
-        );
-        m.push(("unit".to_owned(), Tree::Str(unit)));
-    }
-    if p.requests_per_unit != 0 {
-        m.push((
-            "requests_per_unit".to_owned(),
-            Tree::Int(i64::from(p.requests_per_unit)),
-        ));
-    }
-    if p.unlimited {
-        m.push(("unlimited".to_owned(), Tree::Bool(true)));
-    }
-    if !p.name.is_empty() {
-        m.push(("name".to_owned(), Tree::Str(p.name.clone())));
-    }
-    if !p.replaces.is_empty() {
-        let list = p
-            .replaces
-            .iter()
-            .map(|r| Tree::Map(vec![("name".to_owned(), Tree::Str(r.name.clone()))]))
-            .collect();
-        m.push(("replaces".to_owned(), Tree::List(list)));
-    }
-    Tree::Map(m)
-}
-
-fn structure(s: &prost_types::Struct) -> Tree {
-    Tree::Map(
-        s.fields
-            .iter()
-            .map(|(k, v)| (k.clone(), value(v)))
-            .collect(),
-    )
-}
-
-fn value(v: &prost_types::Value) -> Tree {
-    use prost_types::value::Kind;
-    match &v.kind {
-        None | Some(Kind::NullValue(_)) => Tree::Null,
-        Some(Kind::BoolValue(b)) => Tree::Bool(*b),
-        Some(Kind::NumberValue(n)) => Tree::Float(*n),
-        Some(Kind::StringValue(s)) => Tree::Str(s.clone()),
-        Some(Kind::ListValue(l)) => Tree::List(l.values.iter().map(value).collect()),
-        Some(Kind::StructValue(s)) => structure(s),
-    }
-}
-
 /// `s`, cut to at most `max` bytes at a character's boundary.
 fn truncated(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -669,10 +433,12 @@ fn truncated(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// A gRPC status, its message cut to 500 bytes.
 fn describe(s: &tonic::Status) -> String {
     format!("{:?}: {}", s.code(), truncated(s.message(), 500))
 }
 
+/// An error and its sources, joined with `: `.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -685,42 +451,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_backoff_doubles_with_jitter_up_to_its_cap() {
-        let b = Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(2),
-        };
-        let mut j = Jitter(42);
-        for attempt in 0..40 {
-            let ceiling = Duration::from_millis(100 * (1u64 << attempt.min(20))).min(b.max);
-            let mut seen = Vec::new();
-            for _ in 0..50 {
-                let d = b.delay(attempt, j.next());
-                assert!(d >= ceiling / 2 && d <= ceiling, "{attempt}: {d:?}");
-                seen.push(d);
-            }
-            seen.dedup();
-            assert!(seen.len() > 1, "{attempt}: no jitter");
-        }
-        assert_eq!(b.delay(u32::MAX, 0), Duration::from_secs(1));
-        // the ends of the first wait: half of initial, and initial
-        assert_eq!(b.delay(0, 0), Duration::from_millis(50));
-        assert_eq!(b.delay(0, 50_000_000), Duration::from_millis(100));
-    }
-
-    #[test]
-    fn a_long_error_is_cut_at_a_character() {
-        let s = "é".repeat(3_000);
-        let t = truncated(&s, MAX_ERROR_DETAIL);
-        assert!(
-            t.len() <= MAX_ERROR_DETAIL && t.ends_with("..."),
-            "{}",
-            t.len()
-        );
-        assert_eq!(truncated("short", 10), "short");
-    }
-}
+mod tests;
