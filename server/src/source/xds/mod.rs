@@ -66,6 +66,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::transport::Endpoint;
 
 use crate::config::LoadOptions;
+use crate::decide::logs::LogThrottle;
 use crate::pb::envoy::config::core::v3::{Node, node::UserAgentVersionType};
 use crate::pb::envoy::service::discovery::v3::{
     DiscoveryRequest, DiscoveryResponse,
@@ -126,6 +127,12 @@ pub struct XdsClient {
     /// The version running, sent again on a new stream.
     version: String,
     state: watch::Sender<XdsState>,
+    /// Refused responses (a server that resends a bad snapshot, or one
+    /// of a type not asked for, in a loop): a line a second at most, but
+    /// a refusal unlike the last one logged always has its line.
+    refused_log: LogThrottle,
+    /// The last refusal logged.
+    last_refusal: String,
 }
 
 impl XdsClient {
@@ -150,6 +157,8 @@ impl XdsClient {
             max_resources: 4_096,
             version: String::new(),
             state: watch::Sender::new(XdsState::default()),
+            refused_log: LogThrottle::default(),
+            last_refusal: String::new(),
         }
     }
 
@@ -348,10 +357,13 @@ impl XdsClient {
     /// of a type not asked for).
     fn handle(&mut self, response: DiscoveryResponse) -> Option<DiscoveryRequest> {
         if response.type_url != RATE_LIMIT_CONFIG_TYPE {
-            tracing::warn!(
-                type_url = %truncated(&response.type_url, 200),
-                "xDS: a response of a type not asked for is ignored"
-            );
+            if let Some(held) = self.refused_log.to_log() {
+                tracing::warn!(
+                    type_url = %truncated(&response.type_url, 200),
+                    held_back = held,
+                    "xDS: a response of a type not asked for is ignored"
+                );
+            }
             return None;
         }
         let resources = response.resources.len();
@@ -400,11 +412,19 @@ impl XdsClient {
                     self.service.metrics().config_loaded(false);
                 }
                 let message = truncated(&message, MAX_ERROR_DETAIL);
-                tracing::error!(
-                    version = %truncated(&response.version_info, 200),
-                    running = %self.version,
-                    "xDS: snapshot refused (NACK), the running limits stay: {message}"
-                );
+                let held = match self.refused_log.to_log() {
+                    None if message != self.last_refusal => Some(0),
+                    held => held,
+                };
+                if let Some(held) = held {
+                    self.last_refusal.clone_from(&message);
+                    tracing::error!(
+                        version = %truncated(&response.version_info, 200),
+                        running = %self.version,
+                        held_back = held,
+                        "xDS: snapshot refused (NACK), the running limits stay: {message}"
+                    );
+                }
                 ack.version_info = self.version.clone();
                 ack.error_detail = Some(Status {
                     code: INVALID_ARGUMENT,
