@@ -4,7 +4,7 @@
 //! parser ([`parse`](super::parse)) names the flag in its errors.
 //!
 //! A switch (a `bool`) takes on its variable what clap's
-//! [`BoolishValueParser`] takes: true/false, yes/no, on/off, 1/0.
+//! [`BoolishValueParser`] takes: true/false, yes/no, on/off, 1/0, ...
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
