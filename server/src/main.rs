@@ -5,7 +5,7 @@
 //! `ratelimit-server --help` lists every flag, with its default and its
 //! environment variable ([`cli`]); `--validate <dir>` checks a
 //! configuration directory and exits ([`validate`]). The service starts and
-//! serves in [`run`], on the store that [`store`] builds and checks.
+//! serves in [`run`], on the store that [`startup`] builds and checks.
 //!
 //! # The store
 //!
@@ -72,7 +72,7 @@
 
 mod cli;
 mod run;
-mod store;
+mod startup;
 mod validate;
 
 use std::process::ExitCode;

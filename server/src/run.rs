@@ -1,5 +1,5 @@
 //! Serving (a module of the binary): [`run`] loads the configuration,
-//! builds the service on its store ([`store`](crate::store)), serves the
+//! builds the service on its store ([`startup`](crate::startup)), serves the
 //! metrics endpoint, takes the limits from xDS or watches the directory,
 //! and serves gRPC (the rate limit service and grpc.health.v1) on a
 //! listener bounded by [`connection_cap`], until [`shutdown`]; then it
@@ -13,7 +13,7 @@ use tower_redis_ratelimit_server::service::RlsService;
 use tower_redis_ratelimit_server::source::xds::{XdsClient, XdsTls};
 
 use crate::cli::Args;
-use crate::store::{check_store, service};
+use crate::startup::{check_store, service};
 use crate::validate::no_rule;
 
 /// The soft open-file limit (`RLIMIT_NOFILE`), from `/proc/self/limits`

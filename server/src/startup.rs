@@ -1,4 +1,4 @@
-//! The store the service counts in (a module of the binary): the
+//! Starting the service on its store (a module of the binary): the
 //! service on the store the command line chose ([`service`]), and the
 //! check of that store at the start ([`check_store`]).
 
