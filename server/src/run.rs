@@ -1,11 +1,14 @@
 //! Serving (a module of the binary): [`run`] loads the configuration,
 //! builds the service on its store ([`startup`](crate::startup)), serves the
-//! metrics endpoint, takes the limits from xDS or watches the directory,
+//! HTTP endpoints (`/metrics`, `/healthcheck`), takes the limits from xDS or watches the directory,
 //! and serves gRPC (the rate limit service and grpc.health.v1) on a
 //! listener bounded by [`connection_cap`], until [`shutdown`]; then it
 //! drains, within `--shutdown-timeout`.
 
+use std::net::SocketAddr;
+
 use tower_redis_ratelimit_server::config::Config;
+use tower_redis_ratelimit_server::metrics::{Health, Routes, ServeOptions, serve_routes};
 use tower_redis_ratelimit_server::net::Incoming;
 use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 use tower_redis_ratelimit_server::reload::ConfigWatcher;
@@ -117,17 +120,30 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.store_check {
         check_store(probes).await?;
     }
-    // SIGTERM stops the metrics endpoint too (its own grace bounds it)
+    // SIGTERM stops the HTTP endpoints too (their own grace bounds them);
+    // /healthcheck answers 500 until gRPC serves, and again once it drains
     let (stop_metrics, _) = tokio::sync::watch::channel(false);
+    let health = Health::new();
+    let mut endpoints: Vec<(SocketAddr, &str, Routes)> = Vec::new();
     if let Some(addr) = args.metrics {
+        endpoints.push((addr, "--metrics", Routes::new().metrics(service.metrics())));
+    }
+    if let Some(addr) = args.http {
+        match endpoints.iter_mut().find(|(a, _, _)| *a == addr) {
+            Some((_, _, routes)) => *routes = routes.clone().health(health.clone()),
+            None => endpoints.push((addr, "--http", Routes::new().health(health.clone()))),
+        }
+    }
+    for (addr, flag, routes) in endpoints {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| format!("--metrics {addr}: {e}"))?;
-        tracing::info!(%addr, "serving metrics at /metrics");
+            .map_err(|e| format!("{flag} {addr}: {e}"))?;
+        tracing::info!(%addr, paths = %routes.paths(), "serving HTTP");
         let mut stop = stop_metrics.subscribe();
-        tokio::spawn(tower_redis_ratelimit_server::metrics::serve_with_shutdown(
+        tokio::spawn(serve_routes(
             listener,
-            service.metrics(),
+            routes,
+            ServeOptions::default(),
             async move {
                 let _ = stop.wait_for(|stopping| *stopping).await;
             },
@@ -194,10 +210,13 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     health_reporter
         .set_serving::<RateLimitServiceServer<RlsService>>()
         .await;
+    health.set_serving(true);
+    let http_health = health.clone();
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown().await;
         // before draining: a health check on a connection still open sees it
+        http_health.set_serving(false);
         health_reporter
             .set_not_serving::<RateLimitServiceServer<RlsService>>()
             .await;

@@ -976,3 +976,87 @@ async fn an_outage_is_logged_once_a_second_and_its_end_once() {
     assert_eq!(text.matches("the store answers again").count(), 1, "{text}");
     assert!(text.contains("shadow_mode=false"), "{text}");
 }
+
+/// `--http` serves `GET /healthcheck` as envoyproxy/ratelimit does (the
+/// probe of Envoy Gateway's rate limit deployment): `OK` while the service
+/// serves, beside `/metrics` when it is the same address; Go's `HOST` and
+/// `PORT` name it too.
+#[tokio::test]
+async fn healthcheck_over_http_with_the_flag_the_metrics_address_or_go_host_and_port() {
+    let dir = config_dir("bin-http-health");
+    let http = free_port();
+    let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut server = Server::spawn(&dir.0, &["--http", &format!("127.0.0.1:{http}")], &[]);
+    let mut child_port = http;
+    assert!(wait_port(&mut server.child, child_port), "no --http port");
+    let (status, _, body) = http_get(at(http), "/healthcheck").await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body, "OK");
+    let (status, _, _) = http_get(at(http), "/metrics").await;
+    assert!(
+        status.contains("404"),
+        "/metrics is not on --http: {status}"
+    );
+    assert_eq!(server.stop().code(), Some(0));
+
+    // the --metrics address: both paths on one listener
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .arg("--config")
+        .arg(&dir.0)
+        .args(["--grpc", &format!("127.0.0.1:{}", free_port())])
+        .args(["--metrics", &addr, "--http", &addr])
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ratelimit-server");
+    assert!(wait_port(&mut child, metrics), "no --metrics port");
+    let (status, _, body) = http_get(at(metrics), "/healthcheck").await;
+    let text = scrape(at(metrics)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.contains("200") && body == "OK", "{status} {body}");
+    assert!(text.contains("ratelimit"), "{text}");
+
+    // envoyproxy/ratelimit's HOST and PORT
+    child_port = free_port();
+    let port = child_port.to_string();
+    let mut server = Server::spawn(&dir.0, &[], &[("HOST", "127.0.0.1"), ("PORT", &port)]);
+    assert!(
+        wait_port(&mut server.child, child_port),
+        "no HOST/PORT port"
+    );
+    let (status, _, body) = http_get(at(child_port), "/healthcheck").await;
+    assert!(status.contains("200") && body == "OK", "{status} {body}");
+    assert_eq!(server.stop().code(), Some(0));
+}
+
+/// Waiting for its first xDS snapshot (the management server not there),
+/// the service does not serve: `/healthcheck` answers 500, as
+/// envoyproxy/ratelimit's does until a configuration is loaded.
+#[tokio::test]
+async fn healthcheck_answers_500_until_the_first_xds_snapshot() {
+    let http = free_port();
+    let nobody = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["--config-type", "grpc-xds-sotw"])
+        .args(["--xds-server-url", &format!("127.0.0.1:{nobody}")])
+        .args(["--grpc", &format!("127.0.0.1:{}", free_port())])
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ratelimit-server");
+    assert!(wait_port(&mut child, http), "no --http port");
+    let (status, _, body) = http_get(
+        std::net::SocketAddr::from(([127, 0, 0, 1], http)),
+        "/healthcheck",
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.contains("500"), "{status} {body}");
+}

@@ -353,6 +353,14 @@ pub(crate) struct ServingFlags {
     #[arg(long, value_name = "ADDR", value_parser = checked(addr), env = "RATELIMIT_METRICS")]
     pub(crate) metrics: Option<SocketAddr>,
 
+    /// Serves GET /healthcheck on this address, as envoyproxy/ratelimit
+    /// does (the probe Envoy Gateway gives its rate limit deployment): 200
+    /// OK while the service serves, 500 while it waits for its first xDS
+    /// snapshot; closed on SIGTERM, as /metrics. It may be the --metrics
+    /// address. Off without it (or envoyproxy/ratelimit's HOST and PORT).
+    #[arg(long, value_name = "ADDR", value_parser = checked(addr), env = "RATELIMIT_HTTP")]
+    pub(crate) http: Option<SocketAddr>,
+
     /// The most metric series whose key holds a request's values
     /// (detailed_metric, value_to_metric); 0: none.
     #[arg(

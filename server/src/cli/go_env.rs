@@ -19,6 +19,7 @@ use super::store::StoreChoice;
 /// functions): `SHADOW_MODE`, `LIMIT_RESPONSE_HEADERS_ENABLED`,
 /// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`,
 /// `NEAR_LIMIT_RATIO`, `MERGE_DOMAIN_CONFIG`, `GRPC_HOST`, `GRPC_PORT`,
+/// `HOST`, `PORT` (`/healthcheck` only),
 /// `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` (`/metrics`
 /// only), `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY`,
 /// `CONFIG_TYPE` (`FILE`, `GRPC_XDS_SOTW`) and the xDS client's
@@ -31,14 +32,6 @@ use super::store::StoreChoice;
 /// `--charge` says otherwise); refused when set so as to change behaviour: [`GO_REFUSED`];
 /// ignored (logged when set): [`GO_IGNORED`].
 const GO_IGNORED: &[(&str, &str)] = &[
-    (
-        "HOST",
-        "no HTTP endpoint (/json, /healthcheck): use grpc.health.v1",
-    ),
-    (
-        "PORT",
-        "no HTTP endpoint (/json, /healthcheck): use grpc.health.v1",
-    ),
     ("DEBUG_HOST", "no debug endpoint"),
     ("DEBUG_PORT", "no debug endpoint"),
     (
@@ -253,6 +246,21 @@ pub(super) fn grpc(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Socket
             "GRPC_HOST/GRPC_PORT",
             host.as_deref().unwrap_or("0.0.0.0"),
             port.as_deref().unwrap_or("8081"),
+        )
+        .map(Some),
+    }
+}
+
+/// The `/healthcheck` endpoint of `HOST` and `PORT` (Go's default for
+/// the other: `0.0.0.0`, `8080`), if either is set. (Go's `/json` on the
+/// same port is not served.)
+pub(super) fn http(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<SocketAddr>, String> {
+    match (env("HOST"), env("PORT")) {
+        (None, None) => Ok(None),
+        (host, port) => host_port(
+            "HOST/PORT",
+            host.as_deref().unwrap_or("0.0.0.0"),
+            port.as_deref().unwrap_or("8080"),
         )
         .map(Some),
     }

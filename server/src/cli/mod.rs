@@ -44,7 +44,7 @@ variable, and a store flag over every store variable.
 
 envoyproxy/ratelimit's variables are read as that service reads them (SHADOW_MODE, \
 QUOTA_MODE, LIMIT_RESPONSE_HEADERS_ENABLED, NEAR_LIMIT_RATIO, MERGE_DOMAIN_CONFIG, \
-STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, GRPC_HOST, GRPC_PORT, USE_PROMETHEUS, \
+STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, GRPC_HOST, GRPC_PORT, HOST, PORT, USE_PROMETHEUS, \
 PROMETHEUS_ADDR, RUNTIME_ROOT, REDIS_URL without a scheme with REDIS_TYPE, REDIS_AUTH, \
 ...); one that would change what is admitted and has no equivalent here refuses the \
 start, naming it, and one that only tunes Go's internals is logged as ignored.";
@@ -208,6 +208,8 @@ pub(crate) struct Args {
     pub(crate) grpc: SocketAddr,
     /// The metrics endpoint's address, if it is served.
     pub(crate) metrics: Option<SocketAddr>,
+    /// The `/healthcheck` endpoint's address, if it is served.
+    pub(crate) http: Option<SocketAddr>,
     /// Where the counters live.
     pub(crate) store: StoreChoice,
     /// The bound on each store call (else the library's).
@@ -308,6 +310,10 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         Some(addr) => Some(addr),
         None => go_env::prometheus(&env)?,
     };
+    let http = match serving.http {
+        Some(addr) => Some(addr),
+        None => go_env::http(&env)?,
+    };
     let dir = match dir {
         Some(d) => d,
         // (envoyproxy/ratelimit reads no directory with xDS: its RUNTIME_*
@@ -321,6 +327,7 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         validate: cli.configuration.validate.is_some(),
         grpc,
         metrics,
+        http,
         store,
         store_timeout: cli.store.store_timeout,
         store_check: !cli.store.no_store_check,

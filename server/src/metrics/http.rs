@@ -1,5 +1,6 @@
-//! The `/metrics` endpoint: HTTP/1.1, bounded in connections, in time and
-//! in renders.
+//! The HTTP endpoints: `/metrics`, and `/healthcheck` as
+//! envoyproxy/ratelimit serves it ([`Health`]); HTTP/1.1, bounded in
+//! connections, in time and in renders.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -73,6 +74,68 @@ impl ServeOptions {
     }
 }
 
+/// Whether the service serves, as `GET /healthcheck` answers it:
+/// `200 OK` while it does, `500` while it does not (before its first xDS
+/// snapshot, say, or once it drains), as envoyproxy/ratelimit's (the probe
+/// Envoy Gateway gives its rate limit deployment). Clones share one state.
+#[derive(Debug, Clone, Default)]
+pub struct Health(Arc<std::sync::atomic::AtomicBool>);
+
+impl Health {
+    /// A state that does not serve yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets whether the service serves.
+    pub fn set_serving(&self, serving: bool) {
+        self.0.store(serving, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the service serves.
+    pub fn is_serving(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// What an HTTP endpoint serves ([`serve_routes`]): `/metrics`,
+/// `/healthcheck`, or both on one listener.
+#[derive(Debug, Clone, Default)]
+pub struct Routes {
+    metrics: Option<Arc<Metrics>>,
+    health: Option<Health>,
+}
+
+impl Routes {
+    /// Nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `GET /metrics` from `metrics`.
+    #[must_use]
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Serves `GET /healthcheck` from `health`.
+    #[must_use]
+    pub fn health(mut self, health: Health) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// The paths served, joined with `, ` (for a log line).
+    pub fn paths(&self) -> String {
+        let paths = [
+            self.metrics.as_ref().map(|_| "/metrics"),
+            self.health.as_ref().map(|_| "/healthcheck"),
+        ];
+        paths.into_iter().flatten().collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// Serves `GET /metrics` on `listener` with the default [`ServeOptions`],
 /// until the task is dropped ([`serve_with`]).
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
@@ -119,6 +182,18 @@ pub async fn serve_with(
     options: ServeOptions,
     signal: impl Future<Output = ()>,
 ) {
+    serve_routes(listener, Routes::new().metrics(metrics), options, signal).await;
+}
+
+/// Serves `routes` on `listener` as [`serve_with`] serves `/metrics`
+/// (with `/healthcheck` too when they hold a [`Health`]); any other path
+/// is `404`, any other method `405`.
+pub async fn serve_routes(
+    listener: TcpListener,
+    routes: Routes,
+    options: ServeOptions,
+    signal: impl Future<Output = ()>,
+) {
     let (stop, stopped) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(
         options.max_connections.clamp(1, Semaphore::MAX_PERMITS),
@@ -140,7 +215,7 @@ pub async fn serve_with(
                     Ok(permit) => {
                         connections.spawn(connection(
                             stream,
-                            metrics.clone(),
+                            routes.clone(),
                             options.clone(),
                             stopped.clone(),
                             permit,
@@ -178,14 +253,14 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncont
 /// is signalled and then the grace is.
 async fn connection(
     stream: TcpStream,
-    metrics: Arc<Metrics>,
+    routes: Routes,
     options: ServeOptions,
     mut stopped: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let metrics = metrics.clone();
-        async move { Ok::<_, Infallible>(respond(&metrics, &req).await) }
+        let routes = routes.clone();
+        async move { Ok::<_, Infallible>(respond(&routes, &req).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -211,10 +286,64 @@ fn ended(r: Result<(), hyper::Error>) {
     }
 }
 
-async fn respond(metrics: &Arc<Metrics>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
-    let (status, kind, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/metrics") => match metrics.scrape().await {
+    let get = matches!(*req.method(), Method::GET | Method::HEAD);
+    let (status, kind, body) = match (get, req.uri().path(), routes) {
+        (
+            true,
+            "/healthcheck",
+            Routes {
+                health: Some(health),
+                ..
+            },
+        ) => match health.is_serving() {
+            true => (StatusCode::OK, TEXT, Bytes::from_static(b"OK")),
+            false => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, Bytes::new()),
+        },
+        (
+            false,
+            "/healthcheck",
+            Routes {
+                health: Some(_), ..
+            },
+        ) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            Bytes::from_static(b"GET /healthcheck\n"),
+        ),
+        (_, _, Routes { metrics: None, .. }) => (
+            StatusCode::NOT_FOUND,
+            TEXT,
+            Bytes::from_static(b"not found: the health check is at /healthcheck\n"),
+        ),
+        (
+            _,
+            _,
+            Routes {
+                metrics: Some(metrics),
+                ..
+            },
+        ) => metrics_answer(metrics, get, req).await,
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+    response
+}
+
+/// The answer of the `/metrics` endpoint (every path but a served
+/// `/healthcheck`).
+async fn metrics_answer(
+    metrics: &Arc<Metrics>,
+    get: bool,
+    req: &Request<Incoming>,
+) -> (StatusCode, &'static str, Bytes) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match (get, req.uri().path()) {
+        (true, "/metrics") => match metrics.scrape().await {
             Some(text) => (
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -236,13 +365,7 @@ async fn respond(metrics: &Arc<Metrics>, req: &Request<Incoming>) -> Response<Fu
             TEXT,
             Bytes::from_static(b"not found: the metrics are at /metrics\n"),
         ),
-    };
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
-    response
+    }
 }
 
 /// Clears [`Metrics::rendering`] when dropped: when its render is done,

@@ -73,7 +73,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use hyper::body::Bytes;
 use tokio::sync::watch;
 
-pub use http::{ServeOptions, serve, serve_with, serve_with_shutdown};
+pub use http::{
+    Health, Routes, ServeOptions, serve, serve_routes, serve_with, serve_with_shutdown,
+};
 pub use label::MAX_LABEL_BYTES;
 
 /// A share of a limit in `(0, 1]`, in millionths ([`Metrics::near_limit_ratio`], the service's
