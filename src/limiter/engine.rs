@@ -276,15 +276,6 @@ impl Engine {
     ) -> Decision {
         let user = storable_key(key);
         let now_us = self.clock.sent_now_us();
-        if let ([scope], [quota]) = (scopes, self.quotas.as_slice())
-            && !self.on_denial.records()
-        {
-            let raw = store.decide_one(*scope, &user, quota, cost, now_us, &nonce);
-            // a lone shadow quota never denies
-            let allowed = raw.ok || quota.shadow;
-            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
-            return self.one_part(allowed, raw, quota.shadow, lease);
-        }
         let call = LocalCall {
             scopes,
             user: &user,
@@ -295,6 +286,15 @@ impl Engine {
             block_us: self.block,
             on_denial: self.on_denial,
         };
+        if let ([_], [quota]) = (scopes, self.quotas.as_slice()) {
+            let (raw, recorded) = store.decide_one(&call);
+            // a lone shadow quota never denies
+            let allowed = raw.ok || quota.shadow;
+            let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));
+            let mut decision = self.one_part(allowed, raw, quota.shadow, lease);
+            decision.recorded = recorded;
+            return decision;
+        }
         let n = self.quotas.len();
         let placeholder = Raw::deny(0, 0, -1);
         let mut inline = [placeholder; 4];

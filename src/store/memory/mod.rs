@@ -312,29 +312,46 @@ impl MemoryStore {
         manual.map_or_else(|| self.now_us(), |m| m as i64)
     }
 
-    /// [`decide`](Self::decide) for a limiter of one quota (the common case,
-    /// without the bookkeeping of several): quota `quota` of scope `scope`
-    /// for the user key `user`.
-    pub(crate) fn decide_one(
-        &self,
-        scope: u32,
-        user: &[u8],
-        quota: &QuotaSpec,
-        cost: u64,
-        now_us: Option<u64>,
-        nonce: &str,
-    ) -> Raw {
-        self.decide_key(scope, user, now_us, |slot, now| {
-            eval::run(
-                slot,
-                quota.spec().algorithm,
-                &quota.params_at(now),
-                now,
-                cost as i64,
-                nonce,
-                true,
-            )
-        })
+    /// [`decide`](Self::decide) for a limiter of one quota and no block (the
+    /// common case, without the bookkeeping of several): `call`'s only
+    /// quota, a denial recorded as its `on_denial` says (in the same lookup
+    /// of the key). Returns whether the denial was recorded.
+    pub(crate) fn decide_one(&self, call: &LocalCall<'_>) -> (Raw, bool) {
+        let (Some(&scope), Some(quota)) = (call.scopes.first(), call.quotas.first()) else {
+            let mut out = [Raw::deny(0, 0, -1)];
+            let (_, recorded) = self.decide(call, &mut out);
+            return (out[0], recorded);
+        };
+        let (user, cost, now_us, nonce, on_denial) = (
+            call.user,
+            call.cost,
+            call.now_us,
+            call.nonce,
+            call.on_denial,
+        );
+        let mut recorded = false;
+        let raw = self.decide_key(scope, user, now_us, |slot, now| {
+            let algorithm = quota.spec().algorithm;
+            let params = quota.params_at(now);
+            let cost = cost as i64;
+            let raw = eval::run(slot, algorithm, &params, now, cost, nonce, true);
+            // (as `decide` records a lone quota's denial: lua/record.lua's twin)
+            let adjust = quota.spec().adjust.twin(cost);
+            if raw.ok || cost == 0 || adjust.is_none() || !on_denial.records_on(true, quota.shadow)
+            {
+                return raw;
+            }
+            let units = cost.min(state::MAX_DEBT_US);
+            eval::adjust(slot, quota.spec().adjust.twin(units), &params, now, units);
+            recorded = true;
+            let after = eval::run(slot, algorithm, &params, now, cost, nonce, false);
+            if after.ok {
+                eval::run(slot, algorithm, &params, now, 0, nonce, false)
+            } else {
+                after
+            }
+        });
+        (raw, recorded)
     }
 
     /// [`decide_one`](Self::decide_one) on the store's clock for a quota of
