@@ -1178,6 +1178,92 @@ both_stores!(
     override_beside_quota_rule
 );
 
+/// A quota-mode rule over its limit beside an override of its counter
+/// that lets the call through: its statistics count it over (it answers
+/// over), with what was used before.
+async fn follower_metrics<S: Store + Clone>(store: S, _: Option<&Redis>) {
+    inside_one_hour().await;
+    let svc = service(store, ServiceOptions::default());
+    call(&svc, vec![h("quota", "fm", 100)], 0, 0).await;
+    let r = call(
+        &svc,
+        vec![
+            h("quota", "fm", 1),
+            with_override(h("quota", "fm", 1), 1000),
+            h("quota2", "fm", 1),
+        ],
+        0,
+        0,
+    )
+    .await;
+    assert_eq!(overall(&r), Code::Ok, "{r:?}");
+    assert_eq!(code(&r.statuses[0]), Code::OverLimit, "{r:?}");
+    assert_eq!(r.statuses[0].limit_remaining, 0, "{r:?}");
+    let text = svc.metrics().render();
+    let over = "ratelimit_service_rate_limit_over_limit{domain=\"atk\",key=\"quota\"}";
+    // (the first call's 100 were within; this call's 1 on `quota` is over)
+    assert_eq!(sample(&text, over), 1, "{text}");
+}
+
+both_stores!(
+    a_quota_mode_rule_over_beside_its_override_is_counted_over_in_memory,
+    a_quota_mode_rule_over_beside_its_override_is_counted_over_on_redis,
+    follower_metrics
+);
+
+/// Two copies of an override whose limiters are not kept (past
+/// `max_override_limiters`) are one limit, not a limit and its follower:
+/// over it, both answer over.
+async fn uncached_overrides_alike<S: Store + Clone>(store: S, _: Option<&Redis>) {
+    inside_one_hour().await;
+    let svc = service(store, ServiceOptions::default().max_override_limiters(0));
+    let r = call(&svc, vec![with_override(h("none", "uc", 15), 10)], 0, 0).await;
+    assert_eq!(overall(&r), Code::OverLimit, "{r:?}");
+    let r = call(
+        &svc,
+        vec![
+            with_override(h("none", "uc", 0), 10),
+            with_override(h("none", "uc", 0), 10),
+        ],
+        0,
+        0,
+    )
+    .await;
+    let codes: Vec<Code> = r.statuses.iter().map(code).collect();
+    assert_eq!(codes[0], codes[1], "{r:?}");
+}
+
+both_stores!(
+    two_copies_of_an_uncached_override_answer_alike_in_memory,
+    two_copies_of_an_uncached_override_answer_alike_on_redis,
+    uncached_overrides_alike
+);
+
+/// A quota-mode descriptor whose hits never fit, in a call admitted by
+/// the others (not every quota-mode descriptor is over), records its hits
+/// (`charge: always`): none is lost.
+async fn never_fitting_quota_records<S: Store + Clone>(store: S, _: Option<&Redis>) {
+    inside_one_hour().await;
+    let svc = service(store, ServiceOptions::default());
+    let r = call(
+        &svc,
+        vec![h("quota", "nf", 101), h("quota2", "nf", 1)],
+        0,
+        0,
+    )
+    .await;
+    assert_eq!(overall(&r), Code::Ok, "{r:?}");
+    assert_eq!(code(&r.statuses[0]), Code::OverLimit, "{r:?}");
+    assert_eq!(count_of(&svc, "quota", "nf").await, 101);
+    assert_eq!(count_of(&svc, "quota2", "nf").await, 1);
+}
+
+both_stores!(
+    a_never_fitting_quota_mode_descriptor_in_an_admitted_call_records_its_hits_in_memory,
+    a_never_fitting_quota_mode_descriptor_in_an_admitted_call_records_its_hits_on_redis,
+    never_fitting_quota_records
+);
+
 // ---- races ----------------------------------------------------------------------------
 
 /// 200 gateways' calls at once, spread over `services` (instances on one
@@ -1240,7 +1326,10 @@ async fn reserve_then_settle_race(services: Vec<RlsService>, value: &str) {
             (false, _) => denied += 1,
         }
     }
-    assert!(admitted >= 10, "{admitted} reservations admitted");
+    // (nothing is denied before the count passes 90, and an admitted
+    // reservation holds at most 14 once settled: at least 7 are admitted;
+    // 10 only when the settles that charge past 10 come late)
+    assert!(admitted >= 7, "{admitted} reservations admitted");
     let count = count_of(&services[0], "fw", value).await;
     assert_eq!(
         count,

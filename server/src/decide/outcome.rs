@@ -56,7 +56,7 @@ impl Core {
                         None => (decision, 0),
                     };
                     let (limit, left) = match &slot.follows {
-                        Some(follow) => (follow.limit, follow.read(shown).0),
+                        Some(follow) => (follow.limit, follow.read(shown).left),
                         None => (shown.limit(), shown.remaining()),
                     };
                     let remaining = left.saturating_sub(less);
@@ -136,33 +136,37 @@ pub(super) fn count(metrics: &Metrics, domain: &str, slots: &[Slot<'_>]) {
                 consumed,
                 ..
             } => {
-                let (limit, left, over) = match &slot.follows {
-                    Some(follow) => {
-                        let (left, over) = follow.read(decision);
-                        (follow.limit, left, over)
+                if let Some(follow) = &slot.follows {
+                    // (its own limit, read off the part's decision: the
+                    // counter before the part, when it is known, else the
+                    // limit's)
+                    let own = follow.read(decision);
+                    Outcome {
+                        hits: *cost,
+                        limit: follow.limit,
+                        before: own.before.unwrap_or(follow.limit),
+                        over: own.over || slot.never_fits,
+                        shadow: slot.shadow,
                     }
-                    None => (
-                        decision.limit(),
-                        decision.remaining(),
-                        decision.denied() || decision.shadow_denied(),
-                    ),
-                };
-                let over = over || slot.never_fits;
-                // consumed: the remaining count is after the hits; else
-                // nothing was taken (a denial the store recorded shows the
-                // state after, past the limit: what was used before it is
-                // not known, counted as the limit's)
-                let used = limit.saturating_sub(left);
-                Outcome {
-                    hits: *cost,
-                    limit,
-                    before: if *consumed && !decision.recorded() {
-                        used.saturating_sub(*cost)
-                    } else {
-                        used
-                    },
-                    over,
-                    shadow: slot.shadow,
+                } else {
+                    let limit = decision.limit();
+                    let over = decision.denied() || decision.shadow_denied() || slot.never_fits;
+                    // consumed: the remaining count is after the hits; else
+                    // nothing was taken (a denial the store recorded shows
+                    // the state after, past the limit: what was used before
+                    // it is not known, counted as the limit's)
+                    let used = limit.saturating_sub(decision.remaining());
+                    Outcome {
+                        hits: *cost,
+                        limit,
+                        before: if *consumed && !decision.recorded() {
+                            used.saturating_sub(*cost)
+                        } else {
+                            used
+                        },
+                        over,
+                        shadow: slot.shadow,
+                    }
                 }
             }
             _ => continue,

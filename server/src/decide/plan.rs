@@ -73,24 +73,45 @@ pub(super) struct Follow {
 }
 
 impl Follow {
-    /// What is left of its limit in the state `decision` shows, and
-    /// whether its part's units would put it over. Exact when the
-    /// deciding limit has units left, or took them; else the counter is
-    /// at least that limit, and nothing is said to be left (never more
-    /// than is), over whenever the part asks for units.
-    pub(super) fn read(&self, decision: &Decision) -> (u64, bool) {
+    /// Its own answer, read off `decision` (the deciding limiter's): what
+    /// is left of its limit in the state the decision shows, whether its
+    /// part's units put it over, and the counter before them. Exact when
+    /// the deciding limit has units left, or took them; else the counter is
+    /// at least that limit, nothing is said to be left (never more than
+    /// is), it is over whenever the part asks for units, and the counter is
+    /// not known.
+    pub(super) fn read(&self, decision: &Decision) -> Own {
         let (lead, left) = (decision.limit(), decision.remaining());
         if left == 0 && !(self.in_state && decision.allowed()) {
-            return (0, self.units > 0 || self.limit < lead);
+            return Own {
+                left: 0,
+                over: self.units > 0 || self.limit < lead,
+                before: None,
+            };
         }
         let counter = lead.saturating_sub(left);
-        let with_part = if self.in_state {
-            counter
+        let (before, with_part) = if self.in_state {
+            (counter.saturating_sub(self.units), counter)
         } else {
-            counter.saturating_add(self.units)
+            (counter, counter.saturating_add(self.units))
         };
-        (self.limit.saturating_sub(counter), with_part > self.limit)
+        Own {
+            left: self.limit.saturating_sub(counter),
+            over: with_part > self.limit,
+            before: Some(before),
+        }
     }
+}
+
+/// A [`Follow`]er's own answer ([`Follow::read`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Own {
+    /// What is left of its limit.
+    pub(super) left: u64,
+    /// Whether its part's units put it over its limit.
+    pub(super) over: bool,
+    /// The counter before its part's units, when known.
+    pub(super) before: Option<u64>,
 }
 
 /// A descriptor's state after [`Core::record`] charged its hits.
@@ -121,7 +142,7 @@ impl Slot<'_> {
                     State::Zero { .. } => self.hits > 0,
                     State::Refused => true,
                     State::Decided { decision, .. } => match &self.follows {
-                        Some(follow) => follow.read(decision).1,
+                        Some(follow) => follow.read(decision).over,
                         None => decision.denied() || (self.quota && decision.shadow_denied()),
                     },
                     _ => false,

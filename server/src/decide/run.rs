@@ -81,10 +81,7 @@ impl Core {
             else {
                 continue;
             };
-            let rank = (
-                slot.shadow || slot.quota,
-                limiter.quotas().first().map_or(0, |q| q.rate().count()),
-            );
+            let rank = rank_of(slot, limiter);
             let storage = if several {
                 limiter
                     .storage_keys(key)
@@ -141,11 +138,14 @@ impl Core {
                 failed: None,
             };
         }
-        // (a descriptor of a part another limiter decides answers by its own)
+        // (a descriptor of a part another limit decides answers by its own:
+        // one of another count or mode than the part's; two limiters of one
+        // quota, as overrides past the cache of their limiters, are alike)
         for &(i, p) in &parts {
             let slot = &mut slots[i];
             if let State::Pending { limiter, .. } = &slot.state
                 && !Arc::ptr_eq(limiter, &asks[p].0)
+                && rank_of(slot, limiter) != ranks[p]
             {
                 slot.follows = Some(Follow {
                     units: asks[p].2,
@@ -217,6 +217,15 @@ impl Core {
             },
         }
     }
+}
+
+/// How a part picks the limiter that decides it, the least first: an
+/// enforced one before a shadow or quota-mode one, then the lowest count.
+fn rank_of(slot: &Slot<'_>, limiter: &RateLimiter) -> (bool, u64) {
+    (
+        slot.shadow || slot.quota,
+        limiter.quotas().first().map_or(0, |q| q.rate().count()),
+    )
 }
 
 /// What [`Core::run`] did: each descriptor's slot, and the store's error
@@ -304,8 +313,10 @@ fn decided(
             key,
             decision: decision.clone(),
             // (a shadow quota that would deny takes nothing; a denial
-            // the store recorded took the hits, past the limit)
-            consumed: consumed && cost > 0 && !decision.shadow_denied() || decision.recorded(),
+            // the store recorded took the hits, past the limit; a
+            // descriptor that never fits asked for nothing)
+            consumed: consumed && cost > 0 && !slot.never_fits && !decision.shadow_denied()
+                || decision.recorded(),
             cost,
             period,
         };
