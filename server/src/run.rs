@@ -15,7 +15,7 @@ use tower_redis_ratelimit_server::reload::ConfigWatcher;
 use tower_redis_ratelimit_server::service::RlsService;
 use tower_redis_ratelimit_server::source::xds::{XdsClient, XdsTls};
 
-use crate::cli::Args;
+use crate::cli::{Args, clashes};
 use crate::startup::{check_store, service};
 use crate::validate::no_rule;
 
@@ -129,7 +129,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         endpoints.push((addr, "--metrics", Routes::new().metrics(service.metrics())));
     }
     if let Some(addr) = args.http {
-        match endpoints.iter_mut().find(|(a, _, _)| *a == addr) {
+        match endpoints.iter_mut().find(|(a, _, _)| clashes(*a, addr)) {
             Some((_, _, routes)) => *routes = routes.clone().health(health.clone()),
             None => endpoints.push((addr, "--http", Routes::new().health(health.clone()))),
         }

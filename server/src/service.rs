@@ -81,6 +81,19 @@
 //! mode's rule depends on the others' states, which one script call per
 //! descriptor set does not decide).
 //!
+//! # Descriptors that count in one key
+//!
+//! Descriptors that count in one storage key (the same descriptor twice,
+//! a `limit` override beside the rule whose counter it shares, two
+//! overrides) are one part of their summed hits, decided by the tightest
+//! enforced limit among them, so every enforced limit holds. Each answers
+//! by its own limit, read off that decision: a `quota_mode` or shadow rule
+//! beside a strict override of its counter is over when the sum does not
+//! fit its own limit, though the override let its units in (the counter
+//! then runs past the rule's limit, as the Go service's does). When the
+//! deciding limit has nothing left, the counter past it is not known: the
+//! others report nothing left.
+//!
 //! # `replaces`
 //!
 //! As in the Go service, a matched limit whose `name` is in the `replaces`

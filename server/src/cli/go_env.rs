@@ -251,18 +251,31 @@ pub(super) fn grpc(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Socket
     }
 }
 
-/// The `/healthcheck` endpoint of `HOST` and `PORT` (Go's default for
-/// the other: `0.0.0.0`, `8080`), if either is set. (Go's `/json` on the
-/// same port is not served.)
-pub(super) fn http(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<SocketAddr>, String> {
-    match (env("HOST"), env("PORT")) {
-        (None, None) => Ok(None),
-        (host, port) => host_port(
-            "HOST/PORT",
-            host.as_deref().unwrap_or("0.0.0.0"),
-            port.as_deref().unwrap_or("8080"),
-        )
-        .map(Some),
+/// The `/healthcheck` endpoint of `PORT`, on `HOST` (Go's `0.0.0.0` by
+/// default), if `PORT` is set; `grpc`: the gRPC listener's address. These
+/// variables are common outside Go's service (a platform's `PORT`, a
+/// shell's `HOST`): what they cannot give is a note, not a refusal (no
+/// endpoint: `HOST` alone, a `PORT` that is the gRPC port, a host that
+/// does not resolve). (Go's `/json` on the same port is not served.)
+pub(super) fn http(
+    env: &dyn Fn(&str) -> Option<String>,
+    grpc: SocketAddr,
+    notes: &mut Vec<String>,
+) -> Option<SocketAddr> {
+    let port = env("PORT")?;
+    let host = env("HOST");
+    match host_port("HOST/PORT", host.as_deref().unwrap_or("0.0.0.0"), &port) {
+        Ok(addr) if super::clashes(addr, grpc) => {
+            notes.push(format!(
+                "PORT={port} is the gRPC port: no /healthcheck (--http serves it elsewhere)"
+            ));
+            None
+        }
+        Ok(addr) => Some(addr),
+        Err(e) => {
+            notes.push(format!("{e}: no /healthcheck (--http serves it)"));
+            None
+        }
     }
 }
 

@@ -243,6 +243,12 @@ pub(crate) struct Args {
     pub(crate) xds: Option<XdsArgs>,
 }
 
+/// Whether listeners on `a` and `b` would take one socket: one port, on
+/// one address or on every address.
+pub(crate) fn clashes(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
 /// What the service runs with: the command line `cli` and the environment
 /// `env` (the process's, or a test's): envoyproxy/ratelimit's variables
 /// and the store's ([`STORE_VARIABLES`]); a flag wins over a variable.
@@ -311,8 +317,13 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         None => go_env::prometheus(&env)?,
     };
     let http = match serving.http {
+        Some(addr) if clashes(addr, grpc) => {
+            return Err(format!(
+                "--http {addr}: the port of --grpc {grpc}; give /healthcheck a port of its own"
+            ));
+        }
         Some(addr) => Some(addr),
-        None => go_env::http(&env)?,
+        None => go_env::http(&env, grpc, &mut notes),
     };
     let dir = match dir {
         Some(d) => d,

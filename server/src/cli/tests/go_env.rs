@@ -320,3 +320,47 @@ fn go_settings_that_only_tune_go_are_noted() {
             .any(|n| n.starts_with("REDIS_POOL_SIZE=20 ignored"))
     );
 }
+
+/// `PORT` (and `HOST`, Go's `0.0.0.0` without it) serves `/healthcheck`;
+/// what they cannot give is a note, never a refusal: `HOST` alone, the
+/// gRPC port, a host that does not resolve. `--http` on the gRPC port is
+/// refused, naming both.
+#[test]
+fn host_and_port_serve_the_healthcheck_and_never_refuse_the_start() {
+    let a = p(&[], &[("PORT", "8080")]).unwrap();
+    assert_eq!(a.http, Some(SocketAddr::from(([0, 0, 0, 0], 8080))));
+    let a = p(&[], &[("HOST", "127.0.0.1"), ("PORT", "8080")]).unwrap();
+    assert_eq!(a.http, Some(SocketAddr::from(([127, 0, 0, 1], 8080))));
+    let a = p(&[], &[("HOST", "buildbox-42")]).unwrap();
+    assert_eq!(a.http, None);
+    let a = p(&["--grpc", "0.0.0.0:9000"], &[("PORT", "9000")]).unwrap();
+    assert_eq!(a.http, None);
+    assert!(
+        a.notes
+            .iter()
+            .any(|n| n.contains("PORT=9000 is the gRPC port")),
+        "{:?}",
+        a.notes
+    );
+    let a = p(&[], &[("HOST", "no-such-host.invalid"), ("PORT", "8080")]).unwrap();
+    assert_eq!(a.http, None);
+    assert!(
+        a.notes.iter().any(|n| n.contains("does not resolve")),
+        "{:?}",
+        a.notes
+    );
+    let a = p(&["--http", "127.0.0.1:7000"], &[("PORT", "8080")]).unwrap();
+    assert_eq!(a.http, Some(SocketAddr::from(([127, 0, 0, 1], 7000))));
+    let e = p(&["--grpc", "127.0.0.1:9000", "--http", "0.0.0.0:9000"], &[]).unwrap_err();
+    assert!(
+        e.contains("--http 0.0.0.0:9000") && e.contains("--grpc"),
+        "{e}"
+    );
+    assert!(
+        p(
+            &["--grpc", "127.0.0.1:9000", "--http", "127.0.0.2:9000"],
+            &[]
+        )
+        .is_ok()
+    );
+}

@@ -128,9 +128,11 @@ pub struct XdsClient {
     version: String,
     state: watch::Sender<XdsState>,
     /// Refused responses (a server that resends a bad snapshot, or one
-    /// of a type not asked for, in a loop): a line a second at most, but
-    /// a refusal unlike the last one logged always has its line.
+    /// of a type not asked for, in a loop): a line a second at most.
     refused_log: LogThrottle,
+    /// Refusals unlike the last one logged: a line a second at most of
+    /// those too (two bad snapshots in turn), beside the repeats'.
+    new_refusal_log: LogThrottle,
     /// The last refusal logged.
     last_refusal: String,
 }
@@ -158,6 +160,7 @@ impl XdsClient {
             version: String::new(),
             state: watch::Sender::new(XdsState::default()),
             refused_log: LogThrottle::default(),
+            new_refusal_log: LogThrottle::default(),
             last_refusal: String::new(),
         }
     }
@@ -412,9 +415,12 @@ impl XdsClient {
                     self.service.metrics().config_loaded(false);
                 }
                 let message = truncated(&message, MAX_ERROR_DETAIL);
-                let held = match self.refused_log.to_log() {
-                    None if message != self.last_refusal => Some(0),
-                    held => held,
+                // (the first refusal and its repeats on one throttle, each
+                // refusal unlike the last logged on the other)
+                let held = if message == self.last_refusal || self.last_refusal.is_empty() {
+                    self.refused_log.to_log()
+                } else {
+                    self.new_refusal_log.to_log()
                 };
                 if let Some(held) = held {
                     self.last_refusal.clone_from(&message);

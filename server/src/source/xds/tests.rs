@@ -105,3 +105,71 @@ fn a_refused_snapshot_resent_in_a_loop_is_logged_once_a_second_a_new_one_at_once
     assert!((2..=3).contains(&refused), "{refused} lines:\n{text}");
     assert!(text.contains("not a RateLimitConfig"), "{text}");
 }
+
+/// Two refused snapshots in turn are logged a line a second at most too.
+#[test]
+fn two_refused_snapshots_in_turn_are_logged_once_a_second_each_kind() {
+    use std::sync::{Arc, Mutex};
+
+    use tower_redis_ratelimit::MemoryStore;
+
+    use crate::config::Config;
+    use crate::service::ServiceOptions;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map_or(Ok(0), |mut v| {
+                v.extend_from_slice(buf);
+                Ok(buf.len())
+            })
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let service = RlsService::new(
+        Config::default(),
+        MemoryStore::new(),
+        ServiceOptions::default(),
+    )
+    .expect("service");
+    let mut client = XdsClient::new(service, "127.0.0.1:1", LoadOptions::default());
+    let bad = |type_url: &str, nonce: usize| DiscoveryResponse {
+        version_info: "v2".to_owned(),
+        resources: vec![prost_types::Any {
+            type_url: type_url.to_owned(),
+            value: vec![0xff],
+        }],
+        type_url: RATE_LIMIT_CONFIG_TYPE.to_owned(),
+        nonce: nonce.to_string(),
+        ..Default::default()
+    };
+    tracing::subscriber::with_default(subscriber, || {
+        for nonce in 0..50 {
+            let kind = if nonce % 2 == 0 {
+                "type.googleapis.com/x"
+            } else {
+                RATE_LIMIT_CONFIG_TYPE
+            };
+            assert!(
+                client
+                    .handle(bad(kind, nonce))
+                    .is_some_and(|n| n.error_detail.is_some())
+            );
+        }
+    });
+    let text = lines
+        .0
+        .lock()
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    let refused = text.unwrap_or_default().matches("snapshot refused").count();
+    assert!((1..=4).contains(&refused), "{refused} lines");
+}
