@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::flags::StoreFlags;
-use super::go_env::go_redis;
+use super::go_env::go_bool;
 use super::parse::{has_scheme, store_url, store_urls};
 
 /// Where the counters live.
@@ -129,4 +129,124 @@ pub(super) fn resolve(
         ));
     }
     Ok(store)
+}
+
+/// The store from envoyproxy/ratelimit's variables: `REDIS_URL` without a
+/// scheme (`host:port`, a socket's path, a cluster's `host:port,...`, or a
+/// sentinel's `master,host:port,...`) read with `REDIS_TYPE`
+/// (`single`, `cluster`, `sentinel`), `REDIS_SOCKET_TYPE` (`tcp`, `unix`: Go's
+/// default), `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`,
+/// `REDIS_SENTINEL_AUTH`; `REDIS_TLS_CACERT` is `REDIS_CA`.
+pub(super) fn go_redis(
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<StoreChoice, String> {
+    let kind = env("REDIS_TYPE").map(|t| t.trim().to_ascii_lowercase());
+    let kind = kind.as_deref().unwrap_or("single");
+    let socket = env("REDIS_SOCKET_TYPE").map(|t| t.trim().to_ascii_lowercase());
+    let socket = socket.as_deref().unwrap_or("unix");
+    let tls = match env("REDIS_TLS") {
+        Some(v) => go_bool("REDIS_TLS", &v)?,
+        None => false,
+    };
+    let auth = env("REDIS_AUTH");
+    let ca = env("REDIS_CA")
+        .or_else(|| env("REDIS_TLS_CACERT"))
+        .map(PathBuf::from);
+    let scheme = if tls { "rediss" } else { "redis" };
+    let hosts = |list: &str, auth: &str| -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for h in list.split(',') {
+            let h = h.trim();
+            if h.is_empty() {
+                return Err(format!(
+                    "REDIS_URL {url:?}: an empty address (REDIS_TYPE={kind}: host:port,host:port)"
+                ));
+            }
+            out.push(format!("{scheme}://{auth}{h}/"));
+        }
+        Ok(out)
+    };
+    match kind {
+        "single" => match socket {
+            "tcp" => {
+                let url = format!("{scheme}://{}{}/", auth_prefix(auth.as_deref()), url.trim());
+                Ok(StoreChoice::Redis { url, ca })
+            }
+            "unix" => {
+                if tls || auth.is_some() {
+                    return Err(format!(
+                        "REDIS_URL {url:?} is a Unix socket (REDIS_SOCKET_TYPE=unix, Go's default) \
+                         with REDIS_TLS or REDIS_AUTH: give REDIS_URL as a URL instead \
+                         (redis://user:password@host:6379/, or REDIS_SOCKET_TYPE=tcp)"
+                    ));
+                }
+                if !url.trim().starts_with('/') {
+                    return Err(format!(
+                        "REDIS_URL {url:?}: with REDIS_SOCKET_TYPE=unix (Go's default) the path \
+                         of a socket, such as /var/run/redis.sock; set REDIS_SOCKET_TYPE=tcp for \
+                         host:port, or give a URL such as redis://host:6379/"
+                    ));
+                }
+                Ok(StoreChoice::Redis {
+                    url: format!("unix://{}", url.trim()),
+                    ca,
+                })
+            }
+            other => Err(format!("REDIS_SOCKET_TYPE={other:?}: tcp or unix")),
+        },
+        "cluster" => {
+            if ca.is_some() {
+                return Err("REDIS_TLS_CACERT/REDIS_CA: for one Redis only, not a cluster".into());
+            }
+            Ok(StoreChoice::Cluster {
+                urls: hosts(url, &auth_prefix(auth.as_deref()))?,
+            })
+        }
+        "sentinel" => {
+            if tls || auth.is_some() || ca.is_some() {
+                return Err(
+                    "REDIS_TYPE=sentinel with REDIS_TLS, REDIS_AUTH or a CA: here the primary \
+                     is reached over plain TCP without credentials; drop them or use one Redis \
+                     URL (REDIS_TYPE=single)"
+                        .into(),
+                );
+            }
+            let Some((master, sentinels)) = url.split_once(',') else {
+                return Err(format!(
+                    "REDIS_URL {url:?}: REDIS_TYPE=sentinel takes <master name>,<host:port>,..."
+                ));
+            };
+            let sentinel_auth = auth_prefix(env("REDIS_SENTINEL_AUTH").as_deref());
+            Ok(StoreChoice::Sentinel {
+                urls: hosts(sentinels, &sentinel_auth)?,
+                master: master.trim().to_owned(),
+            })
+        }
+        other => Err(format!("REDIS_TYPE={other:?}: single, cluster or sentinel")),
+    }
+}
+
+/// Percent-encodes what is not unreserved in a URL's user information.
+fn userinfo(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `REDIS_AUTH`'s `password` or `user:password` as a URL's `user:password@`.
+fn auth_prefix(auth: Option<&str>) -> String {
+    match auth {
+        None => String::new(),
+        Some(a) => match a.split_once(':') {
+            Some((user, pass)) => format!("{}:{}@", userinfo(user), userinfo(pass)),
+            None => format!(":{}@", userinfo(a)),
+        },
+    }
 }

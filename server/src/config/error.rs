@@ -38,7 +38,7 @@ impl fmt::Display for ConfigWarning {
 /// days, a `burst` past 2^40, ...) it rejects itself, in the file's words,
 /// so that a loaded configuration builds. A rule the library rejects all
 /// the same is reported when the service is built or reloaded, by
-/// [`BuildError`](crate::service::BuildError): the rule's file, path,
+/// `BuildError`: the rule's file, path,
 /// line and key, and the library's `ConfigError` as its
 /// [`source`](std::error::Error::source).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -118,6 +118,7 @@ mod validate;
 mod yaml;
 
 #[cfg(test)]
+#[path = "tests/examples/mod.rs"]
 mod example_tests;
 #[cfg(test)]
 mod tests;
@@ -198,7 +199,7 @@ impl Config {
 
     /// The deepest nesting of lists and mappings in a file: 128, a
     /// descriptor tree of 62 levels (a request's descriptor has at most
-    /// [`ServiceOptions::max_entries`](crate::service::ServiceOptions::max_entries)
+    /// `ServiceOptions::max_entries`
     /// entries, 32 by default).
     pub const MAX_DEPTH: usize = 128;
 

@@ -9,7 +9,7 @@ use tower_redis_ratelimit::middleware::OnStoreError as LibraryOnStoreError;
 /// What a domain answers when the store fails (an error, or no answer
 /// within the store's timeout) for a descriptor it had to decide: the
 /// `failure_policy` extension of a file, or the service's default
-/// ([`ServiceOptions::on_store_error`](crate::service::ServiceOptions::on_store_error)).
+/// (`ServiceOptions::on_store_error`).
 ///
 /// Whatever the policy, a descriptor the service could decide (a
 /// `requests_per_unit: 0` limit, or one decided before the failure) keeps

@@ -142,7 +142,7 @@ pub struct Rule {
 
 /// When a call's hits are charged to a limit: the extension `charge` of
 /// `rate_limit`, else the service's default
-/// ([`ServiceOptions::charge`](crate::service::ServiceOptions::charge),
+/// (`ServiceOptions::charge`,
 /// [`Charge::Always`] unless set, as envoyproxy/ratelimit counts).
 ///
 /// The service cannot tell a check before a request from a usage report

@@ -2,12 +2,12 @@
 //! (their entries, hits and an optional `limit` override) is decided over
 //! a loaded configuration and its limiters ([`Core`]) and answered with an
 //! [`Answer`] per descriptor. No protocol type is in here: the rate limit
-//! service's adapter ([`crate::rls`]) translates Envoy's requests and
+//! service's adapter (`rls`) translates Envoy's requests and
 //! responses around it, and a second protocol would be a second adapter.
 //!
 //! What it decides (all or nothing, usage reports and what a denied call
 //! records, `hits_subtrahend`, `quota_mode`, `replaces`, the failure
-//! policy) is the [`service`](crate::service) module's documentation.
+//! policy) is the `service` module's documentation.
 //!
 //! - [`plan`]: each descriptor's limit, key and hits, and `replaces`;
 //! - [`run`]: the one joint decision of a call's limited descriptors;

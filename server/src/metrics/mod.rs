@@ -19,7 +19,7 @@
 //!
 //! The key holds a request's values only where a rule asks for it
 //! (`detailed_metric`, `value_to_metric`), and then for at most
-//! [`ServiceOptions::max_metric_keys`](crate::service::ServiceOptions::max_metric_keys)
+//! `ServiceOptions::max_metric_keys`
 //! such keys (past it, under the rule's own key); a descriptor's `limit`
 //! override is counted under `limit_override.` and the descriptor's keys,
 //! without values (under the same cap, past it `limit_override`). A limit
@@ -79,7 +79,7 @@ pub use http::{
 pub use label::MAX_LABEL_BYTES;
 
 /// A share of a limit in `(0, 1]`, in millionths ([`Metrics::near_limit_ratio`], the service's
-/// [`ServiceOptions::near_limit_ratio`](crate::service::ServiceOptions::near_limit_ratio)).
+/// `ServiceOptions::near_limit_ratio`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NearLimitRatio(u32);
 
@@ -148,7 +148,7 @@ type ByLabel = RwLock<HashMap<Arc<str>, Series>>;
 /// Per domain, per key label, a limit's counters.
 type ByKey = RwLock<HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCounters>>>>;
 
-/// The statistics of one [`RlsService`](crate::service::RlsService) (and its
+/// The statistics of one `RlsService` (and its
 /// clones): [`render`](Self::render) them for a scrape.
 pub struct Metrics {
     /// Per domain, per key label (bounded; read without allocating on

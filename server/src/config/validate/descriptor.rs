@@ -10,7 +10,8 @@ use prost_types::value::Kind as PbKind;
 
 use super::super::yaml::{Kind, Node as Y, Scalar};
 use super::super::{ConfigError, Node, Rule};
-use super::fields::{Ctx, boolean, join, list, map_entries, misplaced, string};
+use super::fields::{Ctx, boolean, join, list, map_entries, string};
+use super::keys::misplaced;
 use super::rate_limit::read_rate_limit;
 
 /// Reads the descriptors of the list `list_node` (at `path`) into

@@ -5,7 +5,6 @@
 
 use super::super::yaml::{Kind, Node as Y, Scalar};
 use super::super::{ConfigError, ConfigWarning};
-use super::keys::{EXT_KEYS, TOP_EXT_KEYS};
 
 /// The document being checked: its name, as errors and warnings give it,
 /// and the warnings so far (kept only if the whole document checks).
@@ -55,37 +54,6 @@ pub(super) fn join(path: &str, key: &str) -> String {
     } else {
         format!("{path}.{key}")
     }
-}
-
-/// A key valid for the Go service but not where it is: ignored there, so
-/// here with a warning; an extension key is an error anywhere but in
-/// `rate_limit`.
-pub(super) fn misplaced(
-    ctx: &mut Ctx<'_>,
-    key: &str,
-    path: &str,
-    line: usize,
-    place: &str,
-) -> Result<(), ConfigError> {
-    let here = join(path, key);
-    if EXT_KEYS.contains(&key) {
-        return Err(ctx.err(&here, line, format!("`{key}` belongs in a `rate_limit`")));
-    }
-    if TOP_EXT_KEYS.contains(&key) {
-        return Err(ctx.err(
-            &here,
-            line,
-            format!("`{key}` belongs at the top of a file, beside `domain`"),
-        ));
-    }
-    ctx.warn(
-        &here,
-        line,
-        format!(
-            "`{key}` has no meaning {place} and is ignored (as envoyproxy/ratelimit ignores it)"
-        ),
-    );
-    Ok(())
 }
 
 /// A string field: any scalar's text, as yaml.v2 fills a string (null is

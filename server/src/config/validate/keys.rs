@@ -129,3 +129,34 @@ fn go_scalar(ctx: &Ctx<'_>, v: &Y, here: &str) -> Result<(), ConfigError> {
         _ => Ok(()),
     }
 }
+
+/// A key valid for the Go service but not where it is: ignored there, so
+/// here with a warning; an extension key is an error anywhere but in
+/// `rate_limit`.
+pub(super) fn misplaced(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    path: &str,
+    line: usize,
+    place: &str,
+) -> Result<(), ConfigError> {
+    let here = join(path, key);
+    if EXT_KEYS.contains(&key) {
+        return Err(ctx.err(&here, line, format!("`{key}` belongs in a `rate_limit`")));
+    }
+    if TOP_EXT_KEYS.contains(&key) {
+        return Err(ctx.err(
+            &here,
+            line,
+            format!("`{key}` belongs at the top of a file, beside `domain`"),
+        ));
+    }
+    ctx.warn(
+        &here,
+        line,
+        format!(
+            "`{key}` has no meaning {place} and is ignored (as envoyproxy/ratelimit ignores it)"
+        ),
+    );
+    Ok(())
+}

@@ -18,7 +18,8 @@ mod rate_limit;
 
 use super::yaml::{self, Kind, Node as Y, Scalar};
 use super::{Config, ConfigError, LoadOptions, Node, OnStoreError};
-use fields::{Ctx, misplaced, string};
+use fields::{Ctx, string};
+use keys::misplaced;
 
 /// Checks the document `doc` of `name` (a file, or another source's
 /// resource) and loads it into `config`: the one validation step of every

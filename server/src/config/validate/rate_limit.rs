@@ -10,7 +10,8 @@ use tower_redis_ratelimit::{Quota, Rate};
 
 use super::super::yaml::Node as Y;
 use super::super::{Charge, ConfigError, Rule, Unit};
-use super::fields::{Ctx, boolean, integer, join, list, map_entries, misplaced, string};
+use super::fields::{Ctx, boolean, integer, join, list, map_entries, string};
+use super::keys::misplaced;
 
 /// Reads the `rate_limit` mapping `v` into `rule` (which has the node's
 /// names and flags) and checks it.
@@ -404,7 +405,7 @@ fn read_replaces(
 }
 
 /// The longest period of a limit: 366 days, the library's
-/// ([`Quota`](tower_redis_ratelimit::Quota)'s, which keeps its times exact
+/// ([`Quota`]'s, which keeps its times exact
 /// in Redis's Lua numbers).
 const MAX_PERIOD_US: u64 = 366 * 86_400 * 1_000_000;
 
