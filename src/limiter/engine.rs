@@ -286,8 +286,8 @@ impl Engine {
             block_us: self.block,
             on_denial: self.on_denial,
         };
-        if let ([_], [quota]) = (scopes, self.quotas.as_slice()) {
-            let (raw, recorded) = store.decide_one(&call);
+        if let ([scope], [quota]) = (scopes, self.quotas.as_slice()) {
+            let (raw, recorded) = store.decide_one(&call, *scope, quota);
             // a lone shadow quota never denies
             let allowed = raw.ok || quota.shadow;
             let lease = self.lease(allowed, cost, nonce, || self.keys_of(&user));

@@ -314,42 +314,19 @@ impl MemoryStore {
 
     /// [`decide`](Self::decide) for a limiter of one quota and no block (the
     /// common case, without the bookkeeping of several): `call`'s only
-    /// quota, a denial recorded as its `on_denial` says (in the same lookup
-    /// of the key). Returns whether the denial was recorded.
-    pub(crate) fn decide_one(&self, call: &LocalCall<'_>) -> (Raw, bool) {
-        let (Some(&scope), Some(quota)) = (call.scopes.first(), call.quotas.first()) else {
-            let mut out = [Raw::deny(0, 0, -1)];
-            let (_, recorded) = self.decide(call, &mut out);
-            return (out[0], recorded);
-        };
-        let (user, cost, now_us, nonce, on_denial) = (
-            call.user,
-            call.cost,
-            call.now_us,
-            call.nonce,
-            call.on_denial,
-        );
+    /// quota `quota`, of scope `scope`, in one lookup of the key
+    /// ([`decide_lone`]). Returns whether the denial was recorded.
+    pub(crate) fn decide_one(
+        &self,
+        call: &LocalCall<'_>,
+        scope: u32,
+        quota: &QuotaSpec,
+    ) -> (Raw, bool) {
         let mut recorded = false;
-        let raw = self.decide_key(scope, user, now_us, |slot, now| {
-            let algorithm = quota.spec().algorithm;
-            let params = quota.params_at(now);
-            let cost = cost as i64;
-            let raw = eval::run(slot, algorithm, &params, now, cost, nonce, true);
-            // (as `decide` records a lone quota's denial: lua/record.lua's twin)
-            let adjust = quota.spec().adjust.twin(cost);
-            if raw.ok || cost == 0 || adjust.is_none() || !on_denial.records_on(true, quota.shadow)
-            {
-                return raw;
-            }
-            let units = cost.min(state::MAX_DEBT_US);
-            eval::adjust(slot, quota.spec().adjust.twin(units), &params, now, units);
-            recorded = true;
-            let after = eval::run(slot, algorithm, &params, now, cost, nonce, false);
-            if after.ok {
-                eval::run(slot, algorithm, &params, now, 0, nonce, false)
-            } else {
-                after
-            }
+        let raw = self.decide_key(scope, call.user, call.now_us, |slot, now| {
+            let (raw, r) = decide_lone(slot, quota, now, call);
+            recorded = r;
+            raw
         });
         (raw, recorded)
     }
@@ -489,17 +466,12 @@ impl MemoryStore {
                 && q.spec().adjust.twin(cost).is_some()
         };
         if out.len() == 1 {
-            out[0] = run(0, cost, true, false);
-            // a lone shadow quota never denies
-            let allowed = out[0].ok || shadow(0);
-            let recorded = !allowed && records(0, true);
-            if recorded {
-                out[0] = run(0, cost, false, true);
-                if out[0].ok {
-                    out[0] = run(0, 0, false, false);
-                }
-            }
-            return (allowed, recorded);
+            let (raw, recorded) = shard.with_entry(hasher, hash, call.scopes[0], rest, |slot| {
+                decide_lone(slot, &call.quotas[0], now, call)
+            });
+            out[0] = raw;
+            // a lone shadow quota never denies (a recorded denial denied)
+            return (!recorded && (raw.ok || shadow(0)), recorded);
         }
         let mut all = true;
         for (i, r) in out.iter_mut().enumerate() {
@@ -697,6 +669,41 @@ impl MemoryStore {
     }
 }
 
+/// One quota decided for `call` on `slot` at `now`, consuming if it
+/// allows; denied (not a shadow quota), its cost recorded as `call`'s
+/// `on_denial` says (lua/record.lua's twin: the cost, up to
+/// [`state::MAX_DEBT_US`], adjusted in, then the state looked at again for
+/// the same cost, or for none if that now fits). Returns the answer and
+/// whether the denial was recorded.
+fn decide_lone(
+    slot: &mut Option<Entry>,
+    quota: &QuotaSpec,
+    now: i64,
+    call: &LocalCall<'_>,
+) -> (Raw, bool) {
+    let algorithm = quota.spec().algorithm;
+    let params = quota.params_at(now);
+    let cost = call.cost as i64;
+    let raw = eval::run(slot, algorithm, &params, now, cost, call.nonce, true);
+    if raw.ok
+        || cost == 0
+        || quota.spec().adjust.twin(cost).is_none()
+        || !call.on_denial.records_on(true, quota.shadow)
+    {
+        return (raw, false);
+    }
+    let units = cost.min(state::MAX_DEBT_US);
+    eval::adjust(slot, quota.spec().adjust.twin(units), &params, now, units);
+    let after = eval::run(slot, algorithm, &params, now, cost, call.nonce, false);
+    if after.ok {
+        (
+            eval::run(slot, algorithm, &params, now, 0, call.nonce, false),
+            true,
+        )
+    } else {
+        (after, true)
+    }
+}
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
