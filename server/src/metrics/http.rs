@@ -286,45 +286,28 @@ fn ended(r: Result<(), hyper::Error>) {
     }
 }
 
+/// The type of every answer but the metrics' text.
+const TEXT: &str = "text/plain; charset=utf-8";
+
 async fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    const TEXT: &str = "text/plain; charset=utf-8";
     let get = matches!(*req.method(), Method::GET | Method::HEAD);
-    let (status, kind, body) = match (get, req.uri().path(), routes) {
-        (
-            true,
-            "/healthcheck",
-            Routes {
-                health: Some(health),
-                ..
-            },
-        ) => match health.is_serving() {
-            true => (StatusCode::OK, TEXT, Bytes::from_static(b"OK")),
-            false => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, Bytes::new()),
+    let path = req.uri().path();
+    let (status, kind, body) = match (&routes.health, &routes.metrics) {
+        (Some(health), _) if path == "/healthcheck" => match (get, health.is_serving()) {
+            (true, true) => (StatusCode::OK, TEXT, Bytes::from_static(b"OK")),
+            (true, false) => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, Bytes::new()),
+            (false, _) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                TEXT,
+                Bytes::from_static(b"GET /healthcheck\n"),
+            ),
         },
-        (
-            false,
-            "/healthcheck",
-            Routes {
-                health: Some(_), ..
-            },
-        ) => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            TEXT,
-            Bytes::from_static(b"GET /healthcheck\n"),
-        ),
-        (_, _, Routes { metrics: None, .. }) => (
+        (_, Some(metrics)) => metrics_answer(metrics, get, path).await,
+        (_, None) => (
             StatusCode::NOT_FOUND,
             TEXT,
             Bytes::from_static(b"not found: the health check is at /healthcheck\n"),
         ),
-        (
-            _,
-            _,
-            Routes {
-                metrics: Some(metrics),
-                ..
-            },
-        ) => metrics_answer(metrics, get, req).await,
     };
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
@@ -339,10 +322,9 @@ async fn respond(routes: &Routes, req: &Request<Incoming>) -> Response<Full<Byte
 async fn metrics_answer(
     metrics: &Arc<Metrics>,
     get: bool,
-    req: &Request<Incoming>,
+    path: &str,
 ) -> (StatusCode, &'static str, Bytes) {
-    const TEXT: &str = "text/plain; charset=utf-8";
-    match (get, req.uri().path()) {
+    match (get, path) {
         (true, "/metrics") => match metrics.scrape().await {
             Some(text) => (
                 StatusCode::OK,
