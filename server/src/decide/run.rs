@@ -304,19 +304,19 @@ fn decided(
                 continue;
             }
         };
+        // whether `units` asked for are in the state: taken (a shadow quota
+        // that would deny takes nothing), or recorded with a denial
+        let took =
+            |units: u64| consumed && units > 0 && !decision.shadow_denied() || decision.recorded();
         if let Some(follow) = &mut slot.follows {
-            follow.in_state =
-                consumed && follow.units > 0 && !decision.shadow_denied() || decision.recorded();
+            follow.in_state = took(follow.units);
         }
         slot.state = State::Decided {
             limiter,
             key,
             decision: decision.clone(),
-            // (a shadow quota that would deny takes nothing; a denial
-            // the store recorded took the hits, past the limit; a
-            // descriptor that never fits asked for nothing)
-            consumed: consumed && cost > 0 && !slot.never_fits && !decision.shadow_denied()
-                || decision.recorded(),
+            // (a descriptor that never fits asked for nothing)
+            consumed: took(if slot.never_fits { 0 } else { cost }),
             cost,
             period,
         };
