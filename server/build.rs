@@ -1,10 +1,11 @@
 //! Compiles the vendored Envoy protos (`proto/`) with `protox`, so that no
-//! system `protoc` is needed, into the `pb` module's servers and clients (the rate limit service's
-//! and the xDS client's).
+//! system `protoc` is needed, into the `pb` module's servers and clients (the rate limit service's,
+//! the quota service's and the xDS client's).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/envoy/service/ratelimit/v3/rls.proto",
+        "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
         "proto/envoy/service/discovery/v3/ads.proto",
         "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
     ];

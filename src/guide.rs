@@ -25,6 +25,9 @@
 //! 10. [Behind Envoy](envoy): the workspace's rate limit service for Envoy
 //!     gateways, its configuration, the Envoy side, and token budgets
 //!     reported after the response.
+//! 11. [The quota service](quota): Envoy's rate limit quota service (RLQS),
+//!     its quota files, how each bucket's limit is divided among Envoys,
+//!     and the bound on what they admit.
 
 #[doc = include_str!("../docs/guide/quick-start.md")]
 pub mod quick_start {}
@@ -55,3 +58,6 @@ pub mod simulator {}
 
 #[doc = include_str!("../docs/guide/envoy.md")]
 pub mod envoy {}
+
+#[doc = include_str!("../docs/guide/quota.md")]
+pub mod quota {}

@@ -48,6 +48,7 @@ pub mod net;
 mod options;
 pub mod pb;
 pub mod reload;
+pub mod rlqs;
 mod rls;
 pub mod service;
 pub mod source;

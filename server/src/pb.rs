@@ -8,6 +8,11 @@
 //! its client `RateLimitServiceClient` in
 //! [`rate_limit_service_client`](envoy::service::ratelimit::v3::rate_limit_service_client).
 //!
+//! The quota service is
+//! [`RateLimitQuotaService`](envoy::service::rate_limit_quota::v3), its
+//! server `RateLimitQuotaServiceServer` and client
+//! `RateLimitQuotaServiceClient` re-exported here.
+//!
 //! The xDS client's: the aggregated discovery service
 //! ([`envoy::service::discovery::v3`], state of the world only), its
 //! `google.rpc.Status` ([`google::rpc`]) and envoyproxy/ratelimit's
@@ -60,10 +65,18 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
             }
         }
+        /// `envoy.service.rate_limit_quota.*`.
+        pub mod rate_limit_quota {
+            /// `envoy.service.rate_limit_quota.v3`: the quota service, its
+            /// usage reports and its responses.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
     /// `envoy.type.*`.
     pub mod r#type {
-        /// `envoy.type.v3`: `RateLimitUnit`.
+        /// `envoy.type.v3`: `RateLimitUnit`, `RateLimitStrategy`, `TokenBucket`.
         pub mod v3 {
             tonic::include_proto!("envoy.r#type.v3");
         }
@@ -94,6 +107,10 @@ pub mod ratelimit {
 }
 
 pub use envoy::extensions::common::ratelimit::v3::{RateLimitDescriptor, rate_limit_descriptor};
+pub use envoy::service::rate_limit_quota::v3::{
+    rate_limit_quota_service_client::RateLimitQuotaServiceClient,
+    rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer},
+};
 pub use envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse, rate_limit_response,
     rate_limit_service_client::RateLimitServiceClient,

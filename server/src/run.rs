@@ -10,8 +10,9 @@ use std::net::SocketAddr;
 use tower_redis_ratelimit_server::config::Config;
 use tower_redis_ratelimit_server::metrics::{Health, Routes, ServeOptions, serve_routes};
 use tower_redis_ratelimit_server::net::Incoming;
-use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
+use tower_redis_ratelimit_server::pb::{RateLimitQuotaServiceServer, RateLimitServiceServer};
 use tower_redis_ratelimit_server::reload::ConfigWatcher;
+use tower_redis_ratelimit_server::rlqs::{self, RlqsService};
 use tower_redis_ratelimit_server::service::RlsService;
 use tower_redis_ratelimit_server::source::xds::{XdsClient, XdsTls};
 
@@ -68,7 +69,9 @@ fn connection_cap(explicit: Option<usize>, nofile: Option<u64>) -> (usize, Optio
 /// within `--shutdown-timeout`.
 pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // with xDS, --config's files (if given) answer until the first snapshot
-    let read_files = args.xds.as_ref().is_none_or(|x| x.files);
+    // the quota service alone reads no rate limit directory
+    let quota_alone = args.quota.is_some() && args.dir.as_os_str().is_empty();
+    let read_files = args.xds.as_ref().is_none_or(|x| x.files) && !quota_alone;
     let files = if read_files {
         Config::read_dir(&args.dir)?
     } else {
@@ -105,7 +108,21 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if o.shadow_mode {
         tracing::warn!("shadow mode (--shadow-mode or SHADOW_MODE): every request is answered OK");
     }
-    if rules == 0 && args.xds.is_none() {
+    let quota_files = match &args.quota {
+        Some(path) => Some(rlqs::read(path)?),
+        None => None,
+    };
+    let quota_configs = match &quota_files {
+        Some(files) => {
+            let configs = rlqs::parse(files)?;
+            for c in &configs {
+                tracing::info!(domain = %c.domain, rules = c.rules.len(), "quota domain loaded");
+            }
+            Some(configs)
+        }
+        None => None,
+    };
+    if rules == 0 && args.xds.is_none() && args.quota.is_none() {
         let dir = args.dir.display();
         if !args.allow_empty_config {
             return Err(no_rule(&args, files.len()).into());
@@ -116,9 +133,17 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             files.len()
         );
     }
-    let (service, probes) = service(&args, config)?;
+    let services = service(&args, config, quota_configs)?;
     if args.store_check {
-        check_store(probes).await?;
+        check_store(services.probes).await?;
+    }
+    let service = services.rls;
+    let quota = services.quota;
+    if let Some(q) = &quota {
+        let m = q.metrics();
+        service
+            .metrics()
+            .also_render(std::sync::Arc::new(move |out: &mut String| m.render(out)));
     }
     // SIGTERM stops the HTTP endpoints too (their own grace bounds them);
     // /healthcheck answers 500 until gRPC serves, and again once it drains
@@ -197,6 +222,11 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .interval(interval);
         tokio::spawn(watcher.run());
     }
+    if let (Some(q), Some(path), Some(files), Some(interval)) =
+        (&quota, &args.quota, quota_files, args.watch)
+    {
+        tokio::spawn(rlqs::watch(q.clone(), path.clone(), interval, files));
+    }
     let (cap, warning) = connection_cap(args.max_connections, open_file_limit());
     if let Some(w) = warning {
         tracing::warn!("{w}");
@@ -210,6 +240,14 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     health_reporter
         .set_serving::<RateLimitServiceServer<RlsService>>()
         .await;
+    if quota.is_some() {
+        health_reporter
+            .set_serving::<RateLimitQuotaServiceServer<RlqsService>>()
+            .await;
+    }
+    // at SIGTERM the quota streams end, so that their Envoys reconnect to
+    // another instance (keeping their assignments meanwhile)
+    let (stop_streams, streams_stop) = tokio::sync::watch::channel(false);
     health.set_serving(true);
     let http_health = health.clone();
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -220,6 +258,10 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         health_reporter
             .set_not_serving::<RateLimitServiceServer<RlsService>>()
             .await;
+        health_reporter
+            .set_not_serving::<RateLimitQuotaServiceServer<RlqsService>>()
+            .await;
+        let _ = stop_streams.send(true);
         health_reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
@@ -232,12 +274,17 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         idle_timeout_s = args.listener.idle_timeout.as_secs(),
         "serving gRPC"
     );
+    let quota_server = quota.map(|q| {
+        RateLimitQuotaServiceServer::new(RlqsService::new(q).stop_on(streams_stop))
+            .max_decoding_message_size(args.max_message_size)
+    });
     let serve = tonic::transport::Server::builder()
         .max_concurrent_streams(args.max_concurrent_streams)
         .add_service(health_service)
         .add_service(
             RateLimitServiceServer::new(service).max_decoding_message_size(args.max_message_size),
         )
+        .add_optional_service(quota_server)
         .serve_with_incoming_shutdown(incoming, signal);
     let deadline = async {
         if stopped.await.is_ok() {

@@ -10,6 +10,7 @@ use tower_redis_ratelimit::{
     store::Store,
 };
 use tower_redis_ratelimit_server::config::Config;
+use tower_redis_ratelimit_server::rlqs::{DomainConfig, QuotaOptions, QuotaService};
 use tower_redis_ratelimit_server::service::RlsService;
 
 use crate::cli::{Args, StoreChoice};
@@ -17,9 +18,18 @@ use crate::cli::{Args, StoreChoice};
 /// The limiters that check the store at startup: one of each kind of
 /// quota `config` uses (the default fixed window, and each `strategy`),
 /// on the service's store and clock.
-fn probes<S: Store + Clone>(store: &S, config: &Config) -> Result<Vec<RateLimiter>, String> {
+fn probes<S: Store + Clone>(
+    store: &S,
+    config: &Config,
+    quota: bool,
+) -> Result<Vec<RateLimiter>, String> {
     let rate = Rate::new(10, Duration::from_secs(60));
     let mut quotas = vec![Quota::fixed_window(rate).aligned()];
+    if quota {
+        // the quota service's budgets and demand counters
+        quotas.push(Quota::token_bucket(rate));
+        quotas.push(Quota::sliding_window_counter(rate));
+    }
     let mut seen = Vec::new();
     for domain in config.domains() {
         for rule in config.rules(domain) {
@@ -44,20 +54,53 @@ fn probes<S: Store + Clone>(store: &S, config: &Config) -> Result<Vec<RateLimite
         .collect()
 }
 
-/// The service over `config` on the chosen store, and the limiters that
-/// check that store.
+/// What serves: the rate limit service, the quota service when quota
+/// files are given, and the limiters that check their store.
+pub(crate) struct Services {
+    pub(crate) rls: RlsService,
+    pub(crate) quota: Option<QuotaService>,
+    pub(crate) probes: Vec<RateLimiter>,
+}
+
+/// The services on `store`.
+fn on<S: Store + Clone>(
+    args: &Args,
+    config: Config,
+    quota: Option<Vec<DomainConfig>>,
+    store: S,
+    check: bool,
+) -> Result<Services, Box<dyn std::error::Error>> {
+    let probes = if check {
+        probes(&store, &config, quota.is_some())?
+    } else {
+        Vec::new()
+    };
+    let quota = match quota {
+        Some(q) => Some(QuotaService::new(
+            q,
+            store.clone(),
+            QuotaOptions::default(),
+        )?),
+        None => None,
+    };
+    Ok(Services {
+        rls: RlsService::new(config, store, args.options.clone())?,
+        quota,
+        probes,
+    })
+}
+
+/// The services over `config` (and the quota files' `quota`) on the
+/// chosen store, and the limiters that check that store.
 pub(crate) fn service(
     args: &Args,
     config: Config,
-) -> Result<(RlsService, Vec<RateLimiter>), Box<dyn std::error::Error>> {
-    let options = args.options.clone();
+    quota: Option<Vec<DomainConfig>>,
+) -> Result<Services, Box<dyn std::error::Error>> {
     Ok(match &args.store {
         StoreChoice::Memory => {
             tracing::info!("store: memory");
-            (
-                RlsService::new(config, MemoryStore::new(), options)?,
-                Vec::new(),
-            )
+            on(args, config, quota, MemoryStore::new(), false)?
         }
         StoreChoice::Redis { url, ca } => {
             let mut store = match ca {
@@ -78,8 +121,7 @@ pub(crate) fn service(
                 store = store.timeout(t);
             }
             tracing::info!(tls = url.starts_with("rediss://"), "store: redis");
-            let probes = probes(&store, &config)?;
-            (RlsService::new(config, store, options)?, probes)
+            on(args, config, quota, store, true)?
         }
         StoreChoice::Cluster { urls } => {
             let mut store = RedisClusterStore::from_urls(urls.iter().cloned())?;
@@ -87,8 +129,7 @@ pub(crate) fn service(
                 store = store.timeout(t);
             }
             tracing::info!(seeds = urls.len(), "store: redis cluster");
-            let probes = probes(&store, &config)?;
-            (RlsService::new(config, store, options)?, probes)
+            on(args, config, quota, store, true)?
         }
         StoreChoice::Sentinel { urls, master } => {
             let mut store = RedisSentinelStore::from_urls(urls.iter().cloned(), master)?;
@@ -96,8 +137,7 @@ pub(crate) fn service(
                 store = store.timeout(t);
             }
             tracing::info!(sentinels = urls.len(), master, "store: redis sentinel");
-            let probes = probes(&store, &config)?;
-            (RlsService::new(config, store, options)?, probes)
+            on(args, config, quota, store, true)?
         }
     })
 }

@@ -32,6 +32,15 @@ pub(crate) struct ConfigFlags {
     #[arg(long, value_name = "DIR", env = "RATELIMIT_CONFIG")]
     pub(crate) config: Option<PathBuf>,
 
+    /// Serves the rate limit quota service too (RLQS, Envoy's
+    /// envoy.service.rate_limit_quota.v3, for the rate_limit_quota filter)
+    /// on the gRPC port, with the quota files at PATH: a file, or a
+    /// directory's .yaml and .yml files, one domain each, read again as
+    /// --watch-interval says. Without --config (nor RUNTIME_ROOT), the rate
+    /// limit service then serves with no rule.
+    #[arg(long, value_name = "PATH", env = "RATELIMIT_QUOTA_CONFIG")]
+    pub(crate) quota_config: Option<PathBuf>,
+
     /// Checks the configuration directory DIR as the service would load it
     /// (with the flags that change how: --merge-domains,
     /// --allow-empty-config, --shadow-mode, ...), prints its warnings and

@@ -216,6 +216,8 @@ pub(crate) struct Args {
     pub(crate) store_timeout: Option<Duration>,
     /// Whether the store is checked at the start.
     pub(crate) store_check: bool,
+    /// `--quota-config`: the quota service's files, when it is served.
+    pub(crate) quota: Option<PathBuf>,
     /// How often the directory is read again (`None`: once).
     pub(crate) watch: Option<Duration>,
     /// How the configuration files are loaded.
@@ -330,6 +332,10 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         // (envoyproxy/ratelimit reads no directory with xDS: its RUNTIME_*
         // variables, which Envoy Gateway sets all the same, are not read)
         None if xds.is_some() => PathBuf::new(),
+        // the quota service alone
+        None if cli.configuration.quota_config.is_some() && env("RUNTIME_ROOT").is_none() => {
+            PathBuf::new()
+        }
         None => go_env::runtime_dir(&env)?,
     };
     let store = store::resolve(&cli.store, &env)?;
@@ -342,6 +348,7 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
         store,
         store_timeout: cli.store.store_timeout,
         store_check: !cli.store.no_store_check,
+        quota: cli.configuration.quota_config.clone(),
         watch,
         load: LoadOptions::default().merge_domains(merge),
         options,

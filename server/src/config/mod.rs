@@ -115,7 +115,7 @@ mod lookup;
 mod policy;
 mod rule;
 mod validate;
-mod yaml;
+pub(crate) mod yaml;
 
 #[cfg(test)]
 #[path = "tests/examples/mod.rs"]

@@ -65,6 +65,7 @@
 mod http;
 mod label;
 mod render;
+pub(crate) use render::{family, sample};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -173,7 +174,12 @@ pub struct Metrics {
     /// Held by a test to keep a render for a scrape from finishing.
     #[cfg(test)]
     gate: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// Other services' series, rendered after these ([`Metrics::also_render`]).
+    sections: Mutex<Vec<Section>>,
 }
+
+/// Another service's series: appends them to the text.
+pub type Section = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -229,6 +235,15 @@ fn add_by_label(map: &ByLabel, label: &str, cap: usize, n: u64) -> bool {
 }
 
 impl Metrics {
+    /// Renders `section`'s series after these on every scrape (the quota
+    /// service's, served on the same `/metrics`).
+    pub fn also_render(&self, section: Section) {
+        self.sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(section);
+    }
+
     /// Empty statistics: no limit counted yet, no configuration loaded.
     /// At most `max_valued` keys that hold a request's values get a series.
     pub fn new(max_valued: usize) -> Metrics {
@@ -248,6 +263,7 @@ impl Metrics {
             renders: AtomicUsize::new(0),
             #[cfg(test)]
             gate: Mutex::new(None),
+            sections: Mutex::new(Vec::new()),
         }
     }
 

@@ -44,12 +44,12 @@ fn snapshot(map: &ByLabel) -> Vec<(Arc<str>, u64)> {
 }
 
 /// `# HELP` and `# TYPE` (counter) of `name`.
-fn family(out: &mut String, name: &str, help: &str) {
+pub(crate) fn family(out: &mut String, name: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n");
 }
 
 /// One sample line: `name{labels} value`.
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
     out.push_str(name);
     for (i, (k, v)) in labels.iter().enumerate() {
         out.push(if i == 0 { '{' } else { ',' });
@@ -148,6 +148,14 @@ impl Metrics {
                 }
                 out.push('\n');
             }
+        }
+        let sections = self
+            .sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for section in sections {
+            section(&mut out);
         }
         out
     }

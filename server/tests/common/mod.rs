@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod envoy;
+
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

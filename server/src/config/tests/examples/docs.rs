@@ -1,5 +1,5 @@
-//! Every YAML block of the README's and the guide's Envoy sections is a
-//! verbatim part of the example files.
+//! Every YAML block of the README's and the guide's Envoy and quota
+//! service chapters is a verbatim part of the example files.
 
 use super::tokens::{TOKENS_ENVOY, TOKENS_FILE};
 use super::*;
@@ -32,9 +32,15 @@ fn the_yaml_the_readme_and_the_guide_show_is_the_tested_example() {
         read(root().join("examples/config/api.yaml")),
         read(root().join(TOKENS_ENVOY)),
         read(root().join(TOKENS_FILE)),
+        read(root().join("examples/quota/envoy.yaml")),
+        read(root().join("examples/quota/quota.yaml")),
     ];
     let mut checked = 0;
-    for doc in ["../README.md", "../docs/guide/envoy.md"] {
+    for doc in [
+        "../README.md",
+        "../docs/guide/envoy.md",
+        "../docs/guide/quota.md",
+    ] {
         for block in yaml_blocks(&read(root().join(doc))) {
             assert!(
                 examples.iter().any(|e| e.contains(&block)),

@@ -14,6 +14,7 @@
 //! reading Envoy's configuration as the tests need it is here.
 
 mod docs;
+mod quota;
 mod requests;
 mod tokens;
 

@@ -1,0 +1,189 @@
+//! Envoy's `envoy.service.rate_limit_quota.v3.RateLimitQuotaService`
+//! around the quota core ([`QuotaService`]): each stream's reports become
+//! [`Usage`]s, its [`Action`]s the response's bucket actions.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_core::Stream;
+use tokio::sync::{mpsc, watch};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::assign::{Action, QuotaService, Strategy, Usage};
+use super::config::Blanket;
+use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
+    BucketAction, bucket_action,
+};
+use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use crate::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use crate::pb::envoy::r#type::v3 as ty;
+
+/// How long a response may wait for the Envoy to read the ones before
+/// it: past it the stream ends (the Envoy reconnects; what it was
+/// assigned was paid for).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The quota service's gRPC server: serve it with
+/// [`RateLimitQuotaServiceServer::new`](crate::pb::RateLimitQuotaServiceServer::new).
+#[derive(Debug, Clone)]
+pub struct RlqsService {
+    core: QuotaService,
+    stopping: Option<watch::Receiver<bool>>,
+}
+
+impl RlqsService {
+    /// Serves `core`.
+    pub fn new(core: QuotaService) -> Self {
+        RlqsService {
+            core,
+            stopping: None,
+        }
+    }
+
+    /// Ends every stream when `stopping` turns true (at shutdown: the
+    /// Envoys reconnect to another instance, keeping their assignments
+    /// meanwhile).
+    #[must_use]
+    pub fn stop_on(mut self, stopping: watch::Receiver<bool>) -> Self {
+        self.stopping = Some(stopping);
+        self
+    }
+
+    /// The core.
+    pub fn core(&self) -> &QuotaService {
+        &self.core
+    }
+}
+
+type Responses = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for RlqsService {
+    type StreamRateLimitQuotasStream = Responses;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Responses>, Status> {
+        let mut inbound = request.into_inner();
+        // one response waiting at most: a stream that is not read stops
+        // being read (HTTP/2 flow control), its memory bounded
+        let (tx, rx) = mpsc::channel::<Result<RateLimitQuotaResponse, Status>>(1);
+        let core = self.core.clone();
+        let mut stopping = self.stopping.clone();
+        tokio::spawn(async move {
+            let mut state = core.stream();
+            // the first report's domain, for the reports that leave it empty
+            let mut domain = String::new();
+            loop {
+                let next = async {
+                    match &mut stopping {
+                        Some(s) => {
+                            tokio::select! {
+                                m = inbound.message() => Some(m),
+                                _ = s.wait_for(|stop| *stop) => None,
+                            }
+                        }
+                        None => Some(inbound.message().await),
+                    }
+                };
+                let msg = match next.await {
+                    Some(Ok(Some(m))) => m,
+                    // the Envoy closed, the stream broke, or shutting down
+                    _ => break,
+                };
+                if !msg.domain.is_empty() {
+                    domain = msg.domain;
+                }
+                let usages = msg
+                    .bucket_quota_usages
+                    .into_iter()
+                    .map(|u| Usage {
+                        id: u
+                            .bucket_id
+                            .map(|b| b.bucket.into_iter().collect())
+                            .unwrap_or_default(),
+                        allowed: u.num_requests_allowed,
+                        denied: u.num_requests_denied,
+                    })
+                    .collect();
+                let actions = core.report(&mut state, &domain, usages, core.now()).await;
+                if actions.is_empty() {
+                    continue;
+                }
+                let response = RateLimitQuotaResponse {
+                    bucket_action: actions
+                        .into_iter()
+                        .map(|(id, a)| bucket_action_pb(id, a))
+                        .collect(),
+                };
+                match tokio::time::timeout(SEND_TIMEOUT, tx.send(Ok(response))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        tracing::debug!("an Envoy read no response for 10 s: its stream ends");
+                        break;
+                    }
+                }
+            }
+        });
+        let responses =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
+            );
+        Ok(Response::new(Box::pin(responses)))
+    }
+}
+
+/// One action as Envoy reads it. A token bucket's `fill_interval` carries
+/// its seconds again in its nanoseconds: Envoy tells a new bucket from the
+/// one it holds by `max_tokens`, `tokens_per_fill` and the nanoseconds of
+/// `fill_interval` only, and computes the rate from whole seconds.
+pub fn bucket_action_pb(id: Vec<(String, String)>, action: Action) -> BucketAction {
+    let bucket_id = Some(BucketId {
+        bucket: id.into_iter().collect(),
+    });
+    let kind = match action {
+        Action::Abandon => {
+            bucket_action::BucketAction::AbandonAction(bucket_action::AbandonAction {})
+        }
+        Action::Assign { strategy, ttl } => {
+            let strategy = match strategy {
+                Strategy::Blanket(b) => ty::rate_limit_strategy::Strategy::BlanketRule(match b {
+                    Blanket::AllowAll => ty::rate_limit_strategy::BlanketRule::AllowAll,
+                    Blanket::DenyAll => ty::rate_limit_strategy::BlanketRule::DenyAll,
+                }
+                    as i32),
+                Strategy::TokenBucket(tb) => {
+                    let secs = tb.fill_interval_secs;
+                    ty::rate_limit_strategy::Strategy::TokenBucket(ty::TokenBucket {
+                        max_tokens: tb.max_tokens,
+                        tokens_per_fill: Some(tb.tokens_per_fill),
+                        fill_interval: Some(prost_types::Duration {
+                            seconds: i64::from(secs),
+                            nanos: i32::try_from(secs % 1_000_000_000).unwrap_or(0),
+                        }),
+                    })
+                }
+            };
+            bucket_action::BucketAction::QuotaAssignmentAction(
+                bucket_action::QuotaAssignmentAction {
+                    assignment_time_to_live: Some(prost_types::Duration {
+                        seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
+                        nanos: 0,
+                    }),
+                    rate_limit_strategy: Some(ty::RateLimitStrategy {
+                        strategy: Some(strategy),
+                    }),
+                },
+            )
+        }
+    };
+    BucketAction {
+        bucket_id,
+        bucket_action: Some(kind),
+    }
+}
