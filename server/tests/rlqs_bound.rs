@@ -210,6 +210,7 @@ fn check_bound(o: &Outcome) {
     for times in &o.admitted {
         for t in [1.0, 5.0, 10.0, 30.0, 60.0, 120.0] {
             let most = most_in_window(times, t) as f64;
+            eprintln!("window {t} s: at most {most} admitted, bound {}", bound(t));
             assert!(
                 most <= bound(t),
                 "{most} admitted in a window of {t} s, past the bound {}",

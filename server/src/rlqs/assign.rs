@@ -29,8 +29,8 @@
 //! # How the limit is divided
 //!
 //! Each report also adds the bucket's requests (allowed and denied) to
-//! the store's counter of its reporting interval (of the service's clock,
-//! the same at every instance) and reads the whole interval before: `D`,
+//! the store's counter of its reporting interval (of the wall clock, the
+//! same at every instance) and reads the whole interval before: `D`,
 //! every Envoy's requests then. An Envoy that sent `d` of them gets the
 //! rate `ρ·d/D` (at least one token per reporting interval), so the shares
 //! add up to `ρ` and follow a change within one reporting interval. A
@@ -40,7 +40,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
@@ -285,6 +285,7 @@ struct Shared {
     metrics: Arc<QuotaMetrics>,
     buckets: Arc<AtomicUsize>,
     options: QuotaOptions,
+    started: Instant,
 }
 
 struct Running {
@@ -325,6 +326,7 @@ impl QuotaService {
                 metrics,
                 buckets: Arc::default(),
                 options,
+                started: Instant::now(),
             }),
         })
     }
@@ -342,13 +344,23 @@ impl QuotaService {
     }
 
     /// The service's clock, what [`report`](Self::report) takes as `now`
-    /// when it serves Envoys: the system's time since the Unix epoch, so
-    /// that every instance counts demand in the same reporting intervals
-    /// (keep their clocks synchronised, as for the store's).
+    /// when it serves Envoys: monotonic, since the service was built (the
+    /// assignments' times; a step of the system's clock moves nothing).
     pub fn now(&self) -> Duration {
-        std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
+        self.shared.started.elapsed()
+    }
+
+    /// The clock of the demand's reporting intervals, the same at every
+    /// instance: the budgets' clock when it is manual, else the system's
+    /// time since the Unix epoch (keep the instances' clocks synchronised:
+    /// a skew only blurs the shares, never the bound).
+    fn wall(&self) -> Duration {
+        match &self.shared.options.clock {
+            Clock::Manual(m) => m.now(),
+            _ => SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+        }
     }
 
     /// A new stream's state.
@@ -436,11 +448,12 @@ impl QuotaService {
             };
             work.push((id, usage, held));
         }
+        let wall = self.wall();
         let decided: Vec<_> = futures_util::stream::iter(work)
             .map(|(id, usage, mut held)| {
                 let rt = rt.clone();
                 async move {
-                    let action = decide(&rt, &id, &usage, &mut held, now).await;
+                    let action = decide(&rt, &id, &usage, &mut held, now, wall).await;
                     (id, usage, held, action)
                 }
             })
@@ -534,6 +547,7 @@ async fn decide(
     usage: &Usage,
     held: &mut Held,
     now: Duration,
+    wall: Duration,
 ) -> Option<Action> {
     let config = &rt.config;
     let count = usage.allowed.saturating_add(usage.denied).min(MAX_REPORTED);
@@ -564,8 +578,8 @@ async fn decide(
     // this Envoy's requests in the last whole reporting interval, and
     // everyone's (in the store: each report adds its requests to its
     // interval's counter, and reads the one before; the intervals are of
-    // the service's clock, the same for every instance)
-    let k = (now.as_secs_f64() / interval.as_secs_f64()).floor() as u64;
+    // the wall clock, the same for every instance)
+    let k = (wall.as_secs_f64() / interval.as_secs_f64()).floor() as u64;
     if held.interval != k {
         held.before = if held.interval + 1 == k {
             held.in_interval
