@@ -376,3 +376,51 @@ async fn equal_envoys_get_equal_shares_and_a_silent_ones_comes_back_on_redis() {
     let redis = common::Redis::start();
     fair_and_back(common::redis_store(&redis)).await;
 }
+
+/// Twenty Envoys arriving within a second on an idle budget, each far
+/// over the limit: none has a share yet, so each is first assigned the
+/// whole rate, paid from the full budget. This is the case the bound's
+/// `C` is for: what they admit in the first minute comes near the bound,
+/// and stays under it.
+async fn crowd<S: Store + Clone>(store: S) {
+    let clock = ManualClock::new(Duration::from_secs(1_000));
+    let svcs = services(&store, &clock, 2);
+    let specs = (0..20)
+        .map(|i| Spec {
+            instance: i % 2,
+            join: i as f64 * 0.05,
+            leave: f64::INFINITY,
+            silent: None,
+            rate: |_| 100.0,
+            reconnect_always: false,
+        })
+        .collect();
+    let s = Scenario {
+        specs,
+        duration: 60.0,
+        kill: None,
+        buckets: vec![id(&[("user", "erin")])],
+        measure: (0.0, 60.0),
+    };
+    let o = run(&svcs, &clock, &s).await;
+    check_bound(&o);
+    // the budget's 600 and a minute's refill, nearly all admitted in the
+    // first minute: the bound is near what can happen, not a loose one
+    let minute = most_in_window(&o.admitted[0], WINDOW) as f64;
+    assert!(
+        minute >= 0.75 * bound(WINDOW),
+        "{minute} admitted in a minute: the crowd should spend the budget ({})",
+        bound(WINDOW)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_arriving_at_once_spends_the_budget_within_the_bound_on_memory() {
+    crowd(MemoryStore::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_arriving_at_once_spends_the_budget_within_the_bound_on_redis() {
+    let redis = common::Redis::start();
+    crowd(common::redis_store(&redis)).await;
+}
