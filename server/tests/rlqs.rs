@@ -32,7 +32,7 @@ type Client = RateLimitQuotaServiceClient<Channel>;
 
 const CONFIG: &str = "
 domain: edge
-reporting_interval: 1s
+reporting_interval: 100ms
 max_buckets_per_stream: 100
 abandon_after: 300ms
 buckets:
@@ -132,7 +132,11 @@ impl Stream {
             .expect("the stream is open")
     }
 
+    /// Reports, and reads the answer: after a pause past half the
+    /// reporting interval, as the service decides a bucket at most twice
+    /// an interval (a report sooner is answered only for new buckets).
     async fn ask(&mut self, domain: &str, usages: Vec<BucketQuotaUsage>) -> Answers {
+        tokio::time::sleep(Duration::from_millis(60)).await;
         self.send(domain, usages).await;
         Answers::of(self.next().await)
     }
@@ -201,9 +205,10 @@ async fn first_reports_subscribe_and_are_answered<S: Store + Clone>(store: S) {
             ],
         )
         .await;
-    // the limited bucket: a token bucket of its share, 3 s (2 × 1 s + 1 s)
+    // the limited bucket: a token bucket of its share, for 2 s (2 × 100 ms
+    // + 1 s, in whole seconds)
     let (strategy, ttl) = assignment(a.get(ALICE));
-    assert_eq!(ttl, 3);
+    assert_eq!(ttl, 2);
     let PbStrategy::TokenBucket(tb) = strategy else {
         panic!("a token bucket: {strategy:?}");
     };
@@ -223,6 +228,16 @@ async fn first_reports_subscribe_and_are_answered<S: Store + Clone>(store: S) {
     let b = s.ask("edge", vec![usage(ALICE, 3, 0)]).await;
     let (again, _) = assignment(b.get(ALICE));
     assert_eq!(again, PbStrategy::TokenBucket(tb));
+    // reports faster than the interval: no store work, no answer (the
+    // assignment stands), their requests counted
+    for _ in 0..50 {
+        s.send("edge", vec![usage(ALICE, 1, 0)]).await;
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(300), s.rx.message()).await;
+    assert!(
+        quiet.is_err(),
+        "an answer to a report 0 ms after the last: {quiet:?}"
+    );
     // a new stream (Envoy reconnected) is answered at once too
     drop(s);
     let mut s2 = open(&mut client).await;
@@ -323,13 +338,17 @@ async fn a_client_that_never_reads_is_not_read_either_and_its_stream_ends() {
     let metrics = service.metrics();
     let mut client = serve(service).await;
     let s = open(&mut client).await;
-    // ask and never read: 50 buckets a report, 100 buckets in all
-    let ids: Vec<String> = (0..50).map(|i| format!("u{i}")).collect();
+    // ask and never read: 50 new buckets a report (each answered at once)
     let sender = tokio::spawn(async move {
-        for _ in 0..5_000 {
-            let usages = ids
-                .iter()
-                .map(|u| usage(&[("route", "chat"), ("user", u)], 1, 0))
+        for round in 0..5_000 {
+            let usages = (0..50)
+                .map(|i| {
+                    usage(
+                        &[("route", "chat"), ("user", &format!("u{round}.{i}"))],
+                        1,
+                        0,
+                    )
+                })
                 .collect();
             if tokio::time::timeout(Duration::from_secs(2), s.send("edge", usages))
                 .await

@@ -129,6 +129,19 @@ async fn run(services: &[QuotaService], clock: &ManualClock, s: &Scenario) -> Ou
     let steps = (s.duration / dt) as u64;
     for step in 0..steps {
         let now = step as f64 * dt;
+        // every token admitted so far was paid for: taken from the budget
+        // for an assignment before it was sent
+        if step % 100 == 0 {
+            let admitted_so_far: usize = admitted.iter().map(Vec::len).sum();
+            let paid: u64 = services
+                .iter()
+                .map(|svc| svc.metrics().rule("sim", "per-user").assigned_tokens())
+                .sum();
+            assert!(
+                admitted_so_far as u64 <= paid,
+                "at {now:.0} s: {admitted_so_far} admitted, {paid} paid for"
+            );
+        }
         if let Some((when, dead)) = s.kill
             && !killed
             && now >= when

@@ -176,12 +176,16 @@ struct Sent {
 #[derive(Debug, Clone, Default)]
 struct Held {
     sent: Option<Sent>,
-    /// The reporting interval (of the service's clock) of its last
-    /// report, its requests in it, and in the interval before.
+    /// The reporting interval (of the wall clock) of its last decision,
+    /// its requests in it, and in the interval before.
     interval: u64,
     in_interval: u64,
     before: u64,
     idle_since: Option<Duration>,
+    /// When the store was last asked for it, and the requests reported
+    /// since that it did not see yet.
+    decided_at: Option<Duration>,
+    pending: u64,
 }
 
 /// One Envoy's stream: the buckets it reported, with what was assigned.
@@ -573,8 +577,22 @@ async fn decide(
         return Some(blanket(held, bl, ttl, now));
     };
     let interval = config.reporting_interval;
-    // this Envoy's demand, and everyone's (one more store call; when the
-    // store fails this Envoy counts as the only one)
+    // reports faster than the filter's: at most two decisions (store work)
+    // an interval per bucket; meanwhile a paid assignment stands, and the
+    // requests wait for the next decision
+    if let Some(s) = held.sent
+        && held
+            .decided_at
+            .is_some_and(|d| now.saturating_sub(d) < interval / 2)
+        && now + MARGIN < s.at + s.ttl
+    {
+        held.pending = held.pending.saturating_add(count);
+        return None;
+    }
+    held.decided_at = Some(now);
+    let count = count
+        .saturating_add(std::mem::take(&mut held.pending))
+        .min(MAX_REPORTED);
     // this Envoy's requests in the last whole reporting interval, and
     // everyone's (in the store: each report adds its requests to its
     // interval's counter, and reads the one before; the intervals are of
