@@ -9,7 +9,10 @@
 //! [`reload`](service::RlsService::reload) ([`service`]), the sources of
 //! its configuration ([`source`]: the watcher that reloads it when its
 //! directory changes, [`reload`], and an xDS client), and its statistics
-//! in Prometheus's text format with a `/metrics` endpoint ([`metrics`]).
+//! in Prometheus's text format with a `/metrics` endpoint ([`metrics`]);
+//! and Envoy's rate limit quota service (RLQS), whose Envoys decide
+//! locally from the token buckets it assigns, each paid from a shared
+//! budget first ([`rlqs`]).
 //! The `ratelimit-server` binary puts them together; an embedder can too:
 //!
 //! ```no_run
