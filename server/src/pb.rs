@@ -151,4 +151,107 @@ mod tests {
             "WEEK is 7 in rls.proto"
         );
     }
+
+    /// The quota service's field numbers and types, as in Envoy's
+    /// `rlqs.proto`, `ratelimit_strategy.proto` and `token_bucket.proto`
+    /// (each tag byte is `field << 3 | wire type`).
+    #[test]
+    fn quota_messages_have_envoys_field_numbers() {
+        use envoy::service::rate_limit_quota::v3::{
+            BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+            rate_limit_quota_response::{BucketAction, bucket_action},
+            rate_limit_quota_usage_reports::BucketQuotaUsage,
+        };
+        use envoy::r#type::v3 as ty;
+
+        let id = BucketId {
+            bucket: [("k".to_owned(), "v".to_owned())].into(),
+        };
+        // BucketId.bucket 1 (map<string, string>)
+        assert_eq!(id.encode_to_vec(), [0x0a, 6, 0x0a, 1, b'k', 0x12, 1, b'v']);
+        let usage = BucketQuotaUsage {
+            bucket_id: None,
+            time_elapsed: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: 2,
+            num_requests_denied: 3,
+        };
+        // time_elapsed 2, num_requests_allowed 3, num_requests_denied 4
+        assert_eq!(usage.encode_to_vec(), [0x12, 2, 0x08, 1, 0x18, 2, 0x20, 3]);
+        let reports = RateLimitQuotaUsageReports {
+            domain: "d".into(),
+            bucket_quota_usages: vec![BucketQuotaUsage::default()],
+        };
+        // domain 1, bucket_quota_usages 2 (repeated)
+        assert_eq!(reports.encode_to_vec(), [0x0a, 1, b'd', 0x12, 0]);
+
+        let abandon = BucketAction {
+            bucket_id: None,
+            bucket_action: Some(bucket_action::BucketAction::AbandonAction(
+                bucket_action::AbandonAction {},
+            )),
+        };
+        // abandon_action 3
+        assert_eq!(abandon.encode_to_vec(), [0x1a, 0]);
+        let assign = bucket_action::QuotaAssignmentAction {
+            assignment_time_to_live: Some(prost_types::Duration::default()),
+            rate_limit_strategy: Some(ty::RateLimitStrategy {
+                strategy: Some(ty::rate_limit_strategy::Strategy::BlanketRule(
+                    ty::rate_limit_strategy::BlanketRule::DenyAll as i32,
+                )),
+            }),
+        };
+        // assignment_time_to_live 2, rate_limit_strategy 3 > blanket_rule 1
+        assert_eq!(assign.encode_to_vec(), [0x12, 0, 0x1a, 2, 0x08, 1]);
+        let response = RateLimitQuotaResponse {
+            bucket_action: vec![BucketAction {
+                bucket_id: Some(id),
+                bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(assign)),
+            }],
+        };
+        let bytes = response.encode_to_vec();
+        // bucket_action 1 > bucket_id 1, quota_assignment_action 2
+        assert_eq!(bytes[..4], [0x0a, 18, 0x0a, 8]);
+        assert_eq!(bytes[12], 0x12);
+        assert_eq!(
+            RateLimitQuotaResponse::decode(bytes.as_slice()).ok(),
+            Some(response)
+        );
+
+        let per_unit = ty::RateLimitStrategy {
+            strategy: Some(ty::rate_limit_strategy::Strategy::RequestsPerTimeUnit(
+                ty::rate_limit_strategy::RequestsPerTimeUnit {
+                    requests_per_time_unit: 5,
+                    time_unit: ty::RateLimitUnit::Minute as i32,
+                },
+            )),
+        };
+        // requests_per_time_unit 2 > requests_per_time_unit 1, time_unit 2
+        assert_eq!(per_unit.encode_to_vec(), [0x12, 4, 0x08, 5, 0x10, 2]);
+        let bucket = ty::RateLimitStrategy {
+            strategy: Some(ty::rate_limit_strategy::Strategy::TokenBucket(
+                ty::TokenBucket {
+                    max_tokens: 7,
+                    tokens_per_fill: Some(1),
+                    fill_interval: Some(prost_types::Duration {
+                        seconds: 1,
+                        nanos: 0,
+                    }),
+                },
+            )),
+        };
+        // token_bucket 3 > max_tokens 1, tokens_per_fill 2 (UInt32Value),
+        // fill_interval 3
+        assert_eq!(
+            bucket.encode_to_vec(),
+            [0x1a, 10, 0x08, 7, 0x12, 2, 0x08, 1, 0x1a, 2, 0x08, 1]
+        );
+
+        let _client: Option<RateLimitQuotaServiceClient<tonic::transport::Channel>> = None;
+        fn _server<S: RateLimitQuotaService>(s: S) -> RateLimitQuotaServiceServer<S> {
+            RateLimitQuotaServiceServer::new(s)
+        }
+    }
 }
