@@ -218,12 +218,18 @@ async fn first_reports_subscribe_and_are_answered<S: Store + Clone>(store: S) {
     assert!(tb.max_tokens >= 1);
     // the seconds again in the nanoseconds (Envoy compares those)
     assert_eq!(i64::from(fill.nanos), fill.seconds);
-    // a blanket rule, and a bucket no rule matches (allow_all)
+    // a blanket rule, and a bucket no rule matches (unmatched: deny_all)
     assert_eq!(
         blanket(a.get(&[("route", "blocked")])),
         BlanketRule::DenyAll
     );
-    assert_eq!(blanket(a.get(&[("route", "other")])), BlanketRule::AllowAll);
+    assert_eq!(blanket(a.get(&[("route", "other")])), BlanketRule::DenyAll);
+    // an id without the key an empty header leaves out: no way around
+    let no_user = s.ask("edge", vec![usage(&[("route", "chat")], 1, 0)]).await;
+    assert_eq!(
+        blanket(no_user.get(&[("route", "chat")])),
+        BlanketRule::DenyAll
+    );
     // the next report renews the same token bucket
     let b = s.ask("edge", vec![usage(ALICE, 3, 0)]).await;
     let (again, _) = assignment(b.get(ALICE));
@@ -302,7 +308,9 @@ async fn floods_of_bucket_ids_stay_within_the_caps() {
     assert_eq!(denied, 900);
     assert_eq!(metrics.buckets(), 100);
     assert_eq!(metrics.overflow(), 900);
-    // empty ids and ids past the bounds get nothing, and nothing breaks
+    // an empty id gets nothing (an action needs one), an id past the
+    // bounds DENY_ALL (a long header is no way around the rules), huge
+    // counts are counted, and nothing breaks
     let long = "v".repeat(5_000);
     s.send(
         "edge",
@@ -317,8 +325,12 @@ async fn floods_of_bucket_ids_stay_within_the_caps() {
     )
     .await;
     let b = Answers::of(s.next().await);
-    assert_eq!(b.0.len(), 1, "{b:?}");
+    assert_eq!(b.0.len(), 2);
     b.get(ALICE);
+    assert_eq!(
+        blanket(b.get(&[("route", "chat"), ("user", &long)])),
+        BlanketRule::DenyAll
+    );
     drop(s);
     // the stream's buckets are given back when it ends
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

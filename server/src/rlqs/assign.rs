@@ -160,7 +160,7 @@ pub struct Usage {
 }
 
 /// What the service last sent for a bucket of a stream.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Sent {
     strategy: Strategy,
     /// When it was sent, and its TTL.
@@ -170,6 +170,9 @@ struct Sent {
     /// paid beyond it (a fraction of a token, rounding up).
     paid_until: Duration,
     credit: f64,
+    /// The budget that paid for it: a token bucket is carried over only
+    /// on the budget that paid for it.
+    budget: Option<Arc<str>>,
 }
 
 /// A stream's state of one bucket.
@@ -219,6 +222,9 @@ impl Drop for QuotaStream {
 
 /// One limited rule's budget and demand counter.
 struct Budget {
+    /// The rule, its limit and window: what a carried-over assignment
+    /// must have been paid by.
+    id: Arc<str>,
     budget: RateLimiter,
     demand: RateLimiter,
     /// ρ, tokens per second.
@@ -256,7 +262,8 @@ impl std::error::Error for QuotaBuildError {}
 pub struct QuotaOptions {
     /// The budgets' clock (the store's by default; a manual one in tests).
     pub clock: Clock,
-    /// The most buckets all streams together hold (default 1,000,000):
+    /// The most buckets all streams together hold (default 200,000: with
+    /// ids of at most 1 KiB, under 300 MB):
     /// past it, a new bucket is answered as past a stream's cap.
     pub max_buckets: usize,
     /// The most buckets of one report decided at once (default 64).
@@ -267,7 +274,7 @@ impl Default for QuotaOptions {
     fn default() -> Self {
         QuotaOptions {
             clock: Clock::Store,
-            max_buckets: 1_000_000,
+            max_buckets: 200_000,
             concurrency: 64,
         }
     }
@@ -392,9 +399,24 @@ impl QuotaService {
         let metrics = &self.shared.metrics;
         let Some(rt) = running.domains.get(domain).cloned() else {
             metrics.unknown_domain(usages.len());
+            let now_allowed = Sent {
+                strategy: Strategy::Blanket(Blanket::AllowAll),
+                at: now,
+                ttl: UNKNOWN_DOMAIN_TTL,
+                paid_until: now,
+                credit: 0.0,
+                budget: None,
+            };
             return usages
                 .into_iter()
                 .map(|u| {
+                    // a bucket this stream held now holds ALLOW_ALL: never
+                    // carried over as if it still held a token bucket
+                    if let Ok(id) = bucket_id(u.id.iter().cloned())
+                        && let Some(h) = stream.buckets.get_mut(&id)
+                    {
+                        h.sent = Some(now_allowed.clone());
+                    }
                     let action = Action::Assign {
                         strategy: Strategy::Blanket(Blanket::AllowAll),
                         ttl: UNKNOWN_DOMAIN_TTL,
@@ -404,6 +426,7 @@ impl QuotaService {
                 .collect();
         };
         // one entry per bucket (a bucket reported twice: its usage added)
+        let mut too_large = Vec::new();
         let mut merged: Vec<(BucketId, Usage)> = Vec::with_capacity(usages.len());
         let mut at: HashMap<BucketId, usize> = HashMap::new();
         for u in usages {
@@ -420,13 +443,27 @@ impl QuotaService {
                     }
                 },
                 Err(BadId::Empty) => metrics.id_refused("empty"),
-                Err(BadId::TooLarge) => metrics.id_refused("too_large"),
+                Err(BadId::TooLarge) => {
+                    // denied, so that an id made too large (a long header)
+                    // is no way around the rules; not remembered
+                    metrics.id_refused("too_large");
+                    too_large.push(u.id);
+                }
             }
         }
         let config = &rt.config;
         let cap = &self.shared.buckets;
         let mut work = Vec::with_capacity(merged.len());
-        let mut out = Vec::new();
+        let mut out: Vec<(Vec<(String, String)>, Action)> = too_large
+            .into_iter()
+            .map(|id| {
+                let deny = Action::Assign {
+                    strategy: Strategy::Blanket(Blanket::DenyAll),
+                    ttl: config.assignment_ttl,
+                };
+                (id, deny)
+            })
+            .collect();
         for (id, usage) in merged {
             let held = match stream.buckets.remove(&id) {
                 Some(h) => h,
@@ -503,8 +540,11 @@ fn build(
                     let rate = limit as f64 / window.as_secs_f64();
                     // room for one lease of the whole rate
                     let lease = (rate * lead.as_secs_f64()).ceil() as u64 + 1;
+                    // named: a changed limit rescales the stored state rather than
+                    // starting a new, full budget
                     let quota = Quota::token_bucket(Rate::new(limit, window))
-                        .burst(limit.max(lease).min(super::config::MAX_LIMIT));
+                        .burst(limit.max(lease).min(super::config::MAX_LIMIT))
+                        .name("budget");
                     // one counter per reporting interval, kept for four
                     let demand =
                         Quota::fixed_window(Rate::new(super::config::MAX_LIMIT, interval * 4));
@@ -515,6 +555,8 @@ fn build(
                         ))
                     };
                     Some(Budget {
+                        id: format!("{}\0{}\0{limit}\0{}", c.domain, r.name, window.as_millis())
+                            .into(),
                         budget: make(&prefix_for("rlqs", &c.domain, &r.name, "budget"), quota)
                             .map_err(err)?,
                         demand: make(&prefix_for("rlqs", &c.domain, &r.name, "demand"), demand)
@@ -580,11 +622,11 @@ async fn decide(
     // reports faster than the filter's: at most two decisions (store work)
     // an interval per bucket; meanwhile a paid assignment stands, and the
     // requests wait for the next decision
-    if let Some(s) = held.sent
+    if let Some(s) = &held.sent
         && held
             .decided_at
             .is_some_and(|d| now.saturating_sub(d) < interval / 2)
-        && now + MARGIN < s.at + s.ttl
+        && outlives_next_report(s, now, interval)
     {
         held.pending = held.pending.saturating_add(count);
         return None;
@@ -632,10 +674,12 @@ async fn decide(
     };
     let target = share.clamp(floor, b.rate);
     let paid_until = now + ttl + MARGIN;
-    // the same bucket again, when Envoy surely still holds it
-    if let Some(s) = held.sent
+    // the same bucket again, when Envoy surely still holds it, paid by
+    // this budget (not one of a rule changed or replaced since)
+    if let Some(s) = held.sent.clone()
         && let Strategy::TokenBucket(tb) = s.strategy
         && now + MARGIN < s.at + s.ttl
+        && s.budget.as_deref() == Some(&*b.id)
     {
         let ratio = target / tb.rate();
         if TokenBucket::for_rate(target, config.reporting_interval) == tb
@@ -652,6 +696,7 @@ async fn decide(
                         ttl,
                         paid_until,
                         credit: cost - owed.max(0.0),
+                        budget: Some(b.id.clone()),
                     });
                     return Some(assign(s.strategy, ttl));
                 }
@@ -678,6 +723,7 @@ async fn decide(
                     ttl,
                     paid_until,
                     credit: paid - tb.rate() * lead,
+                    budget: Some(b.id.clone()),
                 });
                 return Some(assign(Strategy::TokenBucket(tb), ttl));
             }
@@ -720,6 +766,12 @@ async fn take(b: &Budget, key: &str, cost: u64) -> Took {
     }
 }
 
+/// Whether Envoy surely still holds `s` when the next report comes (and
+/// an answer to it arrives).
+fn outlives_next_report(s: &Sent, now: Duration, interval: Duration) -> bool {
+    now + interval + MARGIN < s.at + s.ttl
+}
+
 fn assign(strategy: Strategy, ttl: Duration) -> Action {
     Action::Assign { strategy, ttl }
 }
@@ -732,6 +784,7 @@ fn blanket(held: &mut Held, b: Blanket, ttl: Duration, now: Duration) -> Action 
         ttl,
         paid_until: now,
         credit: 0.0,
+        budget: None,
     });
     assign(strategy, ttl)
 }
@@ -749,10 +802,10 @@ fn on_store_error(
     rule.counters.store_error();
     match config.on_store_error {
         OnStoreError::Allow => Some(blanket(held, Blanket::AllowAll, ttl, now)),
-        OnStoreError::Deny => match held.sent {
+        OnStoreError::Deny => match &held.sent {
             Some(s)
                 if matches!(s.strategy, Strategy::TokenBucket(_))
-                    && now + MARGIN < s.at + s.ttl =>
+                    && outlives_next_report(s, now, config.reporting_interval) =>
             {
                 None
             }

@@ -28,7 +28,7 @@ use crate::config::yaml::{self, Kind, Node, Scalar};
 /// The most entries a bucket id may have (a rule's `id` and a reported id).
 pub const MAX_ID_ENTRIES: usize = 32;
 /// The most bytes of keys and values a bucket id may have.
-pub const MAX_ID_BYTES: usize = 4096;
+pub const MAX_ID_BYTES: usize = 1024;
 /// The most bucket rules a domain may have.
 pub const MAX_RULES: usize = 10_000;
 /// The most a `requests_per_unit` may be (2^40, as the library's quotas).
@@ -112,8 +112,8 @@ pub struct DomainConfig {
     /// rounded up), so that one late report does not let it lapse.
     pub assignment_ttl: Duration,
     /// `unmatched`: what a bucket no rule matches gets (default
-    /// `allow_all`, as the rate limit service allows a descriptor no rule
-    /// matches).
+    /// `deny_all`: Envoy leaves a key out of an id when its value is empty,
+    /// so an id the rules do not expect is no way around them).
     pub unmatched: Blanket,
     /// `on_store_error` (default `deny`).
     pub on_store_error: OnStoreError,
@@ -218,7 +218,7 @@ impl DomainConfig {
         let mut domain = None;
         let mut interval = None;
         let mut ttl = None;
-        let mut unmatched = Blanket::AllowAll;
+        let mut unmatched = Blanket::DenyAll;
         let mut on_store_error = OnStoreError::Deny;
         let mut max_buckets = 10_000usize;
         let mut abandon_after = Duration::from_secs(300);
@@ -396,6 +396,13 @@ fn read_rule(
                             "1 to 128 of A-Z, a-z, 0-9, '.', '_', '-'".into(),
                         )
                     })?;
+                if n == "unmatched" {
+                    return Err(err(
+                        &at,
+                        v.line,
+                        "\"unmatched\" names the buckets no rule matches (in the metrics)".into(),
+                    ));
+                }
                 name = Some(n.to_owned());
             }
             "id" => {
@@ -573,7 +580,7 @@ buckets:
         assert_eq!(c.domain, "edge");
         assert_eq!(c.reporting_interval, Duration::from_secs(5));
         assert_eq!(c.assignment_ttl, Duration::from_secs(11));
-        assert_eq!(c.unmatched, Blanket::AllowAll);
+        assert_eq!(c.unmatched, Blanket::DenyAll);
         assert_eq!(c.on_store_error, OnStoreError::Deny);
         let (i, key) = c
             .lookup(&id(&[("user", "bob"), ("route", "chat")]))
@@ -661,6 +668,10 @@ buckets:
             ),
             ("", "the file is empty"),
             ("[1]", "not a mapping"),
+            (
+                "domain: d\nreporting_interval: 1s\nbuckets:\n  - name: unmatched\n    id: {k: v}\n    blanket: allow_all\n",
+                "buckets[0].name: \"unmatched\" names",
+            ),
         ];
         for (text, want) in cases {
             let e = DomainConfig::parse("t.yaml", text).unwrap_err().to_string();

@@ -3,13 +3,12 @@
 //! [`Usage`]s, its [`Action`]s the response's bucket actions.
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::assign::{Action, QuotaService, Strategy, Usage};
+use super::assign::{Action, MARGIN, QuotaService, Strategy, Usage};
 use super::config::Blanket;
 use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
     BucketAction, bucket_action,
@@ -19,11 +18,6 @@ use crate::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use crate::pb::envoy::r#type::v3 as ty;
-
-/// How long a response may wait for the Envoy to read the ones before
-/// it: past it the stream ends (the Envoy reconnects; what it was
-/// assigned was paid for).
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The quota service's gRPC server: serve it with
 /// [`RateLimitQuotaServiceServer::new`](crate::pb::RateLimitQuotaServiceServer::new).
@@ -109,8 +103,21 @@ impl RateLimitQuotaService for RlqsService {
                         denied: u.num_requests_denied,
                     })
                     .collect();
-                let actions = core.report(&mut state, &domain, usages, core.now()).await;
+                let now = core.now();
+                let actions = core.report(&mut state, &domain, usages, now).await;
                 if actions.is_empty() {
+                    continue;
+                }
+                // an assignment is paid until its TTL and MARGIN past `now`:
+                // an answer that cannot be on its way within MARGIN is not
+                // sent (its Envoy keeps what it holds, paid for)
+                let left = MARGIN.saturating_sub(core.now().saturating_sub(now));
+                if left.is_zero() {
+                    tracing::warn!(
+                        "a report took past {} ms to decide (a slow store?): its answer is \
+                         not sent",
+                        MARGIN.as_millis()
+                    );
                     continue;
                 }
                 let response = RateLimitQuotaResponse {
@@ -119,11 +126,13 @@ impl RateLimitQuotaService for RlqsService {
                         .map(|(id, a)| bucket_action_pb(id, a))
                         .collect(),
                 };
-                match tokio::time::timeout(SEND_TIMEOUT, tx.send(Ok(response))).await {
+                match tokio::time::timeout(left, tx.send(Ok(response))).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break,
                     Err(_) => {
-                        tracing::debug!("an Envoy read no response for 10 s: its stream ends");
+                        // a client that does not read its answers: the stream
+                        // ends (it reconnects; what it holds was paid for)
+                        tracing::debug!("an Envoy does not read its answers: its stream ends");
                         break;
                     }
                 }

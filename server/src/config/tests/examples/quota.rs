@@ -32,9 +32,16 @@ fn filter(envoy: &Envoy) -> &Node {
     filters[0]
 }
 
-/// Whether one `single_predicate` (a request header input, `exact` or
-/// `prefix`) matches `req`.
+/// Whether a predicate matches `req`: an `and_matcher` of predicates, or
+/// a `single_predicate` (a request header input, `exact`, `prefix`, or the
+/// `safe_regex` `.+`, any value but an empty one).
 fn matches(predicate: &Node, req: Request<'_>) -> bool {
+    if let Some(and) = get(predicate, "and_matcher") {
+        let Kind::Seq(all) = &get(and, "predicate").expect("predicates").kind else {
+            panic!("and_matcher.predicate is a list");
+        };
+        return all.iter().all(|p| matches(p, req));
+    }
     let single = get(predicate, "single_predicate").expect("a single_predicate");
     let input = get(get(single, "input").expect("an input"), "typed_config").expect("typed_config");
     assert_eq!(
@@ -43,6 +50,14 @@ fn matches(predicate: &Node, req: Request<'_>) -> bool {
     );
     let value = header(req, text(input, "header_name").expect("header_name"));
     let m = get(single, "value_match").expect("value_match");
+    if let Some(re) = get(m, "safe_regex") {
+        assert_eq!(
+            text(re, "regex"),
+            Some(".+"),
+            "a regex this test does not know"
+        );
+        return value.is_some_and(|v| !v.is_empty());
+    }
     match (text(m, "exact"), text(m, "prefix"), value) {
         (Some(e), None, Some(v)) => v == e,
         (None, Some(p), Some(v)) => v.starts_with(p),
@@ -114,6 +129,10 @@ async fn the_example_envoys_buckets_reach_the_example_quota_rules_and_are_answer
             &[(":path", "/chat"), ("x-user-id", "bob")],
             Some("chat-per-user"),
         ),
+        // without a user (no header, or an empty one): {route: chat},
+        // which no rule matches: denied
+        (&[(":path", "/chat")], Some("unmatched")),
+        (&[(":path", "/chat"), ("x-user-id", "")], Some("unmatched")),
         (&[(":path", "/search?q=x")], Some("search")),
         (&[(":path", "/healthz")], Some("health")),
         // no matcher: allowed by Envoy, never reported
@@ -131,11 +150,9 @@ async fn the_example_envoys_buckets_reach_the_example_quota_rules_and_are_answer
             "{req:?}"
         );
         let sorted = crate::rlqs::config::bucket_id(id.clone()).expect("a valid id");
-        let (i, _) = quota
-            .lookup(&sorted)
-            .unwrap_or_else(|| panic!("no rule for {id:?}"));
-        let rule = &quota.rules[i];
-        assert_eq!(Some(rule.name.as_str()), *want, "{req:?}");
+        let rule = quota.lookup(&sorted).map(|(i, _)| &quota.rules[i]);
+        let name = rule.map_or("unmatched", |r| r.name.as_str());
+        assert_eq!(Some(name), *want, "{req:?}");
         // and the service answers it as the rule says
         let usage = Usage {
             id: id.clone(),
@@ -150,15 +167,24 @@ async fn the_example_envoys_buckets_reach_the_example_quota_rules_and_are_answer
         };
         assert_eq!(got_id, &id);
         assert_eq!(*ttl, quota.assignment_ttl);
-        match rule.name.as_str() {
+        match name {
             "health" => assert_eq!(*strategy, Strategy::Blanket(Blanket::AllowAll)),
+            "unmatched" => assert_eq!(*strategy, Strategy::Blanket(Blanket::DenyAll)),
             _ => assert!(matches!(strategy, Strategy::TokenBucket(_)), "{strategy:?}"),
         }
-        // a limited bucket's assignments fail closed once they lapse
-        if rule.name != "health" {
-            let expired = get(settings, "expired_assignment_behavior").expect("expired behaviour");
-            let fallback = get(expired, "fallback_rate_limit").expect("a fallback");
-            assert_eq!(text(fallback, "blanket_rule"), Some("DENY_ALL"));
+        // a limited bucket fails closed without an assignment: before its
+        // first, and once one lapses (Envoy falls back to the no-assignment
+        // behaviour as soon as the expired one's timeout, unset, ends)
+        if name != "health" {
+            for behaviour in ["no_assignment_behavior", "expired_assignment_behavior"] {
+                let b = get(settings, behaviour).unwrap_or_else(|| panic!("{behaviour}"));
+                let fallback = get(b, "fallback_rate_limit").expect("a fallback");
+                assert_eq!(
+                    text(fallback, "blanket_rule"),
+                    Some("DENY_ALL"),
+                    "{behaviour}"
+                );
+            }
         }
     }
 }
