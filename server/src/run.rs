@@ -117,6 +117,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let configs = rlqs::parse(files)?;
             for c in &configs {
                 tracing::info!(domain = %c.domain, rules = c.rules.len(), "quota domain loaded");
+                for w in c.warnings() {
+                    tracing::warn!("{w}");
+                }
             }
             Some(configs)
         }

@@ -163,6 +163,40 @@ pub fn bucket_id(entries: impl IntoIterator<Item = (String, String)>) -> Result<
 }
 
 impl DomainConfig {
+    /// What in this file is likely a mistake, for a log line each: a
+    /// reporting interval under the 5 s Envoy's filter reports at (2026,
+    /// whatever its setting), and limits whose lease (what one Envoy's
+    /// assignment prepays: the rate over TTL, margin and interval) is more
+    /// than their limit, so that the bound's `C` is too.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.reporting_interval < Duration::from_secs(5) {
+            w.push(format!(
+                "{}: reporting_interval {} ms: Envoy's filter reports every 5 s whatever its \
+                 setting says; unless yours honours it, assignments lapse between reports \
+                 (give 5s)",
+                self.file,
+                self.reporting_interval.as_millis()
+            ));
+        }
+        let lead = self.assignment_ttl
+            + Duration::from_secs(1)
+            + self.reporting_interval.max(Duration::from_secs(1));
+        for r in &self.rules {
+            if let Answer::Limit { limit, window } = r.answer {
+                let lease = limit as f64 * lead.as_secs_f64() / window.as_secs_f64();
+                if lease > limit as f64 {
+                    w.push(format!(
+                        "{}: buckets \"{}\": one assignment prepays {:.0} requests, more than \
+                         its limit of {limit}: a longer unit bounds it closer",
+                        self.file, r.name, lease
+                    ));
+                }
+            }
+        }
+        w
+    }
+
     /// The rule matching `id` (sorted, as [`bucket_id`] gives it), and the
     /// key of its budget (the values of its `*` entries, each
     /// length-prefixed, so that no two ids share one).
@@ -689,6 +723,29 @@ buckets:
         .unwrap();
         assert_eq!(c.rules[0].answer, Answer::Blanket(Blanket::DenyAll));
         assert_eq!(c.assignment_ttl, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn short_intervals_and_leases_past_the_limit_are_warned_of() {
+        // 10 a second with reports every 5 s: 170 prepaid in a lease
+        let w = DomainConfig::parse("edge.yaml", EXAMPLE)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("\"alice\": one assignment prepays 170"),
+            "{w:?}"
+        );
+        let ok = EXAMPLE.replace(
+            "requests_per_unit: 10\n    unit: second",
+            "requests_per_unit: 10\n    unit: hour",
+        );
+        let w = DomainConfig::parse("edge.yaml", &ok).unwrap().warnings();
+        assert!(w.is_empty(), "{w:?}");
+        let fast = ok.replace("reporting_interval: 5s", "reporting_interval: 1s");
+        let w = DomainConfig::parse("edge.yaml", &fast).unwrap().warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("reports every 5 s"), "{w:?}");
     }
 
     #[test]
