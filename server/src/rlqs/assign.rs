@@ -30,10 +30,10 @@
 //!
 //! Each report also adds the bucket's requests (allowed and denied) to
 //! the store's counter of its reporting interval (of the wall clock, the
-//! same at every instance) and reads the whole interval before: `D`,
-//! every Envoy's requests then. An Envoy that sent `d` of them gets the
-//! rate `ρ·d/D` (at least one token per reporting interval), so the shares
-//! add up to `ρ` and follow a change within one reporting interval. A
+//! same at every instance) and reads the two whole intervals before: `D`,
+//! every Envoy's requests per second then. An Envoy sending `d` a second
+//! gets the rate `ρ·d/D` (at least one token per reporting interval), so
+//! the shares come to `ρ` and follow a change within two intervals. A
 //! rate within a quarter of the one it holds is kept, so that Envoy keeps
 //! its bucket's state.
 
@@ -179,11 +179,6 @@ struct Sent {
 #[derive(Debug, Clone, Default)]
 struct Held {
     sent: Option<Sent>,
-    /// The reporting interval (of the wall clock) of its last decision,
-    /// its requests in it, and in the interval before.
-    interval: u64,
-    in_interval: u64,
-    before: u64,
     idle_since: Option<Duration>,
     /// When the store was last asked for it, and the requests reported
     /// since that it did not see yet.
@@ -631,44 +626,35 @@ async fn decide(
         held.pending = held.pending.saturating_add(count);
         return None;
     }
-    held.decided_at = Some(now);
+    let since = held.decided_at.replace(now).map(|d| now.saturating_sub(d));
     let count = count
         .saturating_add(std::mem::take(&mut held.pending))
         .min(MAX_REPORTED);
-    // this Envoy's requests in the last whole reporting interval, and
-    // everyone's (in the store: each report adds its requests to its
-    // interval's counter, and reads the one before; the intervals are of
-    // the wall clock, the same for every instance)
+    // everyone's demand: each decision adds its requests to the store's
+    // counter of its reporting interval (of the wall clock, the same for
+    // every instance), and reads the two whole intervals before (two, so
+    // that reports falling on either side of an interval's end even out)
     let k = (wall.as_secs_f64() / interval.as_secs_f64()).floor() as u64;
-    if held.interval != k {
-        held.before = if held.interval + 1 == k {
-            held.in_interval
-        } else {
-            0
-        };
-        held.interval = k;
-        held.in_interval = 0;
-    }
-    held.in_interval = held.in_interval.saturating_add(count);
-    let (added, last) = futures_util::future::join(
-        b.demand.check_n(format!("{key}#{k}").as_bytes(), count),
-        b.demand
-            .peek(format!("{key}#{}", k.saturating_sub(1)).as_bytes()),
+    let counter = |k: u64| format!("{key}#{k}");
+    let (added, one, two) = futures_util::future::join3(
+        b.demand.check_n(counter(k).as_bytes(), count),
+        b.demand.peek(counter(k.saturating_sub(1)).as_bytes()),
+        b.demand.peek(counter(k.saturating_sub(2)).as_bytes()),
     )
     .await;
-    let everyone = match (added, last) {
-        (Ok(_), Ok(d)) => d.limit().saturating_sub(d.remaining()),
-        _ => 0,
+    let used = |d: tower_redis_ratelimit::Decision| d.limit().saturating_sub(d.remaining());
+    let everyone = match (added, one, two) {
+        (Ok(_), Ok(a), Ok(b)) => {
+            used(a).saturating_add(used(b)) as f64 / (interval * 2).as_secs_f64()
+        }
+        _ => 0.0,
     };
     let floor = (1.0 / interval.as_secs_f64().ceil().max(1.0)).min(b.rate);
-    // a new (or idle) Envoy: its share of this interval so far
-    let (mine, everyone) = if held.before > 0 {
-        (held.before, everyone.max(held.before))
-    } else {
-        (held.in_interval, everyone.saturating_add(held.in_interval))
-    };
-    let share = if mine > 0 {
-        b.rate * mine as f64 / everyone as f64
+    // this Envoy's: its requests over the time since its last decision
+    // (for a new one, those of its first report, over an interval)
+    let mine = count as f64 / since.unwrap_or(interval).max(interval / 2).as_secs_f64();
+    let share = if mine > 0.0 {
+        b.rate * mine / everyone.max(mine)
     } else {
         floor
     };
@@ -676,30 +662,21 @@ async fn decide(
     let paid_until = now + ttl + MARGIN;
     // the same bucket again, when Envoy surely still holds it, paid by
     // this budget (not one of a rule changed or replaced since)
-    if let Some(s) = held.sent.clone()
-        && let Strategy::TokenBucket(tb) = s.strategy
-        && now + MARGIN < s.at + s.ttl
-        && s.budget.as_deref() == Some(&*b.id)
-    {
-        let ratio = target / tb.rate();
-        if TokenBucket::for_rate(target, config.reporting_interval) == tb
-            || (0.8..=1.25).contains(&ratio)
+    let holding = held.sent.clone().and_then(|s| match s.strategy {
+        Strategy::TokenBucket(tb)
+            if now + MARGIN < s.at + s.ttl && s.budget.as_deref() == Some(&*b.id) =>
         {
-            let owed = tb.rate() * paid_until.saturating_sub(s.paid_until).as_secs_f64() - s.credit;
-            let cost = owed.max(0.0).ceil();
-            match take(b, &key, cost as u64).await {
-                Took::Yes => {
-                    rule.counters.assigned(cost as u64);
-                    held.sent = Some(Sent {
-                        strategy: s.strategy,
-                        at: now,
-                        ttl,
-                        paid_until,
-                        credit: cost - owed.max(0.0),
-                        budget: Some(b.id.clone()),
-                    });
-                    return Some(assign(s.strategy, ttl));
-                }
+            Some((s, tb))
+        }
+        _ => None,
+    });
+    let mut extended = false;
+    if let Some((s, tb)) = &holding {
+        let ratio = target / tb.rate();
+        if TokenBucket::for_rate(target, interval) == *tb || (0.8..=1.25).contains(&ratio) {
+            extended = true;
+            match extend(b, &key, held, s, *tb, (now, ttl, paid_until), rule).await {
+                Took::Yes => return Some(assign(s.strategy, ttl)),
                 Took::No(_) => {}
                 Took::Failed => return on_store_error(rule, config, held, ttl, now),
             }
@@ -727,8 +704,24 @@ async fn decide(
                 });
                 return Some(assign(Strategy::TokenBucket(tb), ttl));
             }
-            Took::No(left) if tries == 0 && left >= 2 => {
+            Took::No(left) if tries == 0 => {
                 tries += 1;
+                // a smaller bucket the Envoy holds, while its share grows:
+                // kept (its time added paid), rather than a new one bought
+                // at every report for its whole lease
+                if !extended
+                    && let Some((s, held_tb)) = &holding
+                    && held_tb.rate() < target
+                {
+                    match extend(b, &key, held, s, *held_tb, (now, ttl, paid_until), rule).await {
+                        Took::Yes => return Some(assign(s.strategy, ttl)),
+                        Took::No(_) => {}
+                        Took::Failed => return on_store_error(rule, config, held, ttl, now),
+                    }
+                }
+                if left < 2 {
+                    break;
+                }
                 // the largest rate whose new bucket fits in what is left
                 let burst_secs = interval.max(Duration::from_secs(1)).as_secs_f64();
                 let rate = (left - 1) as f64 / (lead + burst_secs);
@@ -746,6 +739,36 @@ async fn decide(
     }
     rule.counters.budget_empty();
     Some(blanket(held, Blanket::DenyAll, ttl, now))
+}
+
+/// Extends the token bucket `tb` that the Envoy holds (`s` sent it) to
+/// `paid_until`, paying its rate over the time added; on success `held`
+/// records it sent again at `now` for `ttl`.
+async fn extend(
+    b: &Budget,
+    key: &str,
+    held: &mut Held,
+    s: &Sent,
+    tb: TokenBucket,
+    (now, ttl, paid_until): (Duration, Duration, Duration),
+    rule: &RuleRt,
+) -> Took {
+    let owed =
+        (tb.rate() * paid_until.saturating_sub(s.paid_until).as_secs_f64() - s.credit).max(0.0);
+    let cost = owed.ceil();
+    let took = take(b, key, cost as u64).await;
+    if let Took::Yes = took {
+        rule.counters.assigned(cost as u64);
+        held.sent = Some(Sent {
+            strategy: s.strategy,
+            at: now,
+            ttl,
+            paid_until,
+            credit: cost - owed,
+            budget: Some(b.id.clone()),
+        });
+    }
+    took
 }
 
 enum Took {
