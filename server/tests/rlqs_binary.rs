@@ -130,7 +130,7 @@ async fn strategy(
         .expect("an answer within 30 s")
         .expect("no error")
         .expect("an answer");
-    match answer.bucket_action[0].bucket_action.clone() {
+    match answer.bucket_action[0].bucket_action {
         Some(Kind::QuotaAssignmentAction(a)) => a
             .rate_limit_strategy
             .and_then(|s| s.strategy)
