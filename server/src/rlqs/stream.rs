@@ -1,14 +1,17 @@
 //! Envoy's `envoy.service.rate_limit_quota.v3.RateLimitQuotaService`
 //! around the quota core ([`QuotaService`]): each stream's reports become
-//! [`Usage`]s, its [`Action`]s the response's bucket actions.
+//! [`Usage`]s, its [`Action`]s the response's bucket actions
+//! ([`bucket_action_pb`]; [`action_of_pb`] reads one back, as Envoy does).
 
 use std::pin::Pin;
+
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::assign::{Action, MARGIN, QuotaService, Strategy, Usage};
+use super::assign::{Action, MARGIN, QuotaService, Strategy, TokenBucket, Usage};
 use super::config::Blanket;
 use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
     BucketAction, bucket_action,
@@ -194,5 +197,136 @@ pub fn bucket_action_pb(id: Vec<(String, String)>, action: Action) -> BucketActi
     BucketAction {
         bucket_id,
         bucket_action: Some(kind),
+    }
+}
+
+/// One bucket action read as Envoy's filter reads it, the inverse of
+/// [`bucket_action_pb`]: the bucket id's entries (sorted by key) and the
+/// action, the TTL and the fill interval in whole seconds, an unset
+/// `tokens_per_fill` 1 (the protocol's default). `None` for what this
+/// service never sends: no id, no action or strategy, an unknown blanket
+/// rule, `requests_per_time_unit`, a zero or negative fill interval.
+pub fn action_of_pb(action: BucketAction) -> Option<(Vec<(String, String)>, Action)> {
+    let mut id: Vec<(String, String)> = action.bucket_id?.bucket.into_iter().collect();
+    id.sort();
+    let action = match action.bucket_action? {
+        bucket_action::BucketAction::AbandonAction(_) => Action::Abandon,
+        bucket_action::BucketAction::QuotaAssignmentAction(a) => {
+            let secs = a.assignment_time_to_live.map_or(0, |d| d.seconds);
+            let ttl = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+            let strategy = match a.rate_limit_strategy?.strategy? {
+                ty::rate_limit_strategy::Strategy::BlanketRule(b) => {
+                    match ty::rate_limit_strategy::BlanketRule::try_from(b).ok()? {
+                        ty::rate_limit_strategy::BlanketRule::AllowAll => {
+                            Strategy::Blanket(Blanket::AllowAll)
+                        }
+                        ty::rate_limit_strategy::BlanketRule::DenyAll => {
+                            Strategy::Blanket(Blanket::DenyAll)
+                        }
+                    }
+                }
+                ty::rate_limit_strategy::Strategy::TokenBucket(tb) => {
+                    let secs = tb.fill_interval?.seconds;
+                    Strategy::TokenBucket(TokenBucket {
+                        max_tokens: tb.max_tokens,
+                        tokens_per_fill: tb.tokens_per_fill.unwrap_or(1),
+                        fill_interval_secs: u32::try_from(secs).ok().filter(|&s| s > 0)?,
+                    })
+                }
+                ty::rate_limit_strategy::Strategy::RequestsPerTimeUnit(_) => return None,
+            };
+            Action::Assign { strategy, ttl }
+        }
+    };
+    Some((id, action))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(entries: &[(&str, &str)]) -> Vec<(String, String)> {
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_action_sent_reads_back_the_same() {
+        let ttl = Duration::from_secs(11);
+        let bucket = |max_tokens, tokens_per_fill, fill_interval_secs| {
+            Strategy::TokenBucket(TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_secs,
+            })
+        };
+        let actions = [
+            Action::Abandon,
+            Action::Assign {
+                strategy: Strategy::Blanket(Blanket::AllowAll),
+                ttl: Duration::from_secs(300),
+            },
+            Action::Assign {
+                strategy: Strategy::Blanket(Blanket::DenyAll),
+                ttl,
+            },
+            Action::Assign {
+                strategy: bucket(50, 10, 1),
+                ttl,
+            },
+            Action::Assign {
+                strategy: bucket(1, 1, 4),
+                ttl: Duration::from_secs(3),
+            },
+            Action::Assign {
+                strategy: bucket(u32::MAX, u32::MAX, 60),
+                ttl: Duration::ZERO,
+            },
+        ];
+        let entries = id(&[("route", "chat"), ("user", "alice")]);
+        for action in actions {
+            let pb = bucket_action_pb(entries.clone(), action);
+            assert_eq!(action_of_pb(pb), Some((entries.clone(), action)));
+        }
+    }
+
+    #[test]
+    fn what_the_service_never_sends_reads_as_nothing() {
+        let entries = id(&[("user", "alice")]);
+        let assign = Action::Assign {
+            strategy: Strategy::Blanket(Blanket::DenyAll),
+            ttl: Duration::from_secs(3),
+        };
+        let no_id = BucketAction {
+            bucket_id: None,
+            ..bucket_action_pb(entries.clone(), assign)
+        };
+        assert_eq!(action_of_pb(no_id), None);
+        let no_action = BucketAction {
+            bucket_action: None,
+            ..bucket_action_pb(entries.clone(), assign)
+        };
+        assert_eq!(action_of_pb(no_action), None);
+        let per_time_unit = BucketAction {
+            bucket_id: Some(BucketId {
+                bucket: entries.iter().cloned().collect(),
+            }),
+            bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
+                bucket_action::QuotaAssignmentAction {
+                    assignment_time_to_live: None,
+                    rate_limit_strategy: Some(ty::RateLimitStrategy {
+                        strategy: Some(ty::rate_limit_strategy::Strategy::RequestsPerTimeUnit(
+                            ty::rate_limit_strategy::RequestsPerTimeUnit {
+                                requests_per_time_unit: 10,
+                                time_unit: ty::RateLimitUnit::Second as i32,
+                            },
+                        )),
+                    }),
+                },
+            )),
+        };
+        assert_eq!(action_of_pb(per_time_unit), None);
     }
 }
