@@ -162,7 +162,13 @@ taskset -c "$SERVER_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --sa
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
 wait_port "$REDIS_PORT" "$REDIS_PID"
-redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server on $REDIS_PORT does not answer PING"
+# (a port that accepted once is not yet a Redis that answers: retried, 10 s)
+for ((i = 0; i < 100; i++)); do
+    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+    kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server on $REDIS_PORT exited: $(tail -n 20 "$TMP/redis-$REDIS_PORT.log" 2>/dev/null)"
+    sleep 0.1
+done
+redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server on $REDIS_PORT does not answer PING: $(tail -n 20 "$TMP/redis-$REDIS_PORT.log" 2>/dev/null)"
 echo "== redis-server on $REDIS_PORT (pid $REDIS_PID, core $SERVER_CPU)" >&2
 
 # record COMMAND...: runs it (a failure stops the script), keeps its RESULT lines

@@ -41,13 +41,15 @@ pub(crate) struct ConfigFlags {
     #[arg(long, value_name = "PATH", env = "RATELIMIT_QUOTA_CONFIG")]
     pub(crate) quota_config: Option<PathBuf>,
 
-    /// Checks the configuration directory DIR as the service would load it
-    /// (with the flags that change how: --merge-domains,
-    /// --allow-empty-config, --shadow-mode, ...), prints its warnings and
+    /// Checks the configuration directory DIR (without DIR: --config's) as
+    /// the service would load it (with the flags that change how:
+    /// --merge-domains, --allow-empty-config, --shadow-mode, ...), and the
+    /// quota files of --quota-config if given, prints their warnings and
     /// each domain's number of rules, and exits: 0 if it would start, 1 if
-    /// not. It touches no store and opens no port.
-    #[arg(long, value_name = "DIR", env = "RATELIMIT_VALIDATE")]
-    pub(crate) validate: Option<PathBuf>,
+    /// not. It touches no store and opens no port. The quota files alone:
+    /// --validate --quota-config PATH.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, env = "RATELIMIT_VALIDATE")]
+    pub(crate) validate: Option<Option<PathBuf>>,
 
     /// How often the configuration directory is read again, in
     /// milliseconds: a change is applied without a restart; an invalid one

@@ -276,10 +276,12 @@ pub(crate) fn args(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Arg
     if headers {
         options = options.headers(true);
     }
+    // (`--validate` without a directory checks --config's)
     let dir = cli
         .configuration
         .validate
         .clone()
+        .flatten()
         .or_else(|| cli.configuration.config.clone());
 
     // envoyproxy/ratelimit's settings: what has no equivalent, then the
