@@ -221,8 +221,9 @@ impl RateLimiterBuilder {
 
     /// The longest a local budget is spent from (default: 1 s or a
     /// quarter of the shortest quota period, whichever is shorter); it also
-    /// never outlives the state its units were taken from. Zero is rejected
-    /// (`local_budget_hold`).
+    /// never outlives the window its units were counted in (a fixed
+    /// window's, the sliding counter's, the sliding log's entries'; a
+    /// bucket has none). Zero is rejected (`local_budget_hold`).
     pub fn local_budget_hold(mut self, hold: Duration) -> Self {
         self.hold = Some(hold);
         self

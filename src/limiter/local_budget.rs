@@ -21,10 +21,13 @@
 //! still had: at most `n - 1`. With `k` instances the quota is exceeded by at
 //! most `k × (n - 1)` (within the documented `k × n`), whatever the traffic,
 //! and never with `n = 1` (no local state at all). Units are spent only
-//! before the deadline, which never passes the end of the state they were
-//! taken from (a fixed window's end, the aligned window of the sliding
-//! counter, the entries' stay in the sliding log, the bucket's refill): a
-//! window never sees units that another window counted. A take the quota
+//! before the deadline, which never passes the end of the window they were
+//! counted in (a fixed window's end, the aligned window of the sliding
+//! counter, the entries' stay in the sliding log): a window never sees units
+//! that another window counted. A bucket (GCRA, token bucket) has no window:
+//! its units are spent for the hold, even after the bucket has refilled what
+//! the take drew (within `n` intervals when it was nearly full, often sooner
+//! than the take's reply), and that is the `n - 1` the bound counts. A take the quota
 //! cannot give in full is not made smaller: the request makes the exact call
 //! for its own cost, and so do the instance's requests on that key for one
 //! hold time, so a nearly exhausted quota behaves as without budgets.

@@ -387,7 +387,7 @@ pub(crate) enum GiveBack {
         twin: state::GiveBackFn,
         /// How long after the take its units may be spent, from the take's
         /// `reset_after` and the quota's period (µs): never past the end of
-        /// the state they were taken from.
+        /// the window they were counted in (a bucket has none: the hold).
         horizon: fn(reset: i64, period: i64) -> i64,
     },
     /// A reservation's unspent units go back (a settle below its estimate,

@@ -3,7 +3,7 @@
 //! then `lua/tat.lua`: that time is the GCRA's theoretical arrival time).
 
 use super::state::Algorithm;
-use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, tat, until_reset};
+use super::{Adjust, Bound, GiveBack, HeaderPolicy, Lua, StrategySpec, tat};
 
 pub(super) const SPEC: StrategySpec = StrategySpec {
     name: "token-bucket",
@@ -31,7 +31,7 @@ pub(super) const SPEC: StrategySpec = StrategySpec {
     give_back: GiveBack::Units {
         lua: tat::GIVE_BACK_LUA,
         twin: tat::give_back,
-        horizon: until_reset,
+        horizon: tat::horizon,
     },
     adjust: Adjust::Units {
         lua: tat::ADJUST_LUA,

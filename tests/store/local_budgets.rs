@@ -24,12 +24,22 @@ enum Store {
 
 impl Store {
     fn limiter(&self, quota: Quota, n: u64, clock: &ManualClock) -> RateLimiter {
+        self.limiter_held(quota, n, Duration::from_secs(3_600), clock)
+    }
+
+    fn limiter_held(
+        &self,
+        quota: Quota,
+        n: u64,
+        hold: Duration,
+        clock: &ManualClock,
+    ) -> RateLimiter {
         let b = RateLimiter::builder()
             .prefix("hot")
             .quota(quota)
             .clock(clock.clone())
             .local_budget(n)
-            .local_budget_hold(Duration::from_secs(3_600));
+            .local_budget_hold(hold);
         match self {
             Store::Memory(m) => b.store(m.clone()),
             Store::Redis(r) => b.store(RedisStore::new(r.pool(4)).timeout(GENEROUS)),
@@ -185,6 +195,69 @@ async fn overshoot_stays_within_k_times_n_over_time(store: Store) {
     assert!(admitted + 4 * n >= ideal, "{admitted}");
 }
 
+/// A bucket's budget is spent for its hold, even after the bucket has
+/// refilled what the take drew (a nearly full bucket does so within `n`
+/// intervals, often before the take's reply arrives on a loaded network):
+/// no second take. And over every span of a run that goes from a full
+/// bucket to overload, four instances admit at most the bucket's own bound
+/// plus 4 (n - 1).
+async fn a_bucket_s_budget_outlives_its_refill_within_the_bound(store: Store) {
+    let clock = clock();
+    // interval 1 ms, burst 1 000
+    let g = Quota::gcra(Rate::new(1_000, Duration::from_secs(1)));
+    let a = store.limiter(g.clone(), 100, &clock);
+    let b = store.limiter(g, 1, &clock);
+    assert!(a.check("g").await.unwrap().allowed());
+    assert_eq!(b.peek("g").await.unwrap().remaining(), 900);
+    clock.advance(Duration::from_millis(150));
+    let full = b.peek("g").await.unwrap().remaining();
+    assert!(full >= 999, "the take's 100 ms have drained: {full}");
+    for _ in 0..99 {
+        assert!(a.check("g").await.unwrap().allowed());
+    }
+    assert_eq!(
+        b.peek("g").await.unwrap().remaining(),
+        full,
+        "the 99 held were spent without a second take"
+    );
+
+    for strategy in [Strategy::Gcra, Strategy::TokenBucket] {
+        let clock = self::clock();
+        let n = 20;
+        let q = Quota::new(strategy, Rate::new(1_000, Duration::from_secs(1)));
+        let limiters: Vec<_> = (0..4)
+            .map(|_| store.limiter_held(q.clone(), n, Duration::from_millis(250), &clock))
+            .collect();
+        // 12 requests per 10 ms against 10 a step: the burst drains in
+        // about 500 steps, then overload
+        let steps = 700;
+        let mut admitted = vec![0u64; steps + 1];
+        for step in 1..=steps {
+            admitted[step] = admitted[step - 1] + hammer(&limiters, 12).await;
+            clock.advance(Duration::from_millis(10));
+        }
+        // the steps i..=j span (j - i) * 10 ms: burst + 10 a step
+        let slack = 4 * (n - 1);
+        let mut closest = i64::MIN;
+        for i in 1..=steps {
+            for j in i..=steps {
+                let got = admitted[j] - admitted[i - 1];
+                let bound = 1_000 + 10 * (j - i) as u64;
+                assert!(
+                    got <= bound + slack,
+                    "{strategy:?}: steps {i}..={j} admitted {got}, bound {bound} + {slack}"
+                );
+                closest = closest.max(got as i64 - bound as i64);
+            }
+        }
+        assert!(
+            admitted[steps] >= 1_000 + 10 * (steps as u64 - 1) - 4 * n,
+            "{strategy:?}: admitted only {} (the limit was reached: {closest} over at most)",
+            admitted[steps]
+        );
+    }
+}
+
 #[test]
 fn invalid_local_budget_configurations_name_the_field() {
     let b = || {
@@ -295,5 +368,6 @@ on_every_store! {
     four_instances_admit_the_limit_once_flushed
     give_back_returns_units_only_to_the_take_s_window
     overshoot_stays_within_k_times_n_over_time
+    a_bucket_s_budget_outlives_its_refill_within_the_bound
     a_caller_that_gives_up_does_not_lose_the_take
 }
