@@ -198,9 +198,10 @@ async fn overshoot_stays_within_k_times_n_over_time(store: Store) {
 /// A bucket's budget is spent for its hold, even after the bucket has
 /// refilled what the take drew (a nearly full bucket does so within `n`
 /// intervals, often before the take's reply arrives on a loaded network):
-/// no second take. And over every span of a run that goes from a full
-/// bucket to overload, four instances admit at most the bucket's own bound
-/// plus 4 (n - 1).
+/// no second take. Four instances admit at most the bucket's own bound
+/// plus 4 (n - 1): in a flood on a bucket refilled while they held their
+/// budgets (where that is reached), and over every span of a run that goes
+/// from a full bucket to overload.
 async fn a_bucket_s_budget_outlives_its_refill_within_the_bound(store: Store) {
     let clock = clock();
     // interval 1 ms, burst 1 000
@@ -228,6 +229,21 @@ async fn a_bucket_s_budget_outlives_its_refill_within_the_bound(store: Store) {
         let limiters: Vec<_> = (0..4)
             .map(|_| store.limiter_held(q.clone(), n, Duration::from_millis(250), &clock))
             .collect();
+        let slack = 4 * (n - 1);
+        // the worst case: each instance takes a budget and spends 1, the
+        // bucket refills, then a flood: the full bucket and the 4 (n - 1)
+        // held, spent after the refill, which the bound counts (and no more)
+        assert_eq!(hammer(&limiters, 4).await, 4);
+        clock.advance(Duration::from_millis(100));
+        let flood = hammer(&limiters, 2_000).await;
+        assert!(
+            flood > 1_000 && flood <= 1_000 + slack,
+            "{strategy:?}: a flood on a full bucket admitted {flood}, bound 1000 + {slack}"
+        );
+        clock.advance(Duration::from_secs(10));
+        for l in &limiters {
+            l.flush_local_budgets().await;
+        }
         // 12 requests per 10 ms against 10 a step: the burst drains in
         // about 500 steps, then overload
         let steps = 700;
@@ -237,7 +253,6 @@ async fn a_bucket_s_budget_outlives_its_refill_within_the_bound(store: Store) {
             clock.advance(Duration::from_millis(10));
         }
         // the steps i..=j span (j - i) * 10 ms: burst + 10 a step
-        let slack = 4 * (n - 1);
         let mut closest = i64::MIN;
         for i in 1..=steps {
             for j in i..=steps {
@@ -250,9 +265,16 @@ async fn a_bucket_s_budget_outlives_its_refill_within_the_bound(store: Store) {
                 closest = closest.max(got as i64 - bound as i64);
             }
         }
+        eprintln!(
+            "{strategy:?}: a flood after a refill admitted {flood}; a run {} (the most over \
+             the bucket's bound in a span: {closest}; allowed {slack})",
+            admitted[steps]
+        );
+        // the offered load exceeds the bucket: all of it is used, but for
+        // what the instances held unspent at the end
         assert!(
             admitted[steps] >= 1_000 + 10 * (steps as u64 - 1) - 4 * n,
-            "{strategy:?}: admitted only {} (the limit was reached: {closest} over at most)",
+            "{strategy:?}: admitted only {}",
             admitted[steps]
         );
     }
