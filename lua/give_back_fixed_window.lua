@@ -3,16 +3,21 @@
 --
 -- On Redis's clock the key is a plain counter that holds no start: it is the
 -- take's window if it expires when that window ends, at fin (the key's TTL
--- plus the time it was read, in whole ms: 2 ms cover the rounding). The
--- key of any later window expires at least a period after it, so a give-back
--- that arrives after the window rolled over changes nothing. Periods of 4 ms
--- or less give nothing back. With a manual clock the hash holds the window's
+-- plus the time it was read, in whole ms), give or take half a period, at
+-- most a second. The key of any later window expires at least a period after
+-- fin, so a give-back that arrives after the window rolled over changes
+-- nothing; the slack covers the rounding and a script's TIME lagging the
+-- instant Redis reads TTLs against (once per script): a script descheduled
+-- on a loaded machine, which 2 ms of slack did not cover. Periods of 4 ms or
+-- less give nothing back. With a manual clock the hash holds the window's
 -- start: it must be the take's (fin = start + period).
 if not MANUAL then
   local c = tonumber(redis.call('GET', key) or '0')
-  if c > 0 and ceil(period / 1000) > 4 then
+  local pm = ceil(period / 1000)
+  if c > 0 and pm > 4 then
     local ttl = redis.call('PTTL', key)
-    if ttl > 0 and math.floor(now / 1000) + ttl <= math.floor(fin / 1000) + 2 then
+    local slack = math.min(math.floor(pm / 2), 1000)
+    if ttl > 0 and math.floor(now / 1000) + ttl <= math.floor(fin / 1000) + slack then
       if units >= c then
         redis.call('DEL', key)
       else

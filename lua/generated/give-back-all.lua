@@ -2,7 +2,7 @@
 -- limiter with one quota of every strategy that gives back and local budgets: the give-back.
 -- Assembled by LimiterScript::for_quotas (src/store/redis/script.rs) from the
 -- files in lua/; everything below this header is sent byte for byte
--- (SCRIPT LOAD, then EVALSHA ef5789427f0ce0440a55bd11f6db865a648639db).
+-- (SCRIPT LOAD, then EVALSHA 081519c7945b53c6ed4c6d94376b698bd8cd00fd).
 -- Regenerate: UPDATE_GENERATED=1 cargo test --all-features --lib generated_scripts
 local READS_TIME = true
 -- tower-redis-ratelimit: shared prelude. A limiter's script is this file, then
@@ -67,16 +67,21 @@ do
 --
 -- On Redis's clock the key is a plain counter that holds no start: it is the
 -- take's window if it expires when that window ends, at fin (the key's TTL
--- plus the time it was read, in whole ms: 2 ms cover the rounding). The
--- key of any later window expires at least a period after it, so a give-back
--- that arrives after the window rolled over changes nothing. Periods of 4 ms
--- or less give nothing back. With a manual clock the hash holds the window's
+-- plus the time it was read, in whole ms), give or take half a period, at
+-- most a second. The key of any later window expires at least a period after
+-- fin, so a give-back that arrives after the window rolled over changes
+-- nothing; the slack covers the rounding and a script's TIME lagging the
+-- instant Redis reads TTLs against (once per script): a script descheduled
+-- on a loaded machine, which 2 ms of slack did not cover. Periods of 4 ms or
+-- less give nothing back. With a manual clock the hash holds the window's
 -- start: it must be the take's (fin = start + period).
 if not MANUAL then
   local c = tonumber(redis.call('GET', key) or '0')
-  if c > 0 and ceil(period / 1000) > 4 then
+  local pm = ceil(period / 1000)
+  if c > 0 and pm > 4 then
     local ttl = redis.call('PTTL', key)
-    if ttl > 0 and math.floor(now / 1000) + ttl <= math.floor(fin / 1000) + 2 then
+    local slack = math.min(math.floor(pm / 2), 1000)
+    if ttl > 0 and math.floor(now / 1000) + ttl <= math.floor(fin / 1000) + slack then
       if units >= c then
         redis.call('DEL', key)
       else
