@@ -72,7 +72,9 @@ fn rate_limit_domains(args: &Args, err: &mut dyn Write) -> Result<Vec<(String, u
         .domains()
         .map(|d| (d.to_owned(), config.rules(d).len()))
         .collect();
-    if domains.iter().all(|(_, n)| *n == 0) {
+    // (as at the start: beside the quota service, no rate limit rule is
+    // no mistake)
+    if domains.iter().all(|(_, n)| *n == 0) && args.quota.is_none() {
         if !args.allow_empty_config {
             return Err(no_rule(args, files.len()));
         }
@@ -297,6 +299,15 @@ mod tests {
         assert!(ok, "{err}");
         assert_eq!(out, "quota q: 1 rule\n");
         assert!(err.starts_with("warning: "), "{err:?}");
+        // beside the quota files, a directory with no rule starts (and passes)
+        let empty = TempDir::new("validate-quota-empty", &[]);
+        let (ok, out, err) = validated_argv(&[
+            "--validate",
+            empty.0.to_str().unwrap(),
+            "--quota-config",
+            quota,
+        ]);
+        assert!(ok && out == "quota edge: 3 rules\n", "{out:?} {err}");
         // nothing to check: refused, as a start without a directory is
         let cli = Cli::parse_argv(["ratelimit-server", "--validate"]).expect("flags");
         assert!(cli::args(cli, |_| None).is_err());
