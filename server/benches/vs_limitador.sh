@@ -88,18 +88,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# wait_port PORT PID: until PORT accepts connections (30 s), or PID died
-wait_port() {
-    local port=$1 pid=$2 i
-    for ((i = 0; i < 300; i++)); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || die "the process on port $port (pid $pid) exited; its log: $(tail -n 20 "$TMP"/*"$port".log 2>/dev/null)"
-        sleep 0.1
-    done
-    die "nothing listens on port $port after 30 s"
-}
+# wait_port, wait_redis
+# shellcheck source=server/benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # stop PID...: kill and reap, and forget them
 stop() {
@@ -161,14 +152,7 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$TMP/redis-$REDIS_PORT.log" &
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
-wait_port "$REDIS_PORT" "$REDIS_PID"
-# (a port that accepted once is not yet a Redis that answers: retried, 10 s)
-for ((i = 0; i < 100; i++)); do
-    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
-    kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server on $REDIS_PORT exited: $(tail -n 20 "$TMP/redis-$REDIS_PORT.log" 2>/dev/null)"
-    sleep 0.1
-done
-redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server on $REDIS_PORT does not answer PING: $(tail -n 20 "$TMP/redis-$REDIS_PORT.log" 2>/dev/null)"
+wait_redis "$REDIS_PORT" "$REDIS_PID"
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 echo "== redis-server on $REDIS_PORT (pid $REDIS_PID)" >&2
 
