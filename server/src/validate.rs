@@ -135,15 +135,12 @@ mod tests {
     /// `--validate DIR` and more flags: whether it passed, what it wrote
     /// to standard output and to standard error.
     fn validated(dir: &std::path::Path, flags: &[&str]) -> (bool, String, String) {
-        let mut argv = vec!["ratelimit-server".into(), "--validate".into(), dir.into()];
-        argv.extend(flags.iter().map(std::ffi::OsString::from));
-        let cli = Cli::parse_argv(argv).expect("flags");
-        let args = cli::args(cli, |_| None).expect("args");
-        assert!(args.validate);
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let ok = validate(&args, &mut out, &mut err);
-        let text = |b: Vec<u8>| String::from_utf8(b).expect("UTF-8");
-        (ok, text(out), text(err))
+        let dir = dir.to_str().expect("a UTF-8 path");
+        let argv: Vec<&str> = ["--validate", dir]
+            .into_iter()
+            .chain(flags.iter().copied())
+            .collect();
+        validated_argv(&argv)
     }
 
     #[test]
