@@ -53,6 +53,7 @@ pub mod pb;
 pub mod reload;
 pub mod rlqs;
 mod rls;
+pub mod serve;
 pub mod service;
 pub mod source;
 pub mod window;

@@ -13,6 +13,7 @@ use tower_redis_ratelimit_server::net::Incoming;
 use tower_redis_ratelimit_server::pb::{RateLimitQuotaServiceServer, RateLimitServiceServer};
 use tower_redis_ratelimit_server::reload::ConfigWatcher;
 use tower_redis_ratelimit_server::rlqs::{self, RlqsService};
+use tower_redis_ratelimit_server::serve::GrpcOptions;
 use tower_redis_ratelimit_server::service::RlsService;
 use tower_redis_ratelimit_server::source::xds::{XdsClient, XdsTls};
 
@@ -281,14 +282,19 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         RateLimitQuotaServiceServer::new(RlqsService::new(q).stop_on(streams_stop))
             .max_decoding_message_size(args.max_message_size)
     });
-    let serve = tonic::transport::Server::builder()
-        .max_concurrent_streams(args.max_concurrent_streams)
-        .add_service(health_service)
-        .add_service(
-            RateLimitServiceServer::new(service).max_decoding_message_size(args.max_message_size),
-        )
-        .add_optional_service(quota_server)
-        .serve_with_incoming_shutdown(incoming, signal);
+    let mut routes = tonic::service::Routes::builder();
+    routes.add_service(health_service).add_service(
+        RateLimitServiceServer::new(service).max_decoding_message_size(args.max_message_size),
+    );
+    if let Some(q) = quota_server {
+        routes.add_service(q);
+    }
+    let serve = tower_redis_ratelimit_server::serve::serve(
+        incoming,
+        routes.routes(),
+        GrpcOptions::default().max_concurrent_streams(args.max_concurrent_streams),
+        signal,
+    );
     let deadline = async {
         if stopped.await.is_ok() {
             tokio::time::sleep(args.shutdown_timeout).await;
@@ -297,7 +303,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     tokio::select! {
-        served = serve => served?,
+        () = serve => {}
         () = deadline => tracing::warn!(
             open = open.open(),
             "connections still open after --shutdown-timeout ({} ms): closing them",

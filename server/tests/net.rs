@@ -1,8 +1,10 @@
 //! The bounded gRPC listener ([`net`](tower_redis_ratelimit_server::net))
-//! under a tonic server, on the memory store: idle connections closed,
-//! connections past the cap refused while the open ones keep answering,
-//! a connection that never speaks HTTP/2 closed after the handshake
-//! timeout.
+//! under the service's gRPC server ([`serve`](tower_redis_ratelimit_server::serve)),
+//! on the memory store: idle connections closed, connections past the cap
+//! refused while the open ones keep answering, a connection that never
+//! speaks HTTP/2 closed after the handshake timeout; many calls in flight
+//! on one connection each answered once, exactly; a shutdown that ends
+//! every call, then returns.
 
 mod common;
 
@@ -12,11 +14,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tonic::service::Routes;
 use tower_redis_ratelimit::MemoryStore;
 use tower_redis_ratelimit_server::config::{Config, LoadOptions};
 use tower_redis_ratelimit_server::net::{Incoming, ListenerOptions, OpenConnections};
 use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 use tower_redis_ratelimit_server::pb::rate_limit_response::Code;
+use tower_redis_ratelimit_server::serve::{GrpcOptions, serve};
 use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
 const CONFIG: &str = "domain: net\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
@@ -31,11 +35,12 @@ async fn serve_bounded(options: ListenerOptions) -> (SocketAddr, OpenConnections
     let incoming = Incoming::new(listener, options);
     let addr = incoming.local_addr().expect("addr");
     let open = incoming.gauge();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(service))
-            .serve_with_incoming(incoming),
-    );
+    tokio::spawn(serve(
+        incoming,
+        Routes::new(RateLimitServiceServer::new(service)),
+        GrpcOptions::default(),
+        std::future::pending(),
+    ));
     (addr, open)
 }
 
@@ -194,4 +199,72 @@ async fn a_connection_that_never_speaks_http2_is_closed_after_the_handshake_time
         None,
         "a handshaken connection was closed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_calls_in_flight_on_one_connection_are_each_answered_exactly() {
+    let (addr, _open) = serve_bounded(ListenerOptions::default()).await;
+    let c = client(addr).await;
+    // 1,200 calls, 200 at a time on one HTTP/2 connection, on a limit of
+    // 1,000 an hour: exactly 1,000 admitted
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let mut c = c.clone();
+        tasks.spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..6 {
+                let r = ask(&mut c, "net", vec![desc(&[("k", "many")])], 1).await;
+                admitted += u32::from(overall(&r) == Code::Ok);
+            }
+            admitted
+        });
+    }
+    let mut admitted = 0;
+    while let Some(n) = tasks.join_next().await {
+        admitted += n.expect("a caller panicked");
+    }
+    assert_eq!(admitted, 1_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_every_call_then_returns_and_refuses_new_connections() {
+    let config =
+        Config::from_sources([("net.yaml", CONFIG)], LoadOptions::default()).expect("config");
+    let service =
+        RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let incoming = Incoming::new(listener, ListenerOptions::default());
+    let addr = incoming.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        incoming,
+        Routes::new(RateLimitServiceServer::new(service)),
+        GrpcOptions::default(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut c = client(addr).await;
+    let r = ask(&mut c, "net", vec![desc(&[("k", "stop")])], 1).await;
+    assert_eq!(overall(&r), Code::Ok);
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let mut c = c.clone();
+        calls.spawn(async move { try_ask(&mut c, "net", vec![desc(&[("k", "stop")])], 1).await });
+    }
+    let _ = stop.send(());
+    // every call ends, answered or refused (a stream past the GOAWAY);
+    // then the server returns
+    while let Some(r) = calls.join_next().await {
+        if let Ok(r) = r.expect("a caller panicked") {
+            assert_eq!(overall(&r), Code::Ok);
+        }
+    }
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("serve returned within 30 s of the signal")
+        .expect("serve panicked");
+    // no new connection after it
+    assert!(client_or_error(addr).await.is_err());
 }

@@ -27,12 +27,12 @@ pub(crate) type Client = RateLimitServiceClient<Channel>;
 pub(crate) async fn serve(service: RlsService) -> Client {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(service))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await
-    });
+    tokio::spawn(tower_redis_ratelimit_server::serve::serve(
+        tower_redis_ratelimit_server::net::Incoming::new(listener, Default::default()),
+        tonic::service::Routes::new(RateLimitServiceServer::new(service)),
+        Default::default(),
+        std::future::pending(),
+    ));
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("uri")
         .connect()
