@@ -5,6 +5,7 @@
 //! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost                        # both modes, every strategy
 //! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- cpu --rounds 5      # Redis CPU per decision
 //! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- keys --keys 50000   # Redis bytes per key
+//! cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- keys --sweep        # and over user keys of 8 to 64 bytes
 //! ```
 //!
 //! - `cpu`: per strategy, `CONFIG RESETSTAT`, then `--decisions` checks
@@ -24,7 +25,10 @@
 //!   as the limiter's hash-tagged base key (`{api:k_<22 digits>}`), with an
 //!   integer value and a TTL. For the sliding log and concurrency (one entry
 //!   per request or lease), also the bytes each further entry adds (ten
-//!   requests per key).
+//!   requests per key). With `--sweep`, also the ratios over user keys of
+//!   8 to 64 bytes (10 000 keys each unless `--keys`) and their mean: Redis
+//!   allocates a key in jemalloc's size classes, so a quota's few bytes of
+//!   suffix cost 0 or 16 bytes by where the key's length falls.
 //!
 //! A private `redis-server` is started on a free loopback port.
 
@@ -59,10 +63,11 @@ struct Args {
     rounds: usize,
     decisions: usize,
     keys: Option<usize>,
+    sweep: bool,
 }
 
 const USAGE: &str = "usage: cargo bench -p tower-redis-ratelimit-tests --bench redis_cost -- [cpu|keys] [--rounds R] \
-    [--decisions N] [--keys K]";
+    [--decisions N] [--keys K] [--sweep]";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -71,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
         rounds: 3,
         decisions: 100_000,
         keys: None,
+        sweep: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,6 +91,7 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => a.rounds = number()?.max(1),
             "--decisions" => a.decisions = number()?.max(1),
             "--keys" => a.keys = Some(number()?.max(1)),
+            "--sweep" => a.sweep = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -257,11 +264,19 @@ async fn cpu(server: &RedisServer, a: &Args) {
     }
 }
 
-async fn keys(server: &RedisServer, a: &Args) {
-    let n = a.keys.unwrap_or(20_000);
+/// Redis bytes per key of each strategy, and the floor in the same run,
+/// for `n` user keys of `id_len` bytes (`k_` and digits).
+struct KeyBytes {
+    floor: f64,
+    /// (strategy, bytes per key, its first storage key, bytes per further
+    /// entry for the sliding log and concurrency)
+    rows: Vec<(Strategy, f64, String, Option<f64>)>,
+}
+
+async fn key_bytes(server: &RedisServer, n: usize, id_len: usize) -> KeyBytes {
     let mut c = server.conn().await;
-    let user = |i: usize| format!("k_{i:022}");
-    println!("Redis bytes per key ({n} keys, prefix api, 24-byte user keys)");
+    let digits = id_len.saturating_sub(2).max(1);
+    let user = move |i: usize| format!("k_{i:0digits$}");
     let _: () = cmd(&mut c, &["FLUSHALL"]).await;
     let before = used_memory(&mut c).await;
     let mut pipe = redis::pipe();
@@ -275,10 +290,7 @@ async fn keys(server: &RedisServer, a: &Args) {
     }
     let () = pipe.query_async(&mut c).await.unwrap();
     let floor = (used_memory(&mut c).await - before) as f64 / n as f64;
-    println!(
-        "  {:<24} {floor:>6.0} B  (SET {{api:k_<22 digits>}} <integer> PX)",
-        "floor"
-    );
+    let mut rows = Vec::new();
     for s in Strategy::ALL {
         let lim = limiter(server, "api", quota(s, 1000), true);
         let _: () = cmd(&mut c, &["FLUSHALL"]).await;
@@ -295,12 +307,7 @@ async fn keys(server: &RedisServer, a: &Args) {
         let keys: i64 = cmd(&mut c, &["DBSIZE"]).await;
         assert_eq!(keys as usize, n);
         let per_key = (one - before) as f64 / n as f64;
-        print!(
-            "  {:<24} {per_key:>6.0} B  {:>5.2}×  {}",
-            s.to_string(),
-            per_key / floor,
-            lim.storage_keys(user(0))[0]
-        );
+        let mut further = None;
         if matches!(s, Strategy::SlidingWindowLog | Strategy::Concurrency) {
             let l = lim.clone();
             drive(n * 9, move |i| {
@@ -311,13 +318,71 @@ async fn keys(server: &RedisServer, a: &Args) {
             })
             .await;
             let ten = used_memory(&mut c).await;
-            print!(
-                "; each further entry: {:.1} B",
-                (ten - one) as f64 / (n * 9) as f64
-            );
+            further = Some((ten - one) as f64 / (n * 9) as f64);
+        }
+        rows.push((s, per_key, lim.storage_keys(user(0))[0].clone(), further));
+    }
+    KeyBytes { floor, rows }
+}
+
+async fn keys(server: &RedisServer, a: &Args) {
+    let n = a.keys.unwrap_or(20_000);
+    println!("Redis bytes per key ({n} keys, prefix api, 24-byte user keys)");
+    let b = key_bytes(server, n, 24).await;
+    println!(
+        "  {:<24} {:>6.0} B  (SET {{api:k_<22 digits>}} <integer> PX)",
+        "floor", b.floor
+    );
+    for (s, per_key, key, further) in &b.rows {
+        print!(
+            "  {:<24} {per_key:>6.0} B  {:>5.2}×  {key}",
+            s.to_string(),
+            per_key / b.floor
+        );
+        if let Some(f) = further {
+            print!("; each further entry: {f:.1} B");
         }
         println!();
     }
+    if a.sweep {
+        sweep(server, a).await;
+    }
+}
+
+/// The bytes per key over user keys of 8 to 64 bytes: Redis allocates a key
+/// in jemalloc's size classes (16 bytes apart here), and a key of under 32
+/// bytes in a smaller header, so the few bytes of a quota's suffix cost 0 or
+/// 16 bytes by where a key's length falls; the mean over lengths is what a
+/// deployment of varied keys pays.
+async fn sweep(server: &RedisServer, a: &Args) {
+    let n = a.keys.unwrap_or(10_000);
+    let lens: Vec<usize> = (8..=64).step_by(4).collect();
+    println!("Over user keys of 8 to 64 bytes ({n} keys each): ours over the floor");
+    print!("  {:<24}", "user key bytes");
+    for l in &lens {
+        print!(" {l:>5}");
+    }
+    println!("   mean");
+    let mut all = Vec::new();
+    for &l in &lens {
+        all.push(key_bytes(server, n, l).await);
+    }
+    for (i, s) in Strategy::ALL.iter().enumerate() {
+        print!("  {:<24}", s.to_string());
+        let ratios: Vec<f64> = all.iter().map(|b| b.rows[i].1 / b.floor).collect();
+        for r in &ratios {
+            print!(" {r:>5.2}");
+        }
+        println!(
+            "  {:>5.3}",
+            ratios.iter().sum::<f64>() / ratios.len() as f64
+        );
+    }
+    print!("  {:<24}", "floor, B");
+    for b in &all {
+        print!(" {:>5.0}", b.floor);
+    }
+    println!();
 }
 
 fn main() {
