@@ -12,15 +12,19 @@
 //! in Prometheus's text format with a `/metrics` endpoint ([`metrics`]);
 //! and Envoy's rate limit quota service (RLQS), whose Envoys decide
 //! locally from the token buckets it assigns, each paid from a shared
-//! budget first ([`rlqs`]).
+//! budget first ([`rlqs`]); and the gRPC server, each connection's calls
+//! polled by its own task ([`serve`]), over a listener bounded in
+//! connections and in how long they may stay silent ([`net`]).
 //! The `ratelimit-server` binary puts them together; an embedder can too:
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! use tower_redis_ratelimit::RedisStore;
 //! use tower_redis_ratelimit_server::config::{Config, LoadOptions};
+//! use tower_redis_ratelimit_server::net::{Incoming, ListenerOptions};
 //! use tower_redis_ratelimit_server::pb::RateLimitServiceServer;
 //! use tower_redis_ratelimit_server::reload::ConfigWatcher;
+//! use tower_redis_ratelimit_server::serve::GrpcOptions;
 //! use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 //!
 //! let dir = std::path::Path::new("/etc/ratelimit/config");
@@ -36,10 +40,14 @@
 //!     .run());
 //! let metrics = tokio::net::TcpListener::bind("0.0.0.0:9090").await?;
 //! tokio::spawn(tower_redis_ratelimit_server::metrics::serve(metrics, service.metrics()));
-//! tonic::transport::Server::builder()
-//!     .add_service(RateLimitServiceServer::new(service))
-//!     .serve("0.0.0.0:8081".parse()?)
-//!     .await?;
+//! let grpc = tokio::net::TcpListener::bind("0.0.0.0:8081").await?;
+//! tower_redis_ratelimit_server::serve::serve(
+//!     Incoming::new(grpc, ListenerOptions::default()),
+//!     tonic::service::Routes::new(RateLimitServiceServer::new(service)),
+//!     GrpcOptions::default(),
+//!     std::future::pending(), // or a shutdown signal
+//! )
+//! .await;
 //! # Ok(()) }
 //! ```
 

@@ -1,5 +1,5 @@
 //! The gRPC listener: accepted TCP connections, bounded in number and in
-//! how long they may stay silent.
+//! how long they may stay silent, for the gRPC server ([`crate::serve`]).
 //!
 //! tonic's `Server` accepts every connection and keeps it until the client
 //! closes it, and retries a failed `accept` at once (at the open-file
