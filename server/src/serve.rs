@@ -5,14 +5,15 @@
 //! runtime, a call that answers wakes its connection's task, which runs at
 //! once (tokio's LIFO slot) and writes that one answer: about one `writev`
 //! per call, and a cross-thread wake for many of them. A rate limit call is
-//! a few microseconds of work, so those writes were most of the service's
-//! CPU (a fifth of it in the kernel's TCP send path alone). Here a
-//! connection's task polls the connection and then every call of it that is
-//! ready, and only then writes: the answers that are ready go out together
-//! (about 16 calls a `writev` under the benchmark's load, against 1.3), and no call wakes another
-//! thread. Connections are spread over the runtime's threads; the calls of
-//! one connection share a thread (Envoy opens a connection per worker
-//! thread, so its calls spread as its workers do).
+//! a few microseconds of work, so those writes were a large share of the
+//! service's CPU (a fifth of it in the kernel's TCP send path alone). Here
+//! a connection's task polls the connection and then every call of it that
+//! is ready, and only then writes: the answers that are ready go out
+//! together (about 16 calls a `writev` under the benchmark's load, against
+//! 1.3), and no call wakes another thread. Connections are spread over the
+//! runtime's threads; the calls of one connection share a thread (Envoy
+//! opens a connection per worker thread, so its calls spread as its workers
+//! do).
 //!
 //! A panic in a call ends that call's stream, as a task's panic would, and
 //! not its connection.
