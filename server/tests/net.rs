@@ -25,12 +25,16 @@ use tower_redis_ratelimit_server::service::{RlsService, ServiceOptions};
 
 const CONFIG: &str = "domain: net\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 
-/// The service on a free loopback port behind an [`Incoming`] of `options`.
-async fn serve_bounded(options: ListenerOptions) -> (SocketAddr, OpenConnections) {
+/// The service of [`CONFIG`] on the memory store.
+fn net_service() -> RlsService {
     let config =
         Config::from_sources([("net.yaml", CONFIG)], LoadOptions::default()).expect("config");
-    let service =
-        RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service");
+    RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service")
+}
+
+/// The service on a free loopback port behind an [`Incoming`] of `options`.
+async fn serve_bounded(options: ListenerOptions) -> (SocketAddr, OpenConnections) {
+    let service = net_service();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let incoming = Incoming::new(listener, options);
     let addr = incoming.local_addr().expect("addr");
@@ -228,10 +232,7 @@ async fn many_calls_in_flight_on_one_connection_are_each_answered_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_ends_every_call_then_returns_and_refuses_new_connections() {
-    let config =
-        Config::from_sources([("net.yaml", CONFIG)], LoadOptions::default()).expect("config");
-    let service =
-        RlsService::new(config, MemoryStore::new(), ServiceOptions::default()).expect("service");
+    let service = net_service();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let incoming = Incoming::new(listener, ListenerOptions::default());
     let addr = incoming.local_addr().expect("addr");
